@@ -1,0 +1,57 @@
+"""Stage 3: check each compiled PTX `.entry` against its KernelSpec.
+
+The entry's parameter list is what the GPU will actually read; IREE never checks it (a
+mismatch runs and returns wrong data). We do, right after nvcc, with a located error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import AbiError
+from .spec import KernelSpec
+
+_ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?(\.\w+)\s+([\w$]+)(?:\[(\d+)\])?")
+_SIZES = {".u64": 8, ".s64": 8, ".b64": 8, ".f64": 8, ".u32": 4, ".s32": 4, ".b32": 4, ".f32": 4,
+          ".u16": 2, ".s16": 2, ".b16": 2, ".f16": 2, ".u8": 1, ".s8": 1, ".b8": 1}
+
+
+@dataclass(frozen=True)
+class PtxParam:
+    ptx_type: str
+    name: str
+    nbytes: int
+
+
+def ptx_entries(ptx: str) -> dict[str, list[PtxParam]]:
+    """Every `.entry` in a PTX module with its parameter list."""
+    entries = {}
+    for match in _ENTRY.finditer(ptx):
+        params = []
+        for p in _PARAM.finditer(match[2]):
+            count = int(p[3]) if p[3] else 1
+            params.append(PtxParam(p[1], p[2], _SIZES.get(p[1], 0) * count))
+        entries[match[1]] = params
+    return entries
+
+
+def check_entry(spec: KernelSpec, ptx: str, arch_name: str) -> None:
+    entries = ptx_entries(ptx)
+    where = f"{spec.signature.where}: kernel {spec.name} ({arch_name} PTX)"
+    if spec.name not in entries:
+        found = ", ".join(sorted(entries)) or "none"
+        raise AbiError(f"{where}: no PTX entry named {spec.name!r} (entries: {found}); is the kernel extern \"C\" and __global__?")
+    found = entries[spec.name]
+    expected = spec.signature.params
+    if len(found) != len(expected):
+        raise AbiError(f"{where}: signature has {len(expected)} parameters but the PTX entry has {len(found)}")
+    for i, (param, ptx_param) in enumerate(zip(expected, found)):
+        if param.pointer:
+            ok, want = ptx_param.nbytes == 8, "a 64-bit pointer"
+        else:
+            stype = next(s.stype for s in spec.scalars if s.name == param.name)
+            ok, want = ptx_param.ptx_type in stype.ptx, f"one of {sorted(stype.ptx)} ({stype.ctype})"
+        if not ok:
+            raise AbiError(f"{where}: parameter {i} {param.name!r}: expected {want}, PTX has {ptx_param.ptx_type} ({ptx_param.nbytes} bytes)")

@@ -1,0 +1,103 @@
+"""Stage 5: parse-check emitted IR in-process, link user programs, run iree-compile → .vmfb.
+
+The only module of the package that imports `iree.compiler` (lazily, so `--help` stays fast).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from .archs import Arch
+from .errors import CompileError
+
+
+def iree_compiler_version() -> str:
+    from importlib.metadata import version
+
+    return version("iree-base-compiler")
+
+
+def parse_check(mlir_text: str, filename: str) -> None:
+    """Parses `mlir_text` with the installed compiler; errors carry `filename:line:col`."""
+    from iree.compiler import ir
+
+    with ir.Context() as ctx:
+        try:
+            ir.Module.parse(mlir_text, ctx)
+        except ir.MLIRError as exc:
+            # Locations print as loc("-":LINE:COL); name the file instead of "-".
+            details = "\n".join(f"{filename}{_line_col(str(d.location))}: {d.message}" for d in exc.error_diagnostics)
+            raise CompileError(f"generated IR does not parse with this IREE compiler (a bug in iree_dispatch, please report it):\n{details}") from None
+
+
+def _line_col(location: str) -> str:
+    match = re.search(r":(\d+):(\d+)", location)
+    return f":{match[1]}:{match[2]}" if match else ""
+
+
+def _run_tool(tool: str, args: list[str], what: str) -> None:
+    from iree.compiler.tools.binaries import find_tool
+
+    cmd = [find_tool(tool), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise CompileError(f"{what} failed (exit {proc.returncode}):\n{(proc.stderr + proc.stdout).strip()}\ncommand: {' '.join(cmd)}")
+
+
+def compile_flags(codegen_arch: Arch, object_search_path: Path | None) -> list[str]:
+    """iree-compile flags. `codegen_arch` only matters for ops IREE generates itself (programs)."""
+    flags = ["--iree-hal-target-device=cuda", f"--iree-cuda-target={codegen_arch.name}"]
+    if object_search_path is not None:
+        flags.append(f"--iree-hal-executable-object-search-path={object_search_path}")
+    return flags
+
+
+def compile_vmfb(mlir: Path, out: Path, codegen_arch: Arch, object_search_path: Path) -> None:
+    _run_tool("iree-compile", [*compile_flags(codegen_arch, object_search_path), str(mlir), "-o", str(out)], f"iree-compile of {mlir.name}")
+
+
+def link_program(program: Path, kernels_mlir_text: str, module_name: str, kernel_names: list[str]) -> str:
+    """Resolves the program's `func.func private @<module>.<kernel>(...)` declarations.
+
+    `kernels_mlir_text` is the kernels module emitted `for_linking`. Its executables and
+    wrappers are copied into the program, replacing the declarations; the program's other
+    functions are untouched. (iree-link would do this, but in IREE 3.13 it renames the nested
+    `@exe::@variant::@kernel` references together with the wrapper and breaks them.)
+    """
+    from iree.compiler import ir
+
+    text = program.read_text(encoding="utf-8")
+    with ir.Context():
+        try:
+            prog = ir.Module.parse(text)
+        except ir.MLIRError as exc:
+            details = "\n".join(f"{program}{_line_col(str(d.location))}: {d.message}" for d in exc.error_diagnostics)
+            raise CompileError(f"program does not parse:\n{details}") from None
+        kernels = ir.Module.parse(kernels_mlir_text)
+        wrappers = {}
+        for op in kernels.body.operations:
+            if op.operation.name == "func.func":
+                wrappers[ir.StringAttr(op.attributes["sym_name"]).value] = op
+        prefix = f"{module_name}."
+        for op in list(prog.body.operations):
+            if op.operation.name != "func.func":
+                continue
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            if not name.startswith(prefix) or len(op.regions[0].blocks) != 0:
+                continue
+            where = f"{program}{_line_col(str(op.location))}"
+            if name not in wrappers:
+                raise CompileError(f"{where}: declares @{name}, but module {module_name} has no kernel {name[len(prefix):]!r} (kernels: {', '.join(kernel_names)})")
+            declared = str(op.attributes["function_type"])
+            generated = str(wrappers[name].attributes["function_type"])
+            if declared != generated:
+                raise CompileError(f"{where}: @{name} is declared as {declared}, but the kernel's function is {generated}")
+            op.operation.erase()
+        with ir.InsertionPoint(prog.body):
+            for op in kernels.body.operations:
+                op.operation.clone()
+        if not prog.operation.verify():
+            raise CompileError(f"{program}: the linked program does not verify")
+        return prog.operation.get_asm(enable_debug_info=False)

@@ -1,0 +1,283 @@
+"""Stage 4: KernelSpecs + PTX objects → IREE MLIR text (deterministic).
+
+Every line of IREE syntax the package writes lives in this file, written for
+iree-base-compiler 3.13 (strict properties: inherent attributes in `<{...}>`). A version bump
+is an edit here and nowhere else.
+
+Per source file, one `hal.executable` with one variant per arch, newest first, each guarded by
+a compute-capability condition: the runtime takes the first variant whose condition holds, so
+the GPU runs the newest PTX it can. Per kernel, one public `func.func` wrapper that takes
+tensors (and scalar arguments), checks shape relations, packs scalars into 32-bit push
+constants and `flow.dispatch`es over all variants.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import expr as ex
+from .archs import Arch
+from .spec import KernelSpec, ModuleSpec, TensorParam
+
+REFLECTION_KEY = "iree_dispatch.kernel"
+
+_TARGET = '#hal.executable.target<"cuda", "cuda-nvptx-fb", {{target_arch = "{arch}"}}>'
+_BINDING = "#hal.pipeline.binding<storage_buffer{access}>"
+_LAYOUT = "#hal.pipeline.layout<constants = {constants}, bindings = [{bindings}]>"
+_VARIANT_OPEN = 'hal.executable.variant public @{arch} target(#target_{arch}) objects([#hal.executable.object<{{path = "{path}"}}>]) {{'
+_QUERY = '%{name}.ok, %{name} = hal.device.query<%device : !hal.device> key("cuda.device" :: "compute_capability_{name}") : i1, i32'
+_EXPORT_OPEN = "hal.executable.export public @{name} ordinal({ordinal}) layout(#layout_{name}) count(%device: !hal.device{workloads}) -> (index, index, index) {{"
+_EXPORT_CLOSE = "}} <{{workgroup_size = [{x} : index, {y} : index, {z} : index]}}>"
+
+
+@dataclass(frozen=True)
+class Executable:
+    """One source file's kernels, compiled once per arch."""
+
+    symbol: str
+    kernels: tuple[KernelSpec, ...]
+    object_paths: dict[Arch, str]  # arch → object path as written into the IR
+
+
+def mlir_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def executable_symbols(module: ModuleSpec) -> dict[Path, str]:
+    """A unique, readable symbol per source file: `simple_mul.cu` → `simple_mul_cu`."""
+    symbols: dict[Path, str] = {}
+    for source in module.sources:
+        base = "".join(c if c.isalnum() else "_" for c in source.name)
+        symbol, n = base, 1
+        while symbol in symbols.values():
+            n += 1
+            symbol = f"{base}_{n}"
+        symbols[source] = symbol
+    return symbols
+
+
+def emit_module(module: ModuleSpec, object_paths: dict[tuple[Path, Arch], str], header: str = "", *, for_linking: bool = False) -> str:
+    """The complete MLIR module. `object_paths[(source, arch)]` is the object path to write.
+
+    for_linking: name the wrappers `@<module>.<kernel>` and make them private, the form a
+    program's `func.func private @<module>.<kernel>` declarations are resolved against.
+    """
+    symbols = executable_symbols(module)
+    executables = [
+        Executable(symbols[src], tuple(k for k in module.kernels if k.source == src), {a: object_paths[(src, a)] for a in module.archs})
+        for src in module.sources
+    ]
+    lines = [f"// {line}" for line in header.splitlines()]
+    lines += [f"#target_{a.name} = " + _TARGET.format(arch=a.name) for a in module.archs]
+    lines += [f"#layout_{k.name} = " + _layout(k) for k in module.kernels]
+    lines.append(f"module @{module.name} {{")
+    for exe in executables:
+        lines += _indent(_executable(exe, module.archs), 1)
+    for k in module.kernels:
+        function = f"private @{module.name}.{k.name}" if for_linking else f"@{k.name}"
+        lines += _indent(_wrapper(k, symbols[k.source], module.archs, function), 1)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _indent(lines: list[str], depth: int) -> list[str]:
+    return [("  " * depth + line) if line else line for line in lines]
+
+
+def _layout(k: KernelSpec) -> str:
+    bindings = ", ".join(_BINDING.format(access="" if t.writable else ", ReadOnly") for t in k.tensors)
+    return _LAYOUT.format(constants=len(k.scalars), bindings=bindings)
+
+
+def _condition(arch: Arch) -> list[str]:
+    """True when the GPU can run this arch's PTX (see Arch.runs_on; the two must agree)."""
+    body = [_QUERY.format(name="major"), _QUERY.format(name="minor"),
+            f"%want_major = arith.constant {arch.major} : i32", f"%want_minor = arith.constant {arch.minor} : i32",
+            "%same_major = arith.cmpi eq, %major, %want_major : i32"]
+    if arch.forward_compatible:
+        body += ["%newer_major = arith.cmpi sgt, %major, %want_major : i32",
+                 "%minor_ok = arith.cmpi sge, %minor, %want_minor : i32",
+                 "%same_and_minor = arith.andi %same_major, %minor_ok : i1",
+                 "%runs = arith.ori %newer_major, %same_and_minor : i1"]
+    elif arch.suffix == "f":
+        body += ["%minor_ok = arith.cmpi sge, %minor, %want_minor : i32",
+                 "%runs = arith.andi %same_major, %minor_ok : i1"]
+    else:
+        body += ["%minor_ok = arith.cmpi eq, %minor, %want_minor : i32",
+                 "%runs = arith.andi %same_major, %minor_ok : i1"]
+    body += ["%queried = arith.andi %major.ok, %minor.ok : i1", "%ok = arith.andi %queried, %runs : i1", "hal.return %ok : i1"]
+    return ["hal.executable.condition(%device: !hal.device) -> i1 {", *_indent(body, 1), "}"]
+
+
+def _executable(exe: Executable, archs: tuple[Arch, ...]) -> list[str]:
+    lines = [f"hal.executable private @{exe.symbol} {{"]
+    for arch in archs:
+        variant = [_VARIANT_OPEN.format(arch=arch.name, path=exe.object_paths[arch]), *_indent(_condition(arch), 1)]
+        for ordinal, k in enumerate(exe.kernels):
+            variant += _indent(_export(k, ordinal), 1)
+        variant.append("}")
+        lines += _indent(variant, 1)
+    lines.append("}")
+    return lines
+
+
+def _export(k: KernelSpec, ordinal: int) -> list[str]:
+    workloads = "".join(f", %{w}: index" for w in k.workloads)
+    body: list[str] = []
+    counter = iter(range(1 << 30))
+    values = {w: f"%{w}" for w in k.workloads}
+    grid = [ex.lower_to_arith(g, values, lambda: f"%t.{next(counter)}", body) for g in k.grid]
+    body.append(f"hal.return {', '.join(grid)} : index, index, index")
+    x, y, z = k.block
+    return [_EXPORT_OPEN.format(name=k.name, ordinal=ordinal, workloads=workloads), *_indent(body, 1), _EXPORT_CLOSE.format(x=x, y=y, z=z)]
+
+
+def _tensor_type(t: TensorParam) -> str:
+    dims = "x".join(str(d.value) if isinstance(d, ex.Num) else "?" for d in t.shape)
+    return f"tensor<{dims}x{t.dtype}>"
+
+
+def _int_range(kind: str) -> tuple[int, int]:
+    return (0, 2**32 - 1) if kind == "uint" else (-(2**31), 2**31 - 1)
+
+
+class _Body:
+    """Builds a wrapper function body: fresh SSA names and runtime checks."""
+
+    def __init__(self, kernel: str):
+        self.kernel = kernel
+        self.lines: list[str] = []
+        self._counter = 0
+        self._constants: dict[int, str] = {}
+
+    def fresh(self) -> str:
+        name = f"%t.{self._counter}"
+        self._counter += 1
+        return name
+
+    def index_constant(self, value: int) -> str:
+        if value not in self._constants:
+            name = f"%c.{value}" if value >= 0 else f"%c.m{-value}"
+            self.lines.append(f"{name} = arith.constant {value} : index")
+            self._constants[value] = name
+        return self._constants[value]
+
+    def check(self, predicate: str, lhs: str, rhs: str, message: str) -> None:
+        """Fails the call (before any launch) unless `lhs <predicate> rhs`."""
+        ok = self.fresh()
+        self.lines.append(f"{ok} = arith.cmpi {predicate}, {lhs}, {rhs} : index")
+        self.lines.append(f"cf.assert {ok}, {mlir_string(f'{self.kernel}: {message}')}")
+
+
+def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], function: str) -> list[str]:
+    b = _Body(k.name)
+    symbols: dict[str, str] = {}
+    dim_values: dict[tuple[str, int], str] = {}
+
+    # Bind each shape symbol at its first input dim; every later use must agree.
+    for t in k.inputs:
+        for i, d in enumerate(t.shape):
+            if isinstance(d, ex.Num):
+                continue
+            value = f"%{t.name}.d{i}"
+            b.lines.append(f"{value} = tensor.dim %{t.name}, {b.index_constant(i)} : {_tensor_type(t)}")
+            dim_values[(t.name, i)] = value
+            if d.name in symbols:
+                b.check("eq", value, symbols[d.name], f"{t.name} dim {i} must equal {d.name} (the size of {_first_binding(k, d.name)})")
+            else:
+                symbols[d.name] = value
+    for s in k.scalar_args:
+        if s.stype.kind != "float":
+            cast = "index_castui" if s.stype.kind == "uint" else "index_cast"
+            b.lines.append(f"%{s.name}.idx = arith.{cast} %{s.name} : i32 to index")
+            symbols.setdefault(s.name, f"%{s.name}.idx")
+
+    def lower(e: ex.Expr) -> str:
+        return ex.lower_to_arith(e, symbols, b.fresh, b.lines)
+
+    # Scalars become 32-bit push constants, range-checked so nothing truncates silently.
+    constants = []
+    for s in k.scalars:
+        if s.value is None:
+            constants.append(f"%{s.name}" if s.stype.kind != "float" else _bitcast(b, f"%{s.name}"))
+            continue
+        v = lower(s.value)
+        if s.stype.kind == "float":
+            wide = b.fresh()
+            b.lines.append(f"{wide} = arith.index_cast {v} : index to i64")
+            f = b.fresh()
+            b.lines.append(f"{f} = arith.sitofp {wide} : i64 to f32")
+            constants.append(_bitcast(b, f))
+            continue
+        lo, hi = _int_range(s.stype.kind)
+        label = f"scalar {s.name}" if s.value == ex.Sym(s.name) else f"scalar {s.name} = {s.value}"
+        if not (isinstance(s.value, ex.Sym) and s.value.name not in {a.name for a in k.scalar_args}):
+            # Dims are never negative, so only other values need the lower bound check.
+            b.check("sge", v, b.index_constant(lo), f"{label} is below the range of {s.stype.ctype}")
+        b.check("sle", v, b.index_constant(hi), f"{label} exceeds the range of {s.stype.ctype}")
+        c = b.fresh()
+        b.lines.append(f"{c} = arith.index_cast {v} : index to i32")
+        constants.append(c)
+
+    # Fresh outputs are allocated here and passed as operands, so the binding order is the
+    # kernel's parameter order whatever mix of inputs and outputs it has.
+    operands, operand_types, results = [], [], []
+    for t in k.tensors:
+        dyn = []
+        for i, d in enumerate(t.shape):
+            if isinstance(d, ex.Num):
+                continue
+            if t.role == "output":
+                v = lower(d)
+                if not isinstance(d, ex.Sym):
+                    b.check("sge", v, b.index_constant(0), f"output {t.name} dim {i} = {d} is negative")
+                dyn.append(v)
+            else:
+                dyn.append(dim_values[(t.name, i)])
+        dims = "{" + ", ".join(dyn) + "}" if dyn else ""
+        name = f"%{t.name}"
+        if t.role == "output":
+            name = f"%{t.name}.init"
+            b.lines.append(f"{name} = tensor.empty({', '.join(dyn)}) : {_tensor_type(t)}")
+        operands.append(name)
+        operand_types.append(f"{_tensor_type(t)}{dims}")
+        if t.writable:
+            results.append(f"{name}{dims}")
+    operands += constants
+    operand_types += ["i32"] * len(constants)
+
+    workloads = ", ".join(symbols[w] for w in k.workloads)
+    targets = ", ".join(f"@{exe_symbol}::@{a.name}::@{k.name}" for a in archs)
+    lhs = "%result" if len(results) == 1 else f"%results:{len(results)}"
+    rhs_results = results[0] if len(results) == 1 else f"({', '.join(results)})"
+    b.lines.append(
+        f"{lhs} = flow.dispatch {{{targets}}}[{workloads}]({', '.join(operands)}) : ({', '.join(operand_types)}) -> {rhs_results}"
+    )
+    returned = [lhs] if len(results) == 1 else [f"%results#{i}" for i in range(len(results))]
+    out_types = [_tensor_type(t) for t in k.outputs]
+    b.lines.append(f"return {', '.join(returned)} : {', '.join(out_types)}")
+
+    args = [f"%{t.name}: {_tensor_type(t)}" for t in k.inputs] + [f"%{s.name}: {s.stype.func_arg}" for s in k.scalar_args]
+    ret = out_types[0] if len(out_types) == 1 else f"({', '.join(out_types)})"
+    description = dict(k.describe(), archs=[a.name for a in archs])
+    reflection = mlir_string(json.dumps(description, sort_keys=True, separators=(",", ":")))
+    # Only public wrappers are called from outside and need their description at run time.
+    attributes = "" if function.startswith("private") else f" attributes {{iree.reflection = {{{REFLECTION_KEY} = {reflection}}}}}"
+    head = f"func.func {function}({', '.join(args)}) -> {ret}{attributes} {{"
+    return [head, *_indent(b.lines, 1), "}"]
+
+
+def _bitcast(b: _Body, value: str) -> str:
+    name = b.fresh()
+    b.lines.append(f"{name} = arith.bitcast {value} : f32 to i32")
+    return name
+
+
+def _first_binding(k: KernelSpec, symbol: str) -> str:
+    for t in k.inputs:
+        for i, d in enumerate(t.shape):
+            if isinstance(d, ex.Sym) and d.name == symbol:
+                return f"{t.name} dim {i}"
+    return symbol

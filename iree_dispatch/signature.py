@@ -1,0 +1,217 @@
+"""Stage 1: read a kernel's C signature out of a `.cu` file.
+
+A deliberately small declaration parser (not a C++ front end): it finds `__global__` functions,
+their parameter lists and `extern "C"`-ness, with line numbers for error messages. What it
+can't map safely to the IREE ABI it refuses with the file and line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SignatureError
+
+_QUALIFIERS = {"__restrict__", "__restrict", "restrict", "volatile", "struct", "__grid_constant__"}
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    ctype: str  # base C type with qualifiers removed, e.g. "float", "unsigned int"
+    pointer: bool
+    const: bool  # for pointers: the pointee is const (ReadOnly binding)
+    line: int
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    name: str
+    params: tuple[Param, ...]
+    source: Path
+    line: int
+    extern_c: bool
+    template: bool
+    launch_bounds: str | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}"
+
+
+def read_source(path: Path) -> str:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SignatureError(f"can't read kernel source {path}: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise SignatureError(f"{path}:{line}: source is not valid UTF-8 (byte 0x{data[exc.start]:02x}); save it as UTF-8") from None
+
+
+def _blank_comments(text: str) -> str:
+    """Replaces comments with spaces, keeping every newline so offsets map to the same lines."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif text[i] == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _matching(text: str, open_at: int) -> int:
+    """Index of the bracket closing the one at `open_at`."""
+    pairs = {"(": ")", "<": ">", "[": "]", "{": "}"}
+    depth, close = 0, pairs[text[open_at]]
+    for i in range(open_at, len(text)):
+        if text[i] == text[open_at]:
+            depth += 1
+        elif text[i] == close:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _extern_c_ranges(code: str) -> list[tuple[int, int]]:
+    ranges = []
+    for match in re.finditer(r'extern\s+"C"\s*\{', code):
+        end = _matching(code, match.end() - 1)
+        ranges.append((match.end(), end if end >= 0 else len(code)))
+    return ranges
+
+
+def parse_kernels(text: str, source: Path) -> list[KernelSignature]:
+    code = _blank_comments(text)
+    line_of = lambda offset: code.count("\n", 0, offset) + 1  # noqa: E731
+    extern_blocks = _extern_c_ranges(code)
+    kernels = []
+    for match in re.finditer(r"\b__global__\b", code):
+        # The declaration starts after the previous statement/block boundary.
+        start = max(code.rfind(ch, 0, match.start()) for ch in ";{}") + 1
+        prefix = code[start : match.start()]
+        after = code[match.end() :]
+        launch_bounds = None
+        paren = after.find("(")
+        head = after[: max(paren, 0)]
+        lb = re.search(r"__launch_bounds__\s*\(", after)
+        if lb and lb.end() - 1 == paren:
+            lb_close = _matching(after, paren)
+            launch_bounds = after[lb.end() : lb_close].strip()
+            paren = after.find("(", lb_close + 1)
+            head = after[: lb.start()] + " " + after[lb_close + 1 : max(paren, 0)]
+        if paren < 0:
+            continue
+        names = _IDENT.findall(head)
+        if not names:
+            continue
+        name = names[-1]
+        open_at = match.end() + paren
+        close_at = _matching(code, open_at)
+        if close_at < 0:
+            raise SignatureError(f"{source}:{line_of(open_at)}: unbalanced parentheses in the parameter list of kernel {name}")
+        extern_c = bool(re.search(r'extern\s+"C"', prefix)) or any(a <= match.start() < b for a, b in extern_blocks)
+        params = _parse_params(code, open_at + 1, close_at, name, source, line_of)
+        kernels.append(
+            KernelSignature(
+                name=name,
+                params=params,
+                source=source,
+                line=line_of(match.start()),
+                extern_c=extern_c,
+                template="template" in prefix,
+                launch_bounds=launch_bounds,
+            )
+        )
+    return kernels
+
+
+def _split_top_level(text: str, begin: int, end: int) -> list[tuple[int, int]]:
+    spans, depth, start = [], 0, begin
+    for i in range(begin, end):
+        ch = text[i]
+        if ch in "(<[{":
+            depth += 1
+        elif ch in ")>]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            spans.append((start, i))
+            start = i + 1
+    spans.append((start, end))
+    return spans
+
+
+def _parse_params(code, begin, end, kernel, source, line_of) -> tuple[Param, ...]:
+    if not code[begin:end].strip() or code[begin:end].strip() == "void":
+        return ()
+    params = []
+    for a, b in _split_top_level(code, begin, end):
+        raw = code[a:b].strip()
+        offset = a + (len(code[a:b]) - len(code[a:b].lstrip()))
+        where = f"{source}:{line_of(offset)}: kernel {kernel}"
+        if raw == "...":
+            raise SignatureError(f"{where}: variadic kernels can't be dispatched (no fixed parameter list); list the parameters explicitly")
+        if "=" in raw:
+            raw = raw.split("=", 1)[0].strip()
+        if "[" in raw or "(" in raw or "&" in raw:
+            raise SignatureError(f"{where}: parameter {raw!r} is not a plain pointer or scalar; pass arrays as T* and use no references")
+        if "<" in raw:
+            raise SignatureError(f"{where}: parameter {raw!r} has a template type; only plain C types map to IREE bindings")
+        spaced = raw.replace("*", " * ")
+        tokens = [t for t in spaced.split() if t not in _QUALIFIERS]
+        if len(tokens) < 2 or not _IDENT.fullmatch(tokens[-1]):
+            raise SignatureError(f"{where}: can't read parameter {raw!r}; give every parameter a type and a name")
+        name, type_tokens = tokens[-1], tokens[:-1]
+        stars = type_tokens.count("*")
+        if stars > 1:
+            raise SignatureError(f"{where}: parameter {name!r} is a pointer to pointer; IREE bindings are flat buffers, pass T*")
+        if stars == 1:
+            star = type_tokens.index("*")
+            pointee, after_star = type_tokens[:star], type_tokens[star + 1 :]
+            if any(t != "const" for t in after_star):
+                raise SignatureError(f"{where}: can't read parameter {raw!r}")
+            const = "const" in pointee
+            base = " ".join(t for t in pointee if t != "const")
+        else:
+            const = "const" in type_tokens
+            base = " ".join(t for t in type_tokens if t != "const")
+        if not base:
+            raise SignatureError(f"{where}: parameter {name!r} has no type")
+        params.append(Param(name=name, ctype=base, pointer=stars == 1, const=const, line=line_of(offset)))
+    return tuple(params)
+
+
+def find_kernel(source: Path, name: str) -> KernelSignature:
+    """The `__global__` function `name` in `source`, or an error listing what is there."""
+    text = read_source(source)
+    if not text.strip():
+        raise SignatureError(f"{source}: file is empty; kernel {name!r} must be defined there")
+    kernels = parse_kernels(text, Path(source))
+    matches = [k for k in kernels if k.name == name]
+    if not matches:
+        found = ", ".join(sorted({k.name for k in kernels})) or "none"
+        raise SignatureError(f"{source}: no __global__ kernel named {name!r} (kernels found: {found})")
+    if len(matches) > 1:
+        lines = ", ".join(str(k.line) for k in matches)
+        raise SignatureError(f"{source}: kernel {name!r} is declared {len(matches)} times (lines {lines}); overloaded kernels can't be told apart by name")
+    return matches[0]

@@ -1,0 +1,362 @@
+"""The one data model: `KernelSpec` and `ModuleSpec`.
+
+A `KernelSpec` is built once, from the kernel's C signature plus what a signature can't say
+(block size, grid, tensor shapes, in-place outputs), validated here, and then flows unchanged
+through every later stage. The Python API (`KernelSpec.declare`) and the TOML spec file
+(`load_spec`) are two front doors to the same constructor.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Mapping, Sequence
+
+from . import expr as ex
+from .archs import DEFAULT_ARCHS, Arch, parse_archs
+from .dtypes import POINTEE_TYPES, SCALAR_TYPES, UNSUPPORTED_SCALARS_HINT, ScalarType
+from .errors import SpecError
+from .signature import KernelSignature, Param, find_kernel
+
+# IREE's CUDA HAL limits per export (IREE_CUDA_FACTS.md).
+MAX_BINDINGS = 16
+MAX_CONSTANTS = 64
+MAX_THREADS_PER_BLOCK = 1024
+
+Dim = ex.Expr  # inputs: Sym or Num; outputs: any expression over bound symbols
+
+
+@dataclass(frozen=True)
+class TensorParam:
+    """A pointer parameter: one binding, one tensor of the wrapper function."""
+
+    param: Param
+    dtype: str  # MLIR element type
+    shape: tuple[Dim, ...]
+    role: Literal["input", "output", "inplace"]
+
+    @property
+    def name(self) -> str:
+        return self.param.name
+
+    @property
+    def writable(self) -> bool:
+        return self.role != "input"
+
+
+@dataclass(frozen=True)
+class ScalarParam:
+    """A scalar parameter: one 32-bit push constant, from a size expression or a call argument."""
+
+    param: Param
+    stype: ScalarType
+    value: ex.Expr | None  # None: the caller passes it as an argument
+
+    @property
+    def name(self) -> str:
+        return self.param.name
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    signature: KernelSignature
+    block: tuple[int, int, int]
+    grid: tuple[ex.Expr, ex.Expr, ex.Expr]
+    tensors: tuple[TensorParam, ...]
+    scalars: tuple[ScalarParam, ...]
+
+    @property
+    def source(self) -> Path:
+        return self.signature.source
+
+    @property
+    def inputs(self) -> tuple[TensorParam, ...]:
+        return tuple(t for t in self.tensors if t.role != "output")
+
+    @property
+    def outputs(self) -> tuple[TensorParam, ...]:
+        return tuple(t for t in self.tensors if t.role != "input")
+
+    @property
+    def scalar_args(self) -> tuple[ScalarParam, ...]:
+        return tuple(s for s in self.scalars if s.value is None)
+
+    @property
+    def workloads(self) -> tuple[str, ...]:
+        """Symbols the grid depends on: the workload operands of the dispatch."""
+        seen: dict[str, None] = {}
+        for dim in self.grid:
+            for name in ex.symbols(dim):
+                seen.setdefault(name, None)
+        return tuple(seen)
+
+    def describe(self) -> dict:
+        """JSON-able summary; embedded in the vmfb for call-time checks and `inspect`."""
+        return {
+            "kernel": self.name,
+            "source": self.source.name,
+            "block": list(self.block),
+            "grid": [str(g) for g in self.grid],
+            "inputs": [
+                {"name": t.name, "dtype": t.dtype, "shape": [_dim_json(d) for d in t.shape]} for t in self.inputs
+            ],
+            "scalars": [{"name": s.name, "ctype": s.stype.ctype, "kind": s.stype.kind} for s in self.scalar_args],
+            "outputs": [
+                {"name": t.name, "dtype": t.dtype, "shape": [_dim_json(d) for d in t.shape], "inplace": t.role == "inplace"}
+                for t in self.outputs
+            ],
+        }
+
+    @classmethod
+    def declare(
+        cls,
+        source: str | Path,
+        name: str,
+        *,
+        block: int | Sequence[int] | None,
+        grid: str | int | Sequence[str | int] | None,
+        shape: Sequence[str | int] | None = None,
+        shapes: Mapping[str, Sequence[str | int]] | None = None,
+        scalars: Mapping[str, str | int] | None = None,
+        inplace: Sequence[str] = (),
+        readonly: Sequence[str] = (),
+    ) -> "KernelSpec":
+        """Reads kernel `name` from `source` and completes it with what the signature can't say.
+
+        block: threads per block, 1-3 ints. grid: blocks per grid, 1-3 expressions.
+        shape: the shape of every pointer param not in `shapes` (dims: symbol names or ints).
+        scalars: expressions for scalar params; a scalar named like a shape symbol takes its
+        value; any other scalar becomes an argument of the generated function.
+        inplace: non-const pointers that are read and written (input and result, same buffer).
+        readonly: non-const pointers the kernel only reads.
+        """
+        signature = find_kernel(Path(source), name)
+        where = f"{signature.where}: kernel {name}"
+        if not signature.extern_c:
+            raise SpecError(
+                f"{where} is not extern \"C\": its PTX entry has a C++-mangled name that IREE can't look up; "
+                f"declare it as extern \"C\" __global__"
+            )
+        if signature.template:
+            raise SpecError(f"{where} is a template; instantiate it in an extern \"C\" __global__ wrapper")
+        params_by_name = {p.name: p for p in signature.params}
+        shapes = dict(shapes or {})
+        scalar_exprs = dict(scalars or {})
+        _check_names(where, "shapes", shapes, params_by_name, want_pointer=True)
+        _check_names(where, "scalars", scalar_exprs, params_by_name, want_pointer=False)
+        _check_names(where, "inplace", dict.fromkeys(inplace), params_by_name, want_pointer=True)
+        _check_names(where, "readonly", dict.fromkeys(readonly), params_by_name, want_pointer=True)
+
+        # IREE passes every binding before every push constant; the kernel must agree.
+        first_scalar = next((p for p in signature.params if not p.pointer), None)
+        if first_scalar:
+            late = next((p for p in signature.params[signature.params.index(first_scalar) :] if p.pointer), None)
+            if late:
+                raise SpecError(
+                    f"{where}: pointer parameter {late.name!r} comes after scalar {first_scalar.name!r}; "
+                    "IREE passes all buffers first and then all scalars, so move the pointer parameters to the front"
+                )
+
+        tensors = []
+        bound: dict[str, str] = {}  # symbol → where it is bound, for error messages
+        for p in (p for p in signature.params if p.pointer):
+            if p.ctype not in POINTEE_TYPES:
+                raise SpecError(f"{p_where(signature, p)}: unknown element type {p.ctype!r} of pointer {p.name!r}; supported: {', '.join(sorted(POINTEE_TYPES))}")
+            if p.name in inplace and p.name in readonly:
+                raise SpecError(f"{where}: {p.name!r} is listed both in inplace and readonly")
+            if p.const and (p.name in inplace):
+                raise SpecError(f"{where}: {p.name!r} points to const data, so it can't be in-place; drop const or the inplace entry")
+            role = "input" if (p.const or p.name in readonly) else ("inplace" if p.name in inplace else "output")
+            dims_src = shapes.get(p.name, shape)
+            if dims_src is None:
+                raise SpecError(f"{where}: pointer parameter {p.name!r} needs a shape; add shape = [...] for all tensors or shapes.{p.name} = [...]")
+            if isinstance(dims_src, (str, int)) or not dims_src:
+                raise SpecError(f"{where}: shape of {p.name!r} must be a non-empty list of dims, got {dims_src!r}")
+            dims = tuple(ex.parse(d, f"{where}: shape of {p.name}[{i}]") for i, d in enumerate(dims_src))
+            if role != "output":
+                for i, d in enumerate(dims):
+                    if not isinstance(d, (ex.Sym, ex.Num)):
+                        raise SpecError(f"{where}: input {p.name!r} dim {i} is {d}; input dims must be a name or an integer (expressions are for output shapes)")
+                    if isinstance(d, ex.Num) and d.value < 0:
+                        raise SpecError(f"{where}: input {p.name!r} dim {i} is negative")
+                    if isinstance(d, ex.Sym):
+                        bound.setdefault(d.name, f"{p.name} dim {i}")
+            tensors.append(TensorParam(p, POINTEE_TYPES[p.ctype], dims, role))
+
+        scalar_list = []
+        for p in (p for p in signature.params if not p.pointer):
+            stype = SCALAR_TYPES.get(p.ctype)
+            if stype is None:
+                raise SpecError(f"{p_where(signature, p)}: scalar {p.name!r} has type {p.ctype!r}; {UNSUPPORTED_SCALARS_HINT}")
+            if p.name in scalar_exprs:
+                value = ex.parse(scalar_exprs[p.name], f"{where}: scalars.{p.name}")
+            elif p.name in bound:
+                value = ex.Sym(p.name)
+            else:
+                value = None
+                if stype.kind != "float":
+                    bound.setdefault(p.name, f"argument {p.name}")
+            scalar_list.append(ScalarParam(p, stype, value))
+
+        for s in scalar_list:
+            if s.value is not None:
+                _check_bound(s.value, bound, f"{where}: scalars.{s.name}")
+        for t in tensors:
+            if t.role == "output":
+                for i, d in enumerate(t.shape):
+                    _check_bound(d, bound, f"{where}: output {t.name!r} dim {i}")
+
+        block_dims = _parse_block(block, where)
+        grid_exprs = _parse_grid(grid, where)
+        for i, g in enumerate(grid_exprs):
+            _check_bound(g, bound, f"{where}: grid[{i}]")
+
+        if not any(t.writable for t in tensors):
+            raise SpecError(f"{where}: the kernel writes no tensor (every pointer is const or readonly), so it has no result")
+        if len(tensors) > MAX_BINDINGS:
+            raise SpecError(f"{where}: {len(tensors)} pointer parameters, but IREE's CUDA HAL allows at most {MAX_BINDINGS} bindings per dispatch")
+        if len(scalar_list) > MAX_CONSTANTS:
+            raise SpecError(f"{where}: {len(scalar_list)} scalar parameters, but IREE allows at most {MAX_CONSTANTS} push constants per dispatch")
+        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list))
+
+
+def p_where(signature: KernelSignature, p: Param) -> str:
+    return f"{signature.source}:{p.line}: kernel {signature.name}"
+
+
+def _dim_json(d: ex.Expr) -> str | int:
+    return d.value if isinstance(d, ex.Num) else str(d)
+
+
+def _check_names(where, field_name, given: Mapping, params: Mapping[str, Param], want_pointer: bool) -> None:
+    for key in given:
+        if key not in params:
+            raise SpecError(f"{where}: {field_name} names {key!r}, which is not a parameter (parameters: {', '.join(params) or 'none'})")
+        p = params[key]
+        if p.pointer != want_pointer:
+            kind = f"a pointer ({p.ctype}*), a tensor" if p.pointer else f"a scalar ({p.ctype})"
+            raise SpecError(f"{where}: {field_name} names {key!r}, but the signature declares it as {kind}")
+
+
+def _check_bound(e: ex.Expr, bound: Mapping[str, str], what: str) -> None:
+    for name in ex.symbols(e):
+        if name not in bound:
+            known = ", ".join(sorted(bound)) or "none"
+            raise SpecError(f"{what}: {str(e)!r} uses {name!r}, which no input dim or integer argument defines (known: {known})")
+
+
+def _parse_block(block, where) -> tuple[int, int, int]:
+    if block is None:
+        raise SpecError(f"{where}: missing block size; add block = [threads_x, threads_y, threads_z] (e.g. block = [256])")
+    dims = [block] if isinstance(block, int) else list(block)
+    if not 1 <= len(dims) <= 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        raise SpecError(f"{where}: block must be 1 to 3 positive integers, got {block!r}")
+    dims += [1] * (3 - len(dims))
+    if dims[0] * dims[1] * dims[2] > MAX_THREADS_PER_BLOCK:
+        raise SpecError(f"{where}: block {dims} has {dims[0] * dims[1] * dims[2]} threads; CUDA allows at most {MAX_THREADS_PER_BLOCK}")
+    return tuple(dims)  # type: ignore[return-value]
+
+
+def _parse_grid(grid, where) -> tuple[ex.Expr, ex.Expr, ex.Expr]:
+    if grid is None:
+        raise SpecError(f"{where}: missing grid; add grid = [\"ceildiv(n, 256)\"] (expressions over shape symbols)")
+    items = [grid] if isinstance(grid, (str, int)) else list(grid)
+    if not 1 <= len(items) <= 3:
+        raise SpecError(f"{where}: grid must have 1 to 3 expressions, got {grid!r}")
+    exprs = [ex.parse(g, f"{where}: grid[{i}]") for i, g in enumerate(items)]
+    exprs += [ex.Num(1)] * (3 - len(exprs))
+    return tuple(exprs)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """What one `.vmfb` holds: kernels, the archs to build them for, and nvcc flags."""
+
+    name: str
+    kernels: tuple[KernelSpec, ...]
+    archs: tuple[Arch, ...] = field(default_factory=lambda: tuple(parse_archs(DEFAULT_ARCHS)))
+    nvcc_flags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise SpecError(f"module name {self.name!r} must be an identifier (letters, digits, _)")
+        if not self.kernels:
+            raise SpecError(f"module {self.name}: no kernels declared")
+        seen: dict[str, KernelSpec] = {}
+        for k in self.kernels:
+            if k.name in seen:
+                raise SpecError(f"module {self.name}: kernel {k.name!r} declared twice")
+            seen[k.name] = k
+
+    @property
+    def sources(self) -> tuple[Path, ...]:
+        return tuple(dict.fromkeys(k.source for k in self.kernels))
+
+    def with_archs(self, archs) -> "ModuleSpec":
+        return ModuleSpec(self.name, self.kernels, tuple(parse_archs(archs)), self.nvcc_flags)
+
+    def fingerprint(self) -> str:
+        """Stable text of everything declared, for reproducibility checks."""
+        return json.dumps(
+            {"name": self.name, "archs": [a.name for a in self.archs], "nvcc_flags": list(self.nvcc_flags), "kernels": [k.describe() for k in self.kernels]},
+            sort_keys=True,
+        )
+
+
+_MODULE_KEYS = {"name", "archs", "nvcc_flags"}
+_KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly"}
+
+
+def load_spec(path: str | Path) -> ModuleSpec:
+    """Reads a TOML spec file; relative `source` paths are relative to the spec file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(f"can't read spec {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: invalid TOML: {exc}") from None
+    unknown = set(data) - {"module", "kernel"}
+    if unknown:
+        raise SpecError(f"{path}: unknown top-level keys {sorted(unknown)}; expected [module] and [[kernel]] tables")
+    module = data.get("module", {})
+    _check_keys(module, _MODULE_KEYS, f"{path}: [module]")
+    kernels_raw = data.get("kernel", [])
+    if not isinstance(kernels_raw, list) or not kernels_raw:
+        raise SpecError(f"{path}: no [[kernel]] tables; declare at least one kernel")
+    kernels = []
+    for i, k in enumerate(kernels_raw, start=1):
+        label = f"{path}: [[kernel]] #{i}" + (f" ({k['name']})" if isinstance(k.get("name"), str) else "")
+        _check_keys(k, _KERNEL_KEYS, label)
+        for required in ("name", "source"):
+            if required not in k:
+                raise SpecError(f"{label}: missing {required!r}")
+        kernels.append(
+            KernelSpec.declare(
+                path.parent / k["source"],
+                k["name"],
+                block=k.get("block"),
+                grid=k.get("grid"),
+                shape=k.get("shape"),
+                shapes=k.get("shapes"),
+                scalars=k.get("scalars"),
+                inplace=k.get("inplace", ()),
+                readonly=k.get("readonly", ()),
+            )
+        )
+    archs = parse_archs(module.get("archs", DEFAULT_ARCHS))
+    flags = module.get("nvcc_flags", [])
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise SpecError(f"{path}: [module] nvcc_flags must be a list of strings")
+    return ModuleSpec(module.get("name", path.stem), tuple(kernels), tuple(archs), tuple(flags))
+
+
+def _check_keys(table, allowed: set[str], label: str) -> None:
+    if not isinstance(table, dict):
+        raise SpecError(f"{label}: expected a table")
+    unknown = set(table) - allowed
+    if unknown:
+        raise SpecError(f"{label}: unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
