@@ -13,8 +13,8 @@ _LAZY = {
     "KernelSpec": "spec",
     "ModuleSpec": "spec",
     "load_spec": "spec",
-    "build": "build",
-    "BuildResult": "build",
+    "build": "pipeline",
+    "BuildResult": "pipeline",
     "load": "runtime",
     "Module": "runtime",
 }

@@ -13,7 +13,6 @@ from .errors import AbiError
 from .spec import KernelSpec
 
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
-_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?(\.\w+)\s+([\w$]+)(?:\[(\d+)\])?")
 _SIZES = {".u64": 8, ".s64": 8, ".b64": 8, ".f64": 8, ".u32": 4, ".s32": 4, ".b32": 4, ".f32": 4,
           ".u16": 2, ".s16": 2, ".b16": 2, ".f16": 2, ".u8": 1, ".s8": 1, ".b8": 1}
 
@@ -30,9 +29,13 @@ def ptx_entries(ptx: str) -> dict[str, list[PtxParam]]:
     entries = {}
     for match in _ENTRY.finditer(ptx):
         params = []
-        for p in _PARAM.finditer(match[2]):
-            count = int(p[3]) if p[3] else 1
-            params.append(PtxParam(p[1], p[2], _SIZES.get(p[1], 0) * count))
+        for decl in filter(None, (d.strip() for d in match[2].split(","))):
+            # e.g. ".param .u32 k_param_3", ".param .u64 .ptr .align 1 k_param_0",
+            # ".param .align 8 .b8 k_param_4[16]"
+            tokens = decl.split()
+            ptx_type = next((t for t in tokens if t in _SIZES), "?")
+            name, _, count = tokens[-1].partition("[")
+            params.append(PtxParam(ptx_type, name, _SIZES.get(ptx_type, 0) * int(count.rstrip("]") or 1)))
         entries[match[1]] = params
     return entries
 

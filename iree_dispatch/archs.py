@@ -12,7 +12,7 @@ from .errors import SpecError
 
 DEFAULT_ARCHS = ("sm_80", "sm_90")
 
-_ARCH_RE = re.compile(r"^(?:sm_?)?(\d)(\d{1,2})([af]?)$")
+_ARCH_RE = re.compile(r"^(?:sm_?)?(\d+)(\d)([af]?)$")
 
 
 @dataclass(frozen=True, order=True)

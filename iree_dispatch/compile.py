@@ -37,11 +37,11 @@ def _line_col(location: str) -> str:
     return f":{match[1]}:{match[2]}" if match else ""
 
 
-def _run_tool(tool: str, args: list[str], what: str) -> None:
+def _run_tool(tool: str, args: list[str], what: str, cwd: Path | None = None) -> None:
     from iree.compiler.tools.binaries import find_tool
 
     cmd = [find_tool(tool), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd)
     if proc.returncode != 0:
         raise CompileError(f"{what} failed (exit {proc.returncode}):\n{(proc.stderr + proc.stdout).strip()}\ncommand: {' '.join(cmd)}")
 
@@ -54,8 +54,13 @@ def compile_flags(codegen_arch: Arch, object_search_path: Path | None) -> list[s
     return flags
 
 
-def compile_vmfb(mlir: Path, out: Path, codegen_arch: Arch, object_search_path: Path) -> None:
-    _run_tool("iree-compile", [*compile_flags(codegen_arch, object_search_path), str(mlir), "-o", str(out)], f"iree-compile of {mlir.name}")
+def compile_vmfb(mlir: Path, out: Path, codegen_arch: Arch) -> None:
+    """Compiles `mlir`, whose objects are relative to its folder, into `out`.
+
+    Runs in the MLIR file's folder with relative paths: the vmfb records the source file name
+    for debug locations, and an absolute (temporary) path would make every build differ.
+    """
+    _run_tool("iree-compile", [*compile_flags(codegen_arch, Path(".")), mlir.name, "-o", str(out.absolute())], f"iree-compile of {mlir.name}", cwd=mlir.parent)
 
 
 def link_program(program: Path, kernels_mlir_text: str, module_name: str, kernel_names: list[str]) -> str:

@@ -13,15 +13,14 @@ constants and `flow.dispatch`es over all variants.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import expr as ex
 from .archs import Arch
+from .reflection import REFLECTION_KEY, encode
 from .spec import KernelSpec, ModuleSpec, TensorParam
 
-REFLECTION_KEY = "iree_dispatch.kernel"
 
 _TARGET = '#hal.executable.target<"cuda", "cuda-nvptx-fb", {{target_arch = "{arch}"}}>'
 _BINDING = "#hal.pipeline.binding<storage_buffer{access}>"
@@ -262,7 +261,7 @@ def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], function: 
     args = [f"%{t.name}: {_tensor_type(t)}" for t in k.inputs] + [f"%{s.name}: {s.stype.func_arg}" for s in k.scalar_args]
     ret = out_types[0] if len(out_types) == 1 else f"({', '.join(out_types)})"
     description = dict(k.describe(), archs=[a.name for a in archs])
-    reflection = mlir_string(json.dumps(description, sort_keys=True, separators=(",", ":")))
+    reflection = mlir_string(encode(description))
     # Only public wrappers are called from outside and need their description at run time.
     attributes = "" if function.startswith("private") else f" attributes {{iree.reflection = {{{REFLECTION_KEY} = {reflection}}}}}"
     head = f"func.func {function}({', '.join(args)}) -> {ret}{attributes} {{"

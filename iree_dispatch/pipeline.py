@@ -80,7 +80,8 @@ def build(
             f"Compile: iree-compile {' '.join(compile_flags(spec.archs[-1], Path('<dir holding ' + objects_rel + '/>')))} <this file>"
         )
         mlir_text = emit_module(spec, paths, header)
-        kernels_mlir = tmp / f"{spec.name}.mlir"
+        # Named as the user will see it: the vmfb's debug locations refer to this name.
+        kernels_mlir = tmp / (mlir_out.name if mlir_out and program is None else f"{spec.name}.mlir")
         kernels_mlir.write_text(mlir_text, encoding="utf-8")
         parse_check(mlir_text, (mlir_out or kernels_mlir).name)
         timings["check+emit"] = time.perf_counter() - started
@@ -91,11 +92,11 @@ def build(
             say(f"link {Path(program).name} with module {spec.name}")
             linkable = emit_module(spec, paths, for_linking=True)
             linked = link_program(Path(program), linkable, spec.name, [k.name for k in spec.kernels])
-            to_compile = tmp / f"{Path(program).stem}.mlir"
+            to_compile = tmp / (mlir_out.name if mlir_out else f"{Path(program).stem}.mlir")
             to_compile.write_text(f"// {header.splitlines()[0]}\n// Linked from {Path(program).name} and module {spec.name}.\n{linked}", encoding="utf-8")
         say(f"iree-compile {to_compile.name}")
         vmfb_tmp = tmp / output.name
-        compile_vmfb(to_compile, vmfb_tmp, spec.archs[-1], tmp)
+        compile_vmfb(to_compile, vmfb_tmp, spec.archs[-1])
         timings["iree-compile"] = time.perf_counter() - started
 
         # Every stage passed: move the artifacts into place.
