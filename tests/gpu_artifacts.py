@@ -1,0 +1,44 @@
+"""The modules the GPU tests load, built on a CPU machine.
+
+The GPU machine has no compiler: build there with
+    python -m tests.gpu_artifacts build/gpu-tests
+carry build/ along, and the GPU tests pick them up (IREE_DISPATCH_PREBUILT, default
+build/gpu-tests). Where the compiler is installed the tests build them themselves.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# name → path under the artifact folder; variants of module `samples` get their own folders
+# so their PTX objects (samples.objects/) don't overwrite each other.
+LAYOUT = {
+    "samples": "samples.vmfb",
+    "mixed_invocation": "mixed_invocation.vmfb",
+    "samples_sm100_first": "sm100_first/samples.vmfb",
+    "samples_only_sm100": "only_sm100/samples.vmfb",
+    "broken": "broken.vmfb",
+}
+
+
+def build_all(out: Path) -> dict[str, Path]:
+    from iree_dispatch.pipeline import build
+    from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
+
+    spec = load_spec(ROOT / "kernels" / "samples.toml")
+    paths = {name: out / rel for name, rel in LAYOUT.items()}
+    build(spec, paths["samples"])
+    build(spec, paths["mixed_invocation"], program=ROOT / "mlir" / "mixed_invocation.mlir")
+    build(spec.with_archs(["sm_100", "sm_90", "sm_80"]), paths["samples_sm100_first"])
+    build(spec.with_archs(["sm_100"]), paths["samples_only_sm100"])
+    broken = KernelSpec.declare(ROOT / "tests" / "kernels" / "broken.cu", "mul_even_only", block=64, grid="ceildiv(n, 128)", shape=["n"])
+    build(ModuleSpec("broken", (broken,)), paths["broken"])
+    return paths
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests")
+    for name, path in build_all(target).items():
+        print(f"{name}: {path}")

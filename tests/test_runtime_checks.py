@@ -1,0 +1,103 @@
+"""Call-time checks of the run-time half, without a GPU: every bad call raises TypeError or
+ValueError naming the parameter, and nothing is launched."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from iree_dispatch.runtime import KernelFunction, no_variant_message, runs_on
+
+DESCRIPTION = {
+    "kernel": "axpby",
+    "archs": ["sm_90", "sm_80"],
+    "inputs": [{"name": "x", "dtype": "f32", "shape": ["n"]}, {"name": "y", "dtype": "f32", "shape": ["n"]}],
+    "scalars": [{"name": "alpha", "ctype": "float", "kind": "float"}, {"name": "count", "ctype": "unsigned", "kind": "uint"}],
+    "outputs": [{"name": "out", "dtype": "f32", "shape": ["n"], "inplace": False}],
+}
+MATRIX = {
+    "kernel": "t",
+    "inputs": [{"name": "a", "dtype": "i32", "shape": ["m", 4]}, {"name": "b", "dtype": "i32", "shape": [4, "m"]}],
+    "scalars": [],
+    "outputs": [],
+}
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+        return np.zeros(1, np.float32)
+
+
+@pytest.fixture
+def axpby():
+    recorder = Recorder()
+    return KernelFunction(DESCRIPTION, recorder, device=None), recorder
+
+
+def f32(*shape):
+    return np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, message",
+    [
+        ((f32(4),), {}, TypeError, r"axpby\(\) missing 3 argument\(s\): y, alpha, count"),
+        ((f32(4), f32(4), 1.0, 2, 3), {}, TypeError, r"takes 4 arguments \(x, y, alpha, count\) but 5 were given"),
+        ((f32(4), f32(4), 1.0), {"z": 1}, TypeError, "unexpected keyword argument 'z'"),
+        ((f32(4), f32(4), 1.0, 2), {"x": f32(4)}, TypeError, "multiple values for argument 'x'"),
+        ((f32(4).astype(np.float64), f32(4), 1.0, 2), {}, TypeError, r"argument 'x' must have dtype float32 \(f32\), got float64"),
+        (([1.0, 2.0], f32(2), 1.0, 2), {}, TypeError, "argument 'x' must be a numpy array or an IREE device array, got list"),
+        ((f32(2, 2), f32(4), 1.0, 2), {}, ValueError, r"argument 'x' must have rank 1 \(shape \['n'\]\), got shape \[2, 2\]"),
+        ((f32(4), f32(5), 1.0, 2), {}, ValueError, r"argument 'y' dim 0 is 5, but n = 4 \(from x dim 0\)"),
+        ((f32(4), f32(4), "1", 2), {}, TypeError, r"argument 'alpha' \(float\) must be a number, got str"),
+        ((f32(4), f32(4), 1.0, 2.5), {}, TypeError, r"argument 'count' \(unsigned\) must be an integer, got float"),
+        ((f32(4), f32(4), 1.0, -1), {}, ValueError, r"argument 'count' \(unsigned\) = -1 is out of range \[0, 4294967295\]"),
+        ((f32(4), f32(4), 1.0, 2**32), {}, ValueError, "out of range"),
+        ((f32(4), f32(4), True, 2), {}, TypeError, "must be a number, got bool"),
+    ],
+)
+def test_bad_calls_raise_before_any_launch(axpby, args, kwargs, error, message):
+    function, recorder = axpby
+    with pytest.raises(error, match=message):
+        function(*args, **kwargs)
+    assert recorder.calls == []
+
+
+def test_good_call_converts_arguments(axpby):
+    function, recorder = axpby
+    x = f32(8)[::2]  # non-contiguous: copied into a contiguous array
+    y = f32(4)
+    function(x, y=y, alpha=np.float32(0.5), count=np.uint32(3_000_000_000))
+    (cx, cy, alpha, count), = recorder.calls
+    assert cx.flags.c_contiguous and np.array_equal(cx, x) and cy is y
+    assert type(alpha) is float and alpha == 0.5
+    assert count == 3_000_000_000 - 2**32  # the same 32 bits, as the i32 the function takes
+
+
+def test_static_dims_and_symbols_across_inputs():
+    function = KernelFunction(MATRIX, Recorder(), device=None)
+    a = np.ones((3, 4), np.int32)
+    with pytest.raises(ValueError, match=r"argument 'b' dim 0 must be 4, got 3"):
+        function(a, np.ones((3, 3), np.int32))
+    with pytest.raises(ValueError, match=r"argument 'b' dim 1 is 2, but m = 3 \(from a dim 0\)"):
+        function(a, np.ones((4, 2), np.int32))
+    function(a, np.ones((4, 3), np.int32))
+
+
+def test_no_variant_message_names_gpu_and_archs():
+    message = no_variant_message("k.vmfb", (9, 0), ["sm_100"])
+    assert "compute capability 9.0, sm_90" in message and "built for sm_100" in message and "--arch sm_90" in message
+    assert runs_on(["sm_100", "sm_90", "sm_80"], (9, 0)) == "sm_90"
+    assert runs_on(["sm_100", "sm_90", "sm_80"], (8, 9)) == "sm_80"
+    assert runs_on(["sm_90a"], (10, 0)) is None
+
+
+def test_runtime_import_does_not_load_the_build_half():
+    code = "import sys, iree_dispatch.runtime; bad = [m for m in sys.modules if m.startswith(('iree.compiler', 'iree_dispatch.pipeline', 'iree_dispatch.toolchain', 'iree_dispatch.spec'))]; print(bad); sys.exit(bool(bad))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
