@@ -20,7 +20,25 @@ LAYOUT = {
     "samples_sm100_first": "sm100_first/samples.vmfb",
     "samples_only_sm100": "only_sm100/samples.vmfb",
     "broken": "broken.vmfb",
+    "poisonable": "poisonable/samples.vmfb",
+    "broken_poisonable": "poisonable/broken.vmfb",
 }
+
+
+def with_outputs_in_place(kernel):
+    """The same kernel with every fresh output declared in place: the generated function then
+    takes the output buffer as an argument, so a test can pass it in filled with NaN. (Outputs
+    that IREE allocates itself can't be poisoned from Python: they arrive as fresh memory.)"""
+    from iree_dispatch.spec import KernelSpec
+
+    return KernelSpec.declare(
+        kernel.source,
+        kernel.name,
+        block=list(kernel.block),
+        grid=[str(g) for g in kernel.grid],
+        shapes={t.name: [str(d) for d in t.shape] for t in kernel.tensors},
+        inplace=[t.name for t in kernel.tensors if t.writable],
+    )
 
 
 def build_all(out: Path) -> dict[str, Path]:
@@ -35,6 +53,8 @@ def build_all(out: Path) -> dict[str, Path]:
     build(spec.with_archs(["sm_100"]), paths["samples_only_sm100"])
     broken = KernelSpec.declare(ROOT / "tests" / "kernels" / "broken.cu", "mul_even_only", block=64, grid="ceildiv(n, 128)", shape=["n"])
     build(ModuleSpec("broken", (broken,)), paths["broken"])
+    build(ModuleSpec("samples", tuple(map(with_outputs_in_place, spec.kernels)), spec.archs), paths["poisonable"])
+    build(ModuleSpec("broken", (with_outputs_in_place(broken),)), paths["broken_poisonable"])
     return paths
 
 
