@@ -41,20 +41,34 @@ def ptx_entries(ptx: str) -> dict[str, list[PtxParam]]:
 
 
 def check_entry(spec: KernelSpec, ptx: str, arch_name: str) -> None:
-    entries = ptx_entries(ptx)
+    """nvcc's entry must have the signature's parameters, each of its C type's size."""
+    found = _entry(spec, ptx, arch_name)
     where = f"{spec.signature.where}: kernel {spec.name} ({arch_name} PTX)"
-    if spec.name not in entries:
-        found = ", ".join(sorted(entries)) or "none"
-        raise AbiError(f"{where}: no PTX entry named {spec.name!r} (entries: {found}); is the kernel extern \"C\" and __global__?")
-    found = entries[spec.name]
     expected = spec.signature.params
     if len(found) != len(expected):
         raise AbiError(f"{where}: signature has {len(expected)} parameters but the PTX entry has {len(found)}")
+    sizes = {s.name: s.stype for s in spec.scalars}
     for i, (param, ptx_param) in enumerate(zip(expected, found)):
-        if param.pointer:
-            ok, want = ptx_param.nbytes == 8, "a 64-bit pointer"
-        else:
-            stype = next(s.stype for s in spec.scalars if s.name == param.name)
-            ok, want = ptx_param.ptx_type in stype.ptx, f"one of {sorted(stype.ptx)} ({stype.ctype})"
-        if not ok:
-            raise AbiError(f"{where}: parameter {i} {param.name!r}: expected {want}, PTX has {ptx_param.ptx_type} ({ptx_param.nbytes} bytes)")
+        want, what = (8, "a 64-bit pointer") if param.pointer else (sizes[param.name].nbytes, f"{sizes[param.name].nbytes} bytes ({param.ctype})")
+        if ptx_param.nbytes != want:
+            raise AbiError(f"{where}: parameter {i} {param.name!r}: expected {what}, PTX has {ptx_param.ptx_type} ({ptx_param.nbytes} bytes)")
+
+
+def check_adapted(spec: KernelSpec, ptx: str, arch_name: str) -> None:
+    """After ptx_adapt: the entry takes exactly what IREE passes, bindings then 32-bit slots."""
+    found = _entry(spec, ptx, arch_name)
+    expected = [8] * len(spec.tensors) + [4] * sum(s.stype.slots for s in spec.scalars)
+    if [p.nbytes for p in found] != expected:
+        raise AbiError(
+            f"{spec.signature.where}: kernel {spec.name} ({arch_name} PTX): adapted entry takes {[p.nbytes for p in found]} bytes "
+            f"per parameter, IREE will pass {expected} (a bug in iree_dispatch, please report it)"
+        )
+
+
+def _entry(spec: KernelSpec, ptx: str, arch_name: str) -> list[PtxParam]:
+    entries = ptx_entries(ptx)
+    if spec.name not in entries:
+        found = ", ".join(sorted(entries)) or "none"
+        where = f"{spec.signature.where}: kernel {spec.name} ({arch_name} PTX)"
+        raise AbiError(f"{where}: no PTX entry named {spec.name!r} (entries: {found}); is the kernel extern \"C\" and __global__?")
+    return entries[spec.name]

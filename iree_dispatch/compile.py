@@ -43,12 +43,22 @@ def _run_tool(tool: str, args: list[str], what: str, cwd: Path | None = None) ->
     cmd = [find_tool(tool), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd)
     if proc.returncode != 0:
-        raise CompileError(f"{what} failed (exit {proc.returncode}):\n{(proc.stderr + proc.stdout).strip()}\ncommand: {' '.join(cmd)}")
+        raise CompileError(f"{what} failed (exit {proc.returncode}):\n{_shorten(proc.stderr + proc.stdout)}\ncommand: {' '.join(cmd)}")
+
+
+def _shorten(log: str, keep: int = 40) -> str:
+    """The diagnostics, without the whole-module IR dumps iree-compile appends to them."""
+    lines = log.strip().splitlines()
+    if len(lines) <= keep:
+        return "\n".join(lines)
+    return "\n".join(lines[:keep] + [f"... {len(lines) - keep} more lines (run the command below to see them)"])
 
 
 def compile_flags(codegen_arch: Arch, object_search_path: Path | None) -> list[str]:
     """iree-compile flags. `codegen_arch` only matters for ops IREE generates itself (programs)."""
-    flags = ["--iree-hal-target-device=cuda", f"--iree-cuda-target={codegen_arch.name}"]
+    # IREE demotes f64 to f32 by default, which would hand a `double*` kernel a buffer of
+    # floats (and a double argument its low half). Hand-written kernels get the types they declare.
+    flags = ["--iree-hal-target-device=cuda", f"--iree-cuda-target={codegen_arch.name}", "--iree-input-demote-f64-to-f32=false"]
     if object_search_path is not None:
         flags.append(f"--iree-hal-executable-object-search-path={object_search_path}")
     return flags

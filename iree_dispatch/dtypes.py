@@ -67,30 +67,59 @@ POINTEE_TYPES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class ScalarType:
-    """A scalar kernel parameter type that IREE can pass as one 32-bit push constant."""
+    """A scalar kernel parameter type and how it travels through IREE's 32-bit push constants.
+
+    Values of 32 bits or fewer take one slot (sub-word values in its low bits); 64-bit values
+    take two (low word first) and the PTX entry is adapted to reassemble them (ptx_adapt.py).
+    """
 
     ctype: str
-    func_arg: str  # MLIR type of the wrapper function's argument
-    kind: str  # "int", "uint" or "float": how Python values are checked and converted
-    ptx: frozenset[str]  # PTX .param types nvcc emits for it
+    kind: str  # int, uint, bool, float, double, half, bf16: how values are checked and packed
+    nbytes: int  # sizeof in C: the size of the PTX .param nvcc emits
+    func_arg: str  # MLIR type of the generated function's argument
+
+    @property
+    def slots(self) -> int:
+        return 2 if self.nbytes == 8 else 1
+
+    @property
+    def integer(self) -> bool:
+        return self.kind in ("int", "uint", "bool")
+
+    def int_range(self) -> tuple[int, int]:
+        bits = 8 * self.nbytes
+        if self.kind == "bool":
+            return 0, 1
+        return (0, 2**bits - 1) if self.kind == "uint" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
 
 
-# IREE passes push constants as 32-bit slots only (IREE_CUDA_FACTS.md). 64-bit and sub-word
-# scalars need an ABI adapter; until that exists they are refused at build time, never
-# passed half-filled.
+def _scalars(kind: str, nbytes: int, func_arg: str, *ctypes: str) -> list[ScalarType]:
+    return [ScalarType(c, kind, nbytes, func_arg) for c in ctypes]
+
+
+# `double` crosses the function boundary as its IEEE bits in an i64 and half/bf16 as their
+# 16 bits in an i32 (the run-time half converts): IREE's host code has no f16 arithmetic, and
+# passing raw bits keeps the values exact.
 SCALAR_TYPES: dict[str, ScalarType] = {
     st.ctype: st
     for st in (
-        ScalarType("int", "i32", "int", frozenset({".u32", ".s32", ".b32"})),
-        ScalarType("int32_t", "i32", "int", frozenset({".u32", ".s32", ".b32"})),
-        ScalarType("unsigned", "i32", "uint", frozenset({".u32", ".b32"})),
-        ScalarType("unsigned int", "i32", "uint", frozenset({".u32", ".b32"})),
-        ScalarType("uint32_t", "i32", "uint", frozenset({".u32", ".b32"})),
-        ScalarType("float", "f32", "float", frozenset({".f32", ".b32"})),
+        *_scalars("bool", 1, "i32", "bool"),
+        *_scalars("int", 1, "i32", "char", "signed char", "int8_t"),
+        *_scalars("uint", 1, "i32", "unsigned char", "uint8_t"),
+        *_scalars("int", 2, "i32", "short", "short int", "int16_t"),
+        *_scalars("uint", 2, "i32", "unsigned short", "unsigned short int", "uint16_t"),
+        *_scalars("int", 4, "i32", "int", "signed", "signed int", "int32_t"),
+        *_scalars("uint", 4, "i32", "unsigned", "unsigned int", "uint32_t"),
+        *_scalars("int", 8, "i64", "long", "long int", "long long", "long long int", "int64_t", "ptrdiff_t", "ssize_t"),
+        *_scalars("uint", 8, "i64", "unsigned long", "unsigned long int", "unsigned long long", "unsigned long long int", "uint64_t", "size_t"),
+        *_scalars("float", 4, "f32", "float"),
+        *_scalars("double", 8, "i64", "double"),
+        *_scalars("half", 2, "i32", "__half", "half"),
+        *_scalars("bf16", 2, "i32", "__nv_bfloat16", "nv_bfloat16"),
     )
 }
 
-UNSUPPORTED_SCALARS_HINT = (
-    "only 32-bit scalars (int, unsigned, int32_t, uint32_t, float) can be passed as IREE push "
-    "constants today; pass a wider value as two 32-bit halves, or put it in a 1-element tensor"
+SCALAR_HINT = (
+    "scalars may be bool, (un)signed char/short/int/long/long long, (u)int8/16/32/64_t, size_t, "
+    "float, double, __half or __nv_bfloat16; pass anything else (structs, pointers to host data) in a tensor"
 )

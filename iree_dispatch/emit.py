@@ -138,36 +138,43 @@ def _tensor_type(t: TensorParam) -> str:
     return f"tensor<{dims}x{t.dtype}>"
 
 
-def _int_range(kind: str) -> tuple[int, int]:
-    return (0, 2**32 - 1) if kind == "uint" else (-(2**31), 2**31 - 1)
-
-
 class _Body:
-    """Builds a wrapper function body: fresh SSA names and runtime checks."""
+    """Builds a wrapper function body: fresh SSA names, constants and runtime checks."""
 
     def __init__(self, kernel: str):
         self.kernel = kernel
         self.lines: list[str] = []
         self._counter = 0
-        self._constants: dict[int, str] = {}
+        self._constants: dict[tuple[int, str], str] = {}
 
     def fresh(self) -> str:
         name = f"%t.{self._counter}"
         self._counter += 1
         return name
 
-    def index_constant(self, value: int) -> str:
-        if value not in self._constants:
-            name = f"%c.{value}" if value >= 0 else f"%c.m{-value}"
-            self.lines.append(f"{name} = arith.constant {value} : index")
-            self._constants[value] = name
-        return self._constants[value]
+    def op(self, text: str) -> str:
+        """Appends `%new = <text>` and returns %new."""
+        name = self.fresh()
+        self.lines.append(f"{name} = {text}")
+        return name
 
-    def check(self, predicate: str, lhs: str, rhs: str, message: str) -> None:
+    def constant(self, value: int, type_: str = "index") -> str:
+        if (value, type_) not in self._constants:
+            name = f"%c.{'m' if value < 0 else ''}{abs(value)}{'' if type_ == 'index' else '_' + type_}"
+            self.lines.append(f"{name} = arith.constant {value} : {type_}")
+            self._constants[(value, type_)] = name
+        return self._constants[(value, type_)]
+
+    def check(self, predicate: str, lhs: str, rhs: str, message: str, type_: str = "index") -> None:
         """Fails the call (before any launch) unless `lhs <predicate> rhs`."""
-        ok = self.fresh()
-        self.lines.append(f"{ok} = arith.cmpi {predicate}, {lhs}, {rhs} : index")
+        ok = self.op(f"arith.cmpi {predicate}, {lhs}, {rhs} : {type_}")
         self.lines.append(f"cf.assert {ok}, {mlir_string(f'{self.kernel}: {message}')}")
+
+    def split64(self, value: str) -> list[str]:
+        """An i64 as two i32 push constants, low word first (ptx_adapt.py reassembles them)."""
+        low = self.op(f"arith.trunci {value} : i64 to i32")
+        shifted = self.op(f"arith.shrui {value}, {self.constant(32, 'i64')} : i64")
+        return [low, self.op(f"arith.trunci {shifted} : i64 to i32")]
 
 
 def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], function: str) -> list[str]:
@@ -181,44 +188,25 @@ def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], function: 
             if isinstance(d, ex.Num):
                 continue
             value = f"%{t.name}.d{i}"
-            b.lines.append(f"{value} = tensor.dim %{t.name}, {b.index_constant(i)} : {_tensor_type(t)}")
+            b.lines.append(f"{value} = tensor.dim %{t.name}, {b.constant(i)} : {_tensor_type(t)}")
             dim_values[(t.name, i)] = value
             if d.name in symbols:
                 b.check("eq", value, symbols[d.name], f"{t.name} dim {i} must equal {d.name} (the size of {_first_binding(k, d.name)})")
             else:
                 symbols[d.name] = value
     for s in k.scalar_args:
-        if s.stype.kind != "float":
-            cast = "index_castui" if s.stype.kind == "uint" else "index_cast"
-            b.lines.append(f"%{s.name}.idx = arith.{cast} %{s.name} : i32 to index")
+        if s.stype.integer:
+            cast = "index_cast" if s.stype.kind == "int" else "index_castui"
+            b.lines.append(f"%{s.name}.idx = arith.{cast} %{s.name} : {s.stype.func_arg} to index")
             symbols.setdefault(s.name, f"%{s.name}.idx")
 
     def lower(e: ex.Expr) -> str:
         return ex.lower_to_arith(e, symbols, b.fresh, b.lines)
 
-    # Scalars become 32-bit push constants, range-checked so nothing truncates silently.
+    arg_names = {a.name for a in k.scalar_args}
     constants = []
     for s in k.scalars:
-        if s.value is None:
-            constants.append(f"%{s.name}" if s.stype.kind != "float" else _bitcast(b, f"%{s.name}"))
-            continue
-        v = lower(s.value)
-        if s.stype.kind == "float":
-            wide = b.fresh()
-            b.lines.append(f"{wide} = arith.index_cast {v} : index to i64")
-            f = b.fresh()
-            b.lines.append(f"{f} = arith.sitofp {wide} : i64 to f32")
-            constants.append(_bitcast(b, f))
-            continue
-        lo, hi = _int_range(s.stype.kind)
-        label = f"scalar {s.name}" if s.value == ex.Sym(s.name) else f"scalar {s.name} = {s.value}"
-        if not (isinstance(s.value, ex.Sym) and s.value.name not in {a.name for a in k.scalar_args}):
-            # Dims are never negative, so only other values need the lower bound check.
-            b.check("sge", v, b.index_constant(lo), f"{label} is below the range of {s.stype.ctype}")
-        b.check("sle", v, b.index_constant(hi), f"{label} exceeds the range of {s.stype.ctype}")
-        c = b.fresh()
-        b.lines.append(f"{c} = arith.index_cast {v} : index to i32")
-        constants.append(c)
+        constants += _pack_argument(b, s) if s.value is None else _pack_expression(b, s, lower(s.value), arg_names)
 
     # Fresh outputs are allocated here and passed as operands, so the binding order is the
     # kernel's parameter order whatever mix of inputs and outputs it has.
@@ -231,7 +219,7 @@ def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], function: 
             if t.role == "output":
                 v = lower(d)
                 if not isinstance(d, ex.Sym):
-                    b.check("sge", v, b.index_constant(0), f"output {t.name} dim {i} = {d} is negative")
+                    b.check("sge", v, b.constant(0), f"output {t.name} dim {i} = {d} is negative")
                 dyn.append(v)
             else:
                 dyn.append(dim_values[(t.name, i)])
@@ -268,10 +256,36 @@ def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], function: 
     return [head, *_indent(b.lines, 1), "}"]
 
 
-def _bitcast(b: _Body, value: str) -> str:
-    name = b.fresh()
-    b.lines.append(f"{name} = arith.bitcast {value} : f32 to i32")
-    return name
+def _pack_argument(b: _Body, s) -> list[str]:
+    """A scalar argument of the generated function → its 32-bit push constants."""
+    st, value = s.stype, f"%{s.name}"
+    if st.integer and st.nbytes < 4:
+        # The argument is an i32; a caller such as iree-run-module may pass anything.
+        lo, hi = st.int_range()
+        b.check("sge", value, b.constant(lo, "i32"), f"{s.name} is below the range of {st.ctype} ({lo})", "i32")
+        b.check("sle", value, b.constant(hi, "i32"), f"{s.name} exceeds the range of {st.ctype} ({hi})", "i32")
+    if st.kind in ("half", "bf16"):
+        b.check("ule", value, b.constant(0xFFFF, "i32"), f"{s.name} must be the 16 bits of a {st.ctype}", "i32")
+    if st.kind == "float":
+        return [b.op(f"arith.bitcast {value} : f32 to i32")]
+    return b.split64(value) if st.nbytes == 8 else [value]
+
+
+def _pack_expression(b: _Body, s, value: str, arg_names: set[str]) -> list[str]:
+    """A scalar computed from sizes (an index) → its 32-bit push constants, range-checked."""
+    st = s.stype
+    label = f"scalar {s.name}" if s.value == ex.Sym(s.name) else f"scalar {s.name} = {s.value}"
+    wide = b.op(f"arith.index_cast {value} : index to i64")
+    if st.kind == "float":
+        as_float = b.op(f"arith.sitofp {wide} : i64 to f32")
+        return [b.op(f"arith.bitcast {as_float} : f32 to i32")]
+    lo, hi = st.int_range()
+    # Dims are never negative, so a plain dim needs no lower bound check.
+    if not (isinstance(s.value, ex.Sym) and s.value.name not in arg_names):
+        b.check("sge", value, b.constant(lo), f"{label} is below the range of {st.ctype}")
+    if hi < 2**63:  # index is 64-bit: nothing exceeds a 64-bit unsigned range
+        b.check("sle", value, b.constant(hi), f"{label} exceeds the range of {st.ctype}")
+    return b.split64(wide) if st.nbytes == 8 else [b.op(f"arith.trunci {wide} : i64 to i32")]
 
 
 def _first_binding(k: KernelSpec, symbol: str) -> str:

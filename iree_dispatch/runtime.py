@@ -175,23 +175,42 @@ class KernelFunction:
         return value
 
 
-_INT_RANGES = {"int": (-(2**31), 2**31 - 1), "uint": (0, 2**32 - 1)}
-
-
 def _check_scalar(kernel: str, scalar: dict, value):
+    """A Python value for the generated function's argument, as emit.py packs it."""
     where = f"{kernel}(): argument {scalar['name']!r} ({scalar['ctype']})"
-    if scalar["kind"] == "float":
+    kind, bits = scalar["kind"], 8 * scalar["bytes"]
+    if kind in ("float", "double", "half", "bf16"):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise TypeError(f"{where} must be a number, got {type(value).__name__}")
+        # double, half and bf16 travel as their bits (see dtypes.SCALAR_TYPES).
+        if kind == "double":
+            return int(np.array(float(value), np.float64).view(np.int64))
+        if kind == "half":
+            return int(np.array(float(value), np.float16).view(np.uint16))
+        if kind == "bf16":
+            return _bfloat16_bits(float(value))
         return float(value)
+    if kind == "bool":
+        if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
+            raise TypeError(f"{where} must be a bool (or 0/1), got {value!r}")
+        return int(bool(value))
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{where} must be an integer, got {type(value).__name__}")
-    lo, hi = _INT_RANGES[scalar["kind"]]
     value = int(value)
+    lo, hi = (0, 2**bits - 1) if kind == "uint" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
     if not lo <= value <= hi:
         raise ValueError(f"{where} = {value} is out of range [{lo}, {hi}]")
-    # The generated function takes i32; an unsigned value travels as the same 32 bits.
-    return value - 2**32 if value >= 2**31 else value
+    # The argument is an i32 (i64 for 64-bit types): unsigned values travel as the same bits.
+    width = 64 if bits == 64 else 32
+    return value - 2**width if value >= 2 ** (width - 1) else value
+
+
+def _bfloat16_bits(value: float) -> int:
+    """bf16 bits of `value`, rounded to nearest even (as __float2bfloat16 does)."""
+    bits = int(np.array(value, np.float32).view(np.uint32))
+    if (bits & 0x7FFFFFFF) > 0x7F800000:  # NaN: keep it a (quiet) NaN
+        return (bits >> 16) | 0x0040
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
 
 
 def _numpy_dtype(mlir_type: str) -> np.dtype:
@@ -210,7 +229,8 @@ def read_descriptions(vmfb: str | Path, instance: rt.VmInstance | None = None) -
 
     Reads the vmfb's reflection data only; needs no device.
     """
-    module = rt.VmModule.mmap(instance or rt.VmInstance(), str(vmfb))
+    instance = instance or rt.VmInstance()  # kept referenced while the module is read
+    module = rt.VmModule.mmap(instance, str(vmfb))
     descriptions = {}
     for name in module.function_names:
         if name.startswith("__"):

@@ -16,7 +16,7 @@ from typing import Literal, Mapping, Sequence
 
 from . import expr as ex
 from .archs import DEFAULT_ARCHS, Arch, parse_archs
-from .dtypes import POINTEE_TYPES, SCALAR_TYPES, UNSUPPORTED_SCALARS_HINT, ScalarType
+from .dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
 from .errors import SpecError
 from .signature import KernelSignature, Param, find_kernel
 
@@ -103,7 +103,7 @@ class KernelSpec:
             "inputs": [
                 {"name": t.name, "dtype": t.dtype, "shape": [_dim_json(d) for d in t.shape]} for t in self.inputs
             ],
-            "scalars": [{"name": s.name, "ctype": s.stype.ctype, "kind": s.stype.kind} for s in self.scalar_args],
+            "scalars": [{"name": s.name, "ctype": s.stype.ctype, "kind": s.stype.kind, "bytes": s.stype.nbytes} for s in self.scalar_args],
             "outputs": [
                 {"name": t.name, "dtype": t.dtype, "shape": [_dim_json(d) for d in t.shape], "inplace": t.role == "inplace"}
                 for t in self.outputs
@@ -190,14 +190,16 @@ class KernelSpec:
         for p in (p for p in signature.params if not p.pointer):
             stype = SCALAR_TYPES.get(p.ctype)
             if stype is None:
-                raise SpecError(f"{p_where(signature, p)}: scalar {p.name!r} has type {p.ctype!r}; {UNSUPPORTED_SCALARS_HINT}")
+                raise SpecError(f"{p_where(signature, p)}: scalar {p.name!r} has type {p.ctype!r}; {SCALAR_HINT}")
             if p.name in scalar_exprs:
+                if not (stype.integer or stype.kind == "float"):
+                    raise SpecError(f"{where}: scalars.{p.name}: a {p.ctype} can't be computed from sizes (only integer types and float can); make it an argument")
                 value = ex.parse(scalar_exprs[p.name], f"{where}: scalars.{p.name}")
             elif p.name in bound:
                 value = ex.Sym(p.name)
             else:
                 value = None
-                if stype.kind != "float":
+                if stype.integer:
                     bound.setdefault(p.name, f"argument {p.name}")
             scalar_list.append(ScalarParam(p, stype, value))
 
@@ -218,8 +220,9 @@ class KernelSpec:
             raise SpecError(f"{where}: the kernel writes no tensor (every pointer is const or readonly), so it has no result")
         if len(tensors) > MAX_BINDINGS:
             raise SpecError(f"{where}: {len(tensors)} pointer parameters, but IREE's CUDA HAL allows at most {MAX_BINDINGS} bindings per dispatch")
-        if len(scalar_list) > MAX_CONSTANTS:
-            raise SpecError(f"{where}: {len(scalar_list)} scalar parameters, but IREE allows at most {MAX_CONSTANTS} push constants per dispatch")
+        slots = sum(s.stype.slots for s in scalar_list)
+        if slots > MAX_CONSTANTS:
+            raise SpecError(f"{where}: the scalar parameters need {slots} 32-bit push constants (64-bit values take two), but IREE allows at most {MAX_CONSTANTS} per dispatch")
         return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list))
 
 

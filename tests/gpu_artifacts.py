@@ -22,6 +22,8 @@ LAYOUT = {
     "broken": "broken.vmfb",
     "poisonable": "poisonable/samples.vmfb",
     "broken_poisonable": "poisonable/broken.vmfb",
+    "abi": "abi.vmfb",
+    "abi_poisonable": "poisonable/abi.vmfb",
 }
 
 
@@ -45,6 +47,8 @@ def build_all(out: Path) -> dict[str, Path]:
     from iree_dispatch.pipeline import build
     from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
 
+    from .abi_modules import abi_module
+
     spec = load_spec(ROOT / "kernels" / "samples.toml")
     paths = {name: out / rel for name, rel in LAYOUT.items()}
     build(spec, paths["samples"])
@@ -55,6 +59,9 @@ def build_all(out: Path) -> dict[str, Path]:
     build(ModuleSpec("broken", (broken,)), paths["broken"])
     build(ModuleSpec("samples", tuple(map(with_outputs_in_place, spec.kernels)), spec.archs), paths["poisonable"])
     build(ModuleSpec("broken", (with_outputs_in_place(broken),)), paths["broken_poisonable"])
+    abi = abi_module()
+    build(abi, paths["abi"])
+    build(ModuleSpec("abi", tuple(map(with_outputs_in_place, abi.kernels))), paths["abi_poisonable"])
     return paths
 
 

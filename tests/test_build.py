@@ -61,8 +61,8 @@ def test_vmfb_functions_and_descriptions(samples_build):
     name, descriptions = read_descriptions(samples_build.vmfb)
     assert name == "samples" and set(descriptions) == {"simple_mul", "simple_mul_inplace", "axpby"}
     assert descriptions["axpby"]["scalars"] == [
-        {"ctype": "float", "kind": "float", "name": "alpha"},
-        {"ctype": "float", "kind": "float", "name": "beta"},
+        {"bytes": 4, "ctype": "float", "kind": "float", "name": "alpha"},
+        {"bytes": 4, "ctype": "float", "kind": "float", "name": "beta"},
     ]
     assert descriptions["simple_mul"]["archs"] == ["sm_90", "sm_80"]
 

@@ -13,7 +13,7 @@ DESCRIPTION = {
     "kernel": "axpby",
     "archs": ["sm_90", "sm_80"],
     "inputs": [{"name": "x", "dtype": "f32", "shape": ["n"]}, {"name": "y", "dtype": "f32", "shape": ["n"]}],
-    "scalars": [{"name": "alpha", "ctype": "float", "kind": "float"}, {"name": "count", "ctype": "unsigned", "kind": "uint"}],
+    "scalars": [{"name": "alpha", "ctype": "float", "kind": "float", "bytes": 4}, {"name": "count", "ctype": "unsigned", "kind": "uint", "bytes": 4}],
     "outputs": [{"name": "out", "dtype": "f32", "shape": ["n"], "inplace": False}],
 }
 MATRIX = {

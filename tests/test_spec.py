@@ -77,8 +77,8 @@ def test_bad_declarations(kw, message, cu):
         ('__global__ void mul(float* out, int n) {}', 'not extern "C"'),
         ('extern "C" __global__ void mul(int n, float* out) {}', "comes after scalar 'n'"),
         ('extern "C" __global__ void mul(const float* a, int n) {}', "writes no tensor"),
-        ('extern "C" __global__ void mul(float* out, long long n) {}', "has type 'long long'; only 32-bit scalars"),
-        ('extern "C" __global__ void mul(float* out, double s, int n) {}', "has type 'double'"),
+        ('extern "C" __global__ void mul(float* out, long double n) {}', "has type 'long double'; scalars may be bool"),
+        ('extern "C" __global__ void mul(float* out, float2 s, int n) {}', "has type 'float2'"),
         ('extern "C" __global__ void mul(my_t* out, int n) {}', "unknown element type 'my_t'"),
         ('struct P { int x; };\nextern "C" __global__ void mul(float* out, P p, int n) {}', "has type 'P'"),
     ],
@@ -93,8 +93,11 @@ def test_binding_and_constant_limits(cu):
     with pytest.raises(SpecError, match="17 pointer parameters, but IREE's CUDA HAL allows at most 16 bindings"):
         declare(cu(f'extern "C" __global__ void mul({ptrs}, int n) {{}}'))
     ints = ", ".join(f"int s{i}" for i in range(64))
-    with pytest.raises(SpecError, match="65 scalar parameters, but IREE allows at most 64 push constants"):
+    with pytest.raises(SpecError, match="need 65 32-bit push constants .64-bit values take two., but IREE allows at most 64"):
         declare(cu(f'extern "C" __global__ void mul(float* out, {ints}, int n) {{}}'))
+    longs = ", ".join(f"long long s{i}" for i in range(32))
+    with pytest.raises(SpecError, match="need 65 32-bit push constants"):
+        declare(cu(f'extern "C" __global__ void mul(float* out, {longs}, int n) {{}}'))
 
 
 @pytest.mark.parametrize("text", ["sm80x", "compute_80", "sm_", "sm_3", "", "hopper"])

@@ -1,0 +1,19 @@
+"""Declarations of the ABI test kernels (tests/kernels/abi.cu), shared by CPU and GPU tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from iree_dispatch.spec import KernelSpec, ModuleSpec
+
+ABI_CU = Path(__file__).resolve().parent / "kernels" / "abi.cu"
+ELEMENT_TYPES = ("f16", "bf16", "f32", "f64", "bool", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+
+
+def abi_module() -> ModuleSpec:
+    echo = KernelSpec.declare(ABI_CU, "echo_scalars", block=1, grid=1, shapes={"ints": [6], "uints": [5], "reals": [4]})
+    reverse = [
+        KernelSpec.declare(ABI_CU, f"reverse_{t}", block=128, grid="ceildiv(n, 128)", shape=["n"]) for t in ELEMENT_TYPES
+    ]
+    iota = KernelSpec.declare(ABI_CU, "iota_sized", block=256, grid="ceildiv(n, 256)", shape=["n"])
+    return ModuleSpec("abi", (echo, *reverse, iota))
