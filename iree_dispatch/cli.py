@@ -18,7 +18,7 @@ def _progress(message: str) -> None:
 
 
 def _cmd_build(args) -> int:
-    from .pipeline import build
+    from .pipeline import build, write_depfile
     from .spec import load_spec
 
     spec = load_spec(args.spec)
@@ -30,6 +30,8 @@ def _cmd_build(args) -> int:
     if args.emit_mlir is not None:
         emit = Path(args.emit_mlir) if args.emit_mlir else output.with_suffix(".mlir")
     result = build(spec, output, emit_mlir=emit, program=args.program, progress=_progress)
+    if args.depfile:
+        write_depfile(args.depfile, result.vmfb, [Path(args.spec).absolute(), *result.dependencies])
     stages = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
     print(f"wrote {result.vmfb}" + (f" and {result.mlir}" if result.mlir else "") + f" ({stages})")
     return 0
@@ -102,6 +104,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--emit-mlir", nargs="?", const="", metavar="PATH", help="also keep the generated MLIR (default: next to the .vmfb)")
     b.add_argument("--arch", action="append", help="CUDA archs, e.g. sm_80,sm_90 (repeatable; overrides the spec)")
     b.add_argument("--program", help="MLIR program calling the kernels via func.func private @<module>.<kernel> declarations")
+    b.add_argument("--depfile", metavar="PATH", help="also write a Makefile-style depfile: the .vmfb and every file it was built from (spec, sources, headers, program)")
     b.set_defaults(func=_cmd_build)
 
     r = sub.add_parser("run", help="run a function of a .vmfb on a CUDA device (like iree-run-module)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,7 @@ class PtxObject:
     source: Path
     arch: Arch
     path: Path  # the written .ptx file
+    dependencies: tuple[Path, ...]  # the source and every header nvcc read for it, absolute
 
     def text(self) -> str:
         return self.path.read_text(encoding="utf-8")
@@ -53,7 +55,10 @@ def object_filename(stem: str, arch: Arch) -> str:
 
 def compile_ptx(source: Path, arch: Arch, out: Path, flags: tuple[str, ...] = (), nvcc: Path | None = None) -> PtxObject:
     nvcc = nvcc or find_nvcc()
-    cmd = [str(nvcc), *BASE_FLAGS, f"-arch={arch.name}", *flags, str(source), "-o", str(out)]
+    # nvcc lists the headers it reads while compiling (-MD), so build systems can rebuild on a
+    # header change; the list is read back and the file removed: it is not an object.
+    deps = out.with_name(f"{out.name}.d")
+    cmd = [str(nvcc), *BASE_FLAGS, f"-arch={arch.name}", *flags, "-MD", "-MF", str(deps), "-MT", "ptx", str(source), "-o", str(out)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except OSError as exc:
@@ -61,8 +66,21 @@ def compile_ptx(source: Path, arch: Arch, out: Path, flags: tuple[str, ...] = ()
     if proc.returncode != 0:
         log = (proc.stderr + proc.stdout).strip()
         out.unlink(missing_ok=True)
+        deps.unlink(missing_ok=True)
         raise ToolchainError(f"nvcc failed on {source} for {arch.name} (exit {proc.returncode}):\n{log}\ncommand: {' '.join(cmd)}")
-    return PtxObject(source, arch, out)
+    rule = deps.read_text(encoding="utf-8")
+    deps.unlink()
+    return PtxObject(source, arch, out, make_prerequisites(rule))
+
+
+def make_prerequisites(rule: str) -> tuple[Path, ...]:
+    """The prerequisites of the one Make rule nvcc -MD writes (`ptx : a.cu \\`, one path a line).
+
+    nvcc escapes only spaces in paths; relative paths are relative to nvcc's working directory,
+    which is ours.
+    """
+    _target, _, prerequisites = rule.replace("\\\n", " ").partition(":")
+    return tuple(Path(word.replace("\\ ", " ")).absolute() for word in re.split(r"(?<!\\)\s+", prerequisites.strip()) if word)
 
 
 def compile_all(jobs: list[tuple[Path, Arch, Path]], flags: tuple[str, ...] = (), progress=None) -> list[PtxObject]:
