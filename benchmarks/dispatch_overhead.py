@@ -62,7 +62,7 @@ REPS = {
     "16M": dict(calls=200, warmup=20, batch=20, batches=20, numpy_calls=15, cupti=100),
 }
 
-WORKERS = ["cupy", "cuda_core", "iree", "iree_cupy", "iree_graph", "iree_inline", "iree_async", "cupti"]
+WORKERS = ["cupy", "cuda_core", "iree", "iree_cupy", "iree_graph", "iree_inline", "iree_noasync", "iree_async", "cupti", "iree_b", "iree_cupy_b"]
 
 # IREE runtime flags per IREE worker (parsed before the CUDA driver is created).
 IREE_WORKER_FLAGS = {
@@ -70,8 +70,11 @@ IREE_WORKER_FLAGS = {
     "iree_cupy": [],
     "iree_graph": ["--cuda_use_streams=false"],
     "iree_inline": ["--cuda_allow_inline_execution=true"],
+    "iree_noasync": ["--cuda_async_allocations=false"],
     "iree_async": [],
     "cupti": [],
+    "iree_b": [],
+    "iree_cupy_b": [],
 }
 
 # Rows of the report: (key, group, label, ratio reference key).
@@ -97,6 +100,7 @@ ROWS = [
     ("iree:pack", "sync", "IREE FunctionInvoker argument packing only (no invoke)", "cupy:sync"),
     ("iree:vm_invoke", "sync", "IREE VmContext.invoke, prepacked args, result dropped", "cupy:sync"),
     ("iree:vm_fresh", "sync", "IREE VmContext.invoke, new arg list each call", "cupy:sync"),
+    ("iree:vm_fresh_keepargs", "sync", "IREE VmContext.invoke, new arg list released after the timed call", "cupy:sync"),
     ("iree:vm_wrap", "sync", "IREE VmContext.invoke, new arg list, result wrapped in DeviceArray", "cupy:sync"),
     ("iree:raw", "sync", "IREE FunctionInvoker(device arrays), no iree_dispatch checks", "cupy:sync"),
     ("iree:raw_keep", "sync", "IREE FunctionInvoker, result released outside the timed call", "cupy:sync"),
@@ -106,17 +110,31 @@ ROWS = [
     ("iree:numpy", "sync", "iree_dispatch simple_mul(numpy) incl. H2D+D2H copies", "cupy:sync"),
     ("iree_cupy:check", "sync", "with CuPy in the process: iree_dispatch checks only", "cupy:sync"),
     ("iree_cupy:vm_invoke", "sync", "with CuPy: IREE VmContext.invoke, prepacked args", "cupy:sync"),
+    ("iree_cupy:vm_fresh", "sync", "with CuPy: IREE VmContext.invoke, new arg list each call", "cupy:sync"),
     ("iree_cupy:raw", "sync", "with CuPy: IREE FunctionInvoker(device arrays)", "cupy:sync"),
     ("iree_cupy:device", "sync", "with CuPy: iree_dispatch simple_mul(device arrays)", "cupy:sync"),
     ("iree_cupy:device_inplace", "sync", "with CuPy: iree_dispatch simple_mul_inplace(device arrays)", "cupy:sync"),
     ("iree_cupy:numpy", "sync", "with CuPy: iree_dispatch simple_mul(numpy)", "cupy:sync"),
     ("iree_cupy:cupy_sync", "sync", "with IREE in the process: CuPy launch + synchronize", "cupy:sync"),
+    ("iree_b:vm_invoke", "sync", "repeat, new process without CuPy: VmContext.invoke, prepacked", "cupy:sync"),
+    ("iree_b:vm_fresh", "sync", "repeat without CuPy: VmContext.invoke, new arg list", "cupy:sync"),
+    ("iree_b:raw", "sync", "repeat without CuPy: FunctionInvoker(device arrays)", "cupy:sync"),
+    ("iree_b:device", "sync", "repeat without CuPy: iree_dispatch simple_mul(device arrays)", "cupy:sync"),
+    ("iree_b:device_inplace", "sync", "repeat without CuPy: iree_dispatch simple_mul_inplace", "cupy:sync"),
+    ("iree_cupy_b:vm_invoke", "sync", "repeat, new process with CuPy: VmContext.invoke, prepacked", "cupy:sync"),
+    ("iree_cupy_b:vm_fresh", "sync", "repeat with CuPy: VmContext.invoke, new arg list", "cupy:sync"),
+    ("iree_cupy_b:raw", "sync", "repeat with CuPy: FunctionInvoker(device arrays)", "cupy:sync"),
+    ("iree_cupy_b:device", "sync", "repeat with CuPy: iree_dispatch simple_mul(device arrays)", "cupy:sync"),
+    ("iree_cupy_b:device_inplace", "sync", "repeat with CuPy: iree_dispatch simple_mul_inplace", "cupy:sync"),
     ("iree_graph:vm_invoke", "sync", "--cuda_use_streams=false (CUDA graphs): VmContext.invoke", "cupy:sync"),
     ("iree_graph:raw", "sync", "--cuda_use_streams=false: FunctionInvoker(device arrays)", "cupy:sync"),
     ("iree_graph:device", "sync", "--cuda_use_streams=false: iree_dispatch simple_mul(device arrays)", "cupy:sync"),
     ("iree_graph:vm_inplace", "sync", "--cuda_use_streams=false: VmContext.invoke of simple_mul_inplace", "cupy:sync"),
     ("iree_inline:vm_invoke", "sync", "--cuda_allow_inline_execution=true: VmContext.invoke", "cupy:sync"),
     ("iree_inline:device", "sync", "--cuda_allow_inline_execution=true: iree_dispatch simple_mul(device arrays)", "cupy:sync"),
+    ("iree_noasync:vm_invoke", "sync", "--cuda_async_allocations=false: VmContext.invoke", "cupy:sync"),
+    ("iree_noasync:device", "sync", "--cuda_async_allocations=false: iree_dispatch simple_mul(device arrays)", "cupy:sync"),
+    ("iree_noasync:vm_inplace", "sync", "--cuda_async_allocations=false: VmContext.invoke of simple_mul_inplace", "cupy:sync"),
     ("iree_async:sync", "sync", "IREE async (coarse-fences) invoke + fence wait", "cupy:sync"),
     ("iree_async:inplace_sync", "sync", "IREE async simple_mul_inplace invoke + fence wait", "cupy:sync"),
     # GPU time of the kernel alone
@@ -128,6 +146,14 @@ ROWS = [
     ("iree_cupy:cupy_events_around_iree", "kernel", "CuPy events around an IREE call (other stream: wall time, not kernel)", "cupy:events"),
     # bandwidth reference
     ("cupy:d2d", "copy", "device-to-device memcpy of N floats (events, queued)", None),
+]
+# The rows of the compact plot (the full plot has every row).
+SUMMARY_KEYS = [
+    "cupy:enqueue", "cuda_core:enqueue", "cuda_core:bindings_enqueue", "iree_async:enqueue", "iree_async:inplace_enqueue",
+    "cupy:sync", "cuda_core:sync", "iree:check", "iree:vm_invoke", "iree:vm_inplace", "iree:raw", "iree:device",
+    "iree:device_inplace", "iree_cupy:device", "iree_graph:device", "iree_noasync:device", "iree_async:sync",
+    "iree_async:inplace_sync", "iree:numpy",
+    "cupti:cupy_kernel", "cupti:iree_kernel", "cupy:events", "cupy:d2d",
 ]
 GROUP_TITLES = {
     "launch": "Host cost per asynchronous launch",
@@ -569,7 +595,7 @@ def _open_iree(opts, worker: str, vmfb: Path):
     return rt, idr, idr.load(vmfb), flags
 
 
-IREE_MODES = ("check", "pack", "vm_invoke", "vm_fresh", "vm_wrap", "raw", "raw_keep", "device", "device_batch",
+IREE_MODES = ("check", "pack", "vm_invoke", "vm_fresh", "vm_fresh_keepargs", "vm_wrap", "raw", "raw_keep", "device", "device_batch",
               "vm_inplace", "device_inplace", "numpy")
 
 
@@ -599,7 +625,7 @@ def worker_iree(rec: Recorder, opts, worker: str = "iree", modes=IREE_MODES, bef
             rec.attempt(f"pack {size}", _iree_pack, rec, size, raw, mod.device, da, db, r)
         if "vm_invoke" in modes:
             rec.attempt(f"vm_invoke {size}", _iree_vm_invoke, rec, rt, size, vm_context, vm_function, da, db, want, r)
-        if "vm_fresh" in modes or "vm_wrap" in modes:
+        if {"vm_fresh", "vm_wrap", "vm_fresh_keepargs"} & set(modes):
             rec.attempt(f"vm_fresh/vm_wrap {size}", _iree_vm_fresh, rec, rt, size, vm_context, vm_function, mod.device, da, db, r, modes)
         if "raw" in modes:
             rec.attempt(f"raw {size}", lambda: rec.add("raw", size, time_calls(lambda: raw(da, db), r["calls"], r["warmup"])))
@@ -667,8 +693,17 @@ def _iree_vm_fresh(rec, rt, size, vm_context, vm_function, device, da, db, r, mo
     def wrap():
         return rt.DeviceArray(device, fresh().get_as_object(0, rt.HalBufferView), implicit_host_transfer=True)
 
+    def fresh_keep_args():
+        args = rt.VmVariantList(2)
+        args.push_ref(da._buffer_view)
+        args.push_ref(db._buffer_view)
+        vm_context.invoke(vm_function, args, rt.VmVariantList(1))
+        return args  # released by time_calls after the clock is read
+
     if "vm_fresh" in modes:
         rec.add("vm_fresh", size, time_calls(fresh, r["calls"], r["warmup"]))
+    if "vm_fresh_keepargs" in modes:
+        rec.add("vm_fresh_keepargs", size, time_calls(fresh_keep_args, r["calls"], r["warmup"], keep_result=True))
     if "vm_wrap" in modes:
         rec.add("vm_wrap", size, time_calls(wrap, r["calls"], r["warmup"]))
 
@@ -686,7 +721,11 @@ def _iree_batches(fn, da, db, k: int, batches: int) -> np.ndarray:
     return out
 
 
-def worker_iree_cupy(rec: Recorder, opts) -> None:
+REPEAT_MODES = ("vm_invoke", "vm_fresh", "raw", "device", "device_inplace")
+
+
+def worker_iree_cupy(rec: Recorder, opts, worker: str = "iree_cupy",
+                     modes=("check", "vm_invoke", "vm_fresh", "raw", "device", "device_batch", "device_inplace", "numpy")) -> None:
     """IREE measured in a process where CuPy was imported and used first."""
     import cupy as cp
 
@@ -723,8 +762,7 @@ def worker_iree_cupy(rec: Recorder, opts) -> None:
 
         rec.attempt(f"cupy_events_around_iree {size}", lambda: rec.add("cupy_events_around_iree", size, iree_between_events()))
 
-    worker_iree(rec, opts, worker="iree_cupy", before_sizes=extra,
-                modes=("check", "vm_invoke", "raw", "device", "device_batch", "device_inplace", "numpy"))
+    worker_iree(rec, opts, worker=worker, before_sizes=extra if worker == "iree_cupy" else None, modes=modes)
     rec.info["context_after_iree"] = cuda_context_info()
 
 
@@ -734,6 +772,10 @@ def worker_iree_graph(rec: Recorder, opts) -> None:
 
 def worker_iree_inline(rec: Recorder, opts) -> None:
     worker_iree(rec, opts, worker="iree_inline", modes=("vm_invoke", "device"))
+
+
+def worker_iree_noasync(rec: Recorder, opts) -> None:
+    worker_iree(rec, opts, worker="iree_noasync", modes=("vm_invoke", "device", "vm_inplace"))
 
 
 def worker_iree_async(rec: Recorder, opts) -> None:
@@ -870,6 +912,15 @@ def _parse_cupti_trace(path: Path, launches: int):
     return durations, dict(sorted(summary.items(), key=lambda kv: -kv[1]["per_launch"]))
 
 
+def worker_iree_b(rec: Recorder, opts) -> None:
+    """A second process without CuPy, run after all the others: run-to-run spread of IREE."""
+    worker_iree(rec, opts, worker="iree_b", modes=REPEAT_MODES)
+
+
+def worker_iree_cupy_b(rec: Recorder, opts) -> None:
+    worker_iree_cupy(rec, opts, worker="iree_cupy_b", modes=REPEAT_MODES)
+
+
 WORKER_FUNCS = {
     "cupy": worker_cupy,
     "cuda_core": worker_cuda_core,
@@ -877,8 +928,11 @@ WORKER_FUNCS = {
     "iree_cupy": worker_iree_cupy,
     "iree_graph": worker_iree_graph,
     "iree_inline": worker_iree_inline,
+    "iree_noasync": worker_iree_noasync,
     "iree_async": worker_iree_async,
     "cupti": worker_cupti,
+    "iree_b": worker_iree_b,
+    "iree_cupy_b": worker_iree_cupy_b,
 }
 
 
@@ -1046,7 +1100,7 @@ def markdown_table(table: dict) -> str:
     return "\n".join(lines[1:] + ["", refs])
 
 
-def plot(table: dict, env: dict, path: Path) -> str | None:
+def plot(table: dict, env: dict, path: Path, keys: list[str] | None = None) -> str | None:
     try:
         import matplotlib
 
@@ -1055,10 +1109,11 @@ def plot(table: dict, env: dict, path: Path) -> str | None:
     except ImportError as exc:
         return f"no plot: {exc}"
     colors = {"launch": "#4C72B0", "sync": "#DD8452", "kernel": "#55A868", "copy": "#8172B3"}
-    rows = [(key, grp, label) for key, grp, label, _ in ROWS if any(s in table.get(key, {}) for s in SIZES)]
+    rows = [(key, grp, label) for key, grp, label, _ in ROWS
+            if (keys is None or key in keys) and any(s in table.get(key, {}) for s in SIZES)]
     if not rows:
         return "no plot: no results"
-    fig, axes = plt.subplots(1, len(SIZES), figsize=(17, 0.34 * len(rows) + 2.2), sharey=True)
+    fig, axes = plt.subplots(1, len(SIZES), figsize=(17, 0.3 * len(rows) + 2.0), sharey=True)
     for ax, size in zip(axes, SIZES):
         ys, med, lo, hi, col = [], [], [], [], []
         for i, (key, grp, _) in enumerate(rows):
@@ -1084,8 +1139,8 @@ def plot(table: dict, env: dict, path: Path) -> str | None:
     dev = env.get("device_name") or "?"
     fig.suptitle(f"simple_mul (same PTX) dispatch cost — {dev}, driver {env.get('driver_version')}, {env.get('date_utc', '')[:10]}"
                  + (" — DRY RUN (no GPU)" if env.get("dry_run") else ""), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
 
@@ -1115,6 +1170,7 @@ def main(argv=None) -> int:
     p.add_argument("--worker-timeout", type=float, default=120.0)
     p.add_argument("--dry-run", action="store_true", help="no GPU: time no-op calls through the same plumbing")
     p.add_argument("--prepare", action="store_true", help="build the vmfbs and PTX (needs nvcc and iree-compile)")
+    p.add_argument("--replot", metavar="JSON", help="rewrite table and plots into --out from an earlier dispatch_overhead.json")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     opts = p.parse_args(argv)
@@ -1123,6 +1179,12 @@ def main(argv=None) -> int:
         return run_worker(opts)
     if opts.prepare:
         return prepare(opts)
+    if opts.replot:
+        report = json.loads(Path(opts.replot).read_text())
+        out = Path(opts.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_report(report, out)
+        return 0
 
     missing = [f for f in (opts.vmfb, opts.ptx) if not Path(f).is_file()]
     if missing and not opts.dry_run:
@@ -1142,15 +1204,25 @@ def main(argv=None) -> int:
     env["total_seconds"] = round(time.perf_counter() - t0, 1)
     env["nvidia_smi_query_after"] = sh(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,pstate,temperature.gpu", "--format=csv,noheader"])
 
+    report = {"environment": env, "sizes": SIZES, "reps": REPS, "workers": workers}
+    write_report(report, out)
+    print(f"\nwrote {out}/dispatch_overhead.{{json,md,png}} and dispatch_overhead_summary.png in {env['total_seconds']} s")
+    return 0
+
+
+def write_report(report: dict, out: Path) -> None:
+    """dispatch_overhead.{json,md,png} and dispatch_overhead_summary.png from a report's workers."""
+    env, workers = report["environment"], report["workers"]
     table = index_results(workers)
-    md = markdown_table(table)
-    report = {"environment": env, "sizes": SIZES, "reps": REPS, "rows": [dict(key=k, group=g, label=l, ref=r) for k, g, l, r in ROWS],
-              "workers": workers, "table": {k: {s: e["stats"] for s, e in v.items()} for k, v in table.items()}}
+    report["rows"] = [dict(key=k, group=g, label=l, ref=r) for k, g, l, r in ROWS]
+    report["table"] = {k: {s: e["stats"] for s, e in v.items()} for k, v in table.items()}
     (out / "dispatch_overhead.json").write_text(json.dumps(report, indent=1))
+    md = markdown_table(table)
     header = (f"# simple_mul dispatch overhead\n\n{env['nvidia_smi_L']} — driver {env['driver_version']} — {env['date_utc']}"
-              + (" — DRY RUN (no GPU, no-op calls)" if opts.dry_run else "") + "\n")
+              + (" — DRY RUN (no GPU, no-op calls)" if env.get("dry_run") else "") + "\n")
     (out / "dispatch_overhead.md").write_text(header + "\n" + md + "\n")
-    problem = plot(table, env, out / "dispatch_overhead.png")
+    problems = [plot(table, env, out / "dispatch_overhead.png"),
+                plot(table, env, out / "dispatch_overhead_summary.png", keys=SUMMARY_KEYS)]
     print(header)
     print(md)
     errors = [(w, e["what"], e["error"]) for w, d in workers.items() for e in d["errors"]]
@@ -1158,10 +1230,8 @@ def main(argv=None) -> int:
         print("\nerrors:")
         for w, what, err in errors:
             print(f"- {w}: {what}: {err}")
-    if problem:
+    for problem in filter(None, problems):
         print(problem)
-    print(f"\nwrote {out}/dispatch_overhead.{{json,md,png}} in {env['total_seconds']} s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -37,6 +37,22 @@ class Arch:
             return major == self.major and minor >= self.minor
         return (major, minor) == (self.major, self.minor)
 
+    @property
+    def max_shared_memory(self) -> int:
+        """Bytes of shared memory one block may opt in to (CUDA C++ Programming Guide tables)."""
+        cc = (self.major, self.minor)
+        if self.major >= 12 or cc in ((8, 6), (8, 9)):
+            return 101376  # 99 KB
+        if self.major in (9, 10, 11):
+            return 232448  # 227 KB
+        if cc in ((8, 0), (8, 7)):
+            return 166912  # 163 KB
+        if cc == (7, 5):
+            return 65536
+        if self.major == 7:
+            return 98304
+        return 49152
+
     def __str__(self) -> str:
         return self.name
 

@@ -27,8 +27,8 @@ _BINDING = "#hal.pipeline.binding<storage_buffer{access}>"
 _LAYOUT = "#hal.pipeline.layout<constants = {constants}, bindings = [{bindings}]>"
 _VARIANT_OPEN = 'hal.executable.variant public @{arch} target(#target_{arch}) objects([#hal.executable.object<{{path = "{path}"}}>]) {{'
 _QUERY = '%{name}.ok, %{name} = hal.device.query<%device : !hal.device> key("cuda.device" :: "compute_capability_{name}") : i1, i32'
-_EXPORT_OPEN = "hal.executable.export public @{name} ordinal({ordinal}) layout(#layout_{name}) count(%device: !hal.device{workloads}) -> (index, index, index) {{"
-_EXPORT_CLOSE = "}} <{{workgroup_size = [{x} : index, {y} : index, {z} : index]}}>"
+_EXPORT_OPEN = "hal.executable.export public @{entry} ordinal({ordinal}) layout(#layout_{layout}) count(%device: !hal.device{workloads}) -> (index, index, index) {{"
+_EXPORT_CLOSE = "}} <{{workgroup_size = [{x} : index, {y} : index, {z} : index]{shared}}}>"
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,12 @@ def executable_symbols(module: ModuleSpec) -> dict[Path, str]:
     return symbols
 
 
-def emit_module(module: ModuleSpec, object_paths: dict[tuple[Path, Arch], str], header: str = "", *, for_linking: bool = False) -> str:
-    """The complete MLIR module. `object_paths[(source, arch)]` is the object path to write.
+def emit_module(
+    module: ModuleSpec, object_paths: dict[tuple[Path, Arch], str], entries: dict[str, str], header: str = "", *, for_linking: bool = False
+) -> str:
+    """The complete MLIR module. `object_paths[(source, arch)]` is the object path to write;
+    `entries[kernel name]` the kernel's PTX entry name (abi.resolve_entry), which the export
+    must carry because IREE looks kernels up by export name.
 
     for_linking: name the wrappers `@<module>.<kernel>` and make them private, the form a
     program's `func.func private @<module>.<kernel>` declarations are resolved against.
@@ -70,13 +74,13 @@ def emit_module(module: ModuleSpec, object_paths: dict[tuple[Path, Arch], str], 
     ]
     lines = [f"// {line}" for line in header.splitlines()]
     lines += [f"#target_{a.name} = " + _TARGET.format(arch=a.name) for a in module.archs]
-    lines += [f"#layout_{k.name} = " + _layout(k) for k in module.kernels]
+    lines += [f"#layout_{k.function} = " + _layout(k) for k in module.kernels]
     lines.append(f"module @{module.name} {{")
     for exe in executables:
-        lines += _indent(_executable(exe, module.archs), 1)
+        lines += _indent(_executable(exe, module.archs, entries), 1)
     for k in module.kernels:
-        function = f"private @{module.name}.{k.name}" if for_linking else f"@{k.name}"
-        lines += _indent(_wrapper(k, symbols[k.source], module.archs, function), 1)
+        function = f"private @{module.name}.{k.function}" if for_linking else f"@{k.function}"
+        lines += _indent(_wrapper(k, symbols[k.source], module.archs, entries[k.name], function), 1)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -110,19 +114,19 @@ def _condition(arch: Arch) -> list[str]:
     return ["hal.executable.condition(%device: !hal.device) -> i1 {", *_indent(body, 1), "}"]
 
 
-def _executable(exe: Executable, archs: tuple[Arch, ...]) -> list[str]:
+def _executable(exe: Executable, archs: tuple[Arch, ...], entries: dict[str, str]) -> list[str]:
     lines = [f"hal.executable private @{exe.symbol} {{"]
     for arch in archs:
         variant = [_VARIANT_OPEN.format(arch=arch.name, path=exe.object_paths[arch]), *_indent(_condition(arch), 1)]
         for ordinal, k in enumerate(exe.kernels):
-            variant += _indent(_export(k, ordinal), 1)
+            variant += _indent(_export(k, entries[k.name], ordinal), 1)
         variant.append("}")
         lines += _indent(variant, 1)
     lines.append("}")
     return lines
 
 
-def _export(k: KernelSpec, ordinal: int) -> list[str]:
+def _export(k: KernelSpec, entry: str, ordinal: int) -> list[str]:
     workloads = "".join(f", %{w}: index" for w in k.workloads)
     body: list[str] = []
     counter = iter(range(1 << 30))
@@ -130,7 +134,12 @@ def _export(k: KernelSpec, ordinal: int) -> list[str]:
     grid = [ex.lower_to_arith(g, values, lambda: f"%t.{next(counter)}", body) for g in k.grid]
     body.append(f"hal.return {', '.join(grid)} : index, index, index")
     x, y, z = k.block
-    return [_EXPORT_OPEN.format(name=k.name, ordinal=ordinal, workloads=workloads), *_indent(body, 1), _EXPORT_CLOSE.format(x=x, y=y, z=z)]
+    shared = f", workgroup_local_memory = {k.shared_memory} : index" if k.shared_memory else ""
+    return [
+        _EXPORT_OPEN.format(entry=entry, ordinal=ordinal, layout=k.function, workloads=workloads),
+        *_indent(body, 1),
+        _EXPORT_CLOSE.format(x=x, y=y, z=z, shared=shared),
+    ]
 
 
 def _tensor_type(t: TensorParam) -> str:
@@ -177,7 +186,7 @@ class _Body:
         return [low, self.op(f"arith.trunci {shifted} : i64 to i32")]
 
 
-def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], function: str) -> list[str]:
+def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], entry: str, function: str) -> list[str]:
     b = _Body(k.name)
     symbols: dict[str, str] = {}
     dim_values: dict[tuple[str, int], str] = {}
@@ -236,7 +245,7 @@ def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], function: 
     operand_types += ["i32"] * len(constants)
 
     workloads = ", ".join(symbols[w] for w in k.workloads)
-    targets = ", ".join(f"@{exe_symbol}::@{a.name}::@{k.name}" for a in archs)
+    targets = ", ".join(f"@{exe_symbol}::@{a.name}::@{entry}" for a in archs)
     lhs = "%result" if len(results) == 1 else f"%results:{len(results)}"
     rhs_results = results[0] if len(results) == 1 else f"({', '.join(results)})"
     b.lines.append(

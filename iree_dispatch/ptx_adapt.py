@@ -39,9 +39,9 @@ def _entry_spans(ptx: str, name: str) -> tuple[int, int, int, int]:
     raise AbiError(f"PTX entry {name!r} has an unterminated body")
 
 
-def adapt_entry(ptx: str, spec: KernelSpec, where: str) -> str:
-    """`ptx` with `spec`'s entry rewritten so each scalar uses whole 32-bit slots."""
-    params_start, params_end, body_start, body_end = _entry_spans(ptx, spec.name)
+def adapt_entry(ptx: str, spec: KernelSpec, entry: str, where: str) -> str:
+    """`ptx` with `spec`'s entry (named `entry`) rewritten so each scalar uses whole 32-bit slots."""
+    params_start, params_end, body_start, body_end = _entry_spans(ptx, entry)
     decls = [d.strip() for d in ptx[params_start:params_end].split(",") if d.strip()]
     if len(decls) != len(spec.signature.params):
         raise AbiError(f"{where}: signature has {len(spec.signature.params)} parameters but the PTX entry has {len(decls)}")
@@ -79,9 +79,10 @@ def _split_load(name: str):
     return replace
 
 
-def adapt_module(ptx: str, kernels: list[KernelSpec], arch_name: str) -> str:
-    """Adapts every kernel of one PTX module; kernels with only 32-bit scalars are unchanged."""
+def adapt_module(ptx: str, kernels: list[KernelSpec], entries: dict[str, str], arch_name: str) -> str:
+    """Adapts every kernel of one PTX module; kernels with only 32-bit scalars are unchanged.
+    `entries` maps each kernel's name to its PTX entry name."""
     for spec in kernels:
         if any(s.stype.nbytes != 4 for s in spec.scalars):
-            ptx = adapt_entry(ptx, spec, f"{spec.signature.where}: kernel {spec.name} ({arch_name} PTX)")
+            ptx = adapt_entry(ptx, spec, entries[spec.name], f"{spec.signature.where}: kernel {spec.name} ({arch_name} PTX)")
     return ptx

@@ -35,6 +35,7 @@ class KernelSignature:
     extern_c: bool
     template: bool
     launch_bounds: str | None
+    template_params: tuple[str, ...] = ()  # type parameter names, e.g. ("T",)
 
     @property
     def where(self) -> str:
@@ -123,15 +124,18 @@ def parse_kernels(text: str, source: Path) -> list[KernelSignature]:
         if paren < 0:
             continue
         names = _IDENT.findall(head)
-        if not names:
-            continue
+        if not names or head.rstrip().endswith(">"):
+            continue  # an explicit instantiation (`template __global__ void k<float>(...)`)
         name = names[-1]
         open_at = match.end() + paren
         close_at = _matching(code, open_at)
         if close_at < 0:
             raise SignatureError(f"{source}:{line_of(open_at)}: unbalanced parentheses in the parameter list of kernel {name}")
+        if code[close_at + 1 :].lstrip().startswith(";"):
+            continue  # a declaration; the definition carries the parameter names
         extern_c = bool(re.search(r'extern\s+"C"', prefix)) or any(a <= match.start() < b for a, b in extern_blocks)
         params = _parse_params(code, open_at + 1, close_at, name, source, line_of)
+        template = re.search(r"\btemplate\s*<(.*)>", prefix, re.S)
         kernels.append(
             KernelSignature(
                 name=name,
@@ -139,8 +143,9 @@ def parse_kernels(text: str, source: Path) -> list[KernelSignature]:
                 source=source,
                 line=line_of(match.start()),
                 extern_c=extern_c,
-                template="template" in prefix,
+                template=template is not None,
                 launch_bounds=launch_bounds,
+                template_params=tuple(re.findall(r"(?:typename|class)\s+(\w+)", template[1])) if template else (),
             )
         )
     return kernels
@@ -202,16 +207,45 @@ def _parse_params(code, begin, end, kernel, source, line_of) -> tuple[Param, ...
 
 
 def find_kernel(source: Path, name: str) -> KernelSignature:
-    """The `__global__` function `name` in `source`, or an error listing what is there."""
+    """The `__global__` function `name` in `source`, or an error listing what is there.
+
+    `name` may select a template instantiation, e.g. "scale<float>": the template's type
+    parameters are then replaced by the given types in the parameter list.
+    """
     text = read_source(source)
     if not text.strip():
         raise SignatureError(f"{source}: file is empty; kernel {name!r} must be defined there")
+    base, _, args_text = name.partition("<")
     kernels = parse_kernels(text, Path(source))
-    matches = [k for k in kernels if k.name == name]
+    matches = [k for k in kernels if k.name == base.strip()]
     if not matches:
         found = ", ".join(sorted({k.name for k in kernels})) or "none"
-        raise SignatureError(f"{source}: no __global__ kernel named {name!r} (kernels found: {found})")
+        raise SignatureError(f"{source}: no __global__ kernel named {base.strip()!r} (kernels found: {found})")
     if len(matches) > 1:
-        lines = ", ".join(str(k.line) for k in matches)
-        raise SignatureError(f"{source}: kernel {name!r} is declared {len(matches)} times (lines {lines}); overloaded kernels can't be told apart by name")
-    return matches[0]
+        candidates = "; ".join(f"line {k.line}: {k.name}({', '.join(_describe(p) for p in k.params)})" for k in matches)
+        raise SignatureError(
+            f"{source}: kernel {base.strip()!r} is declared {len(matches)} times ({candidates}); overloads can't be told apart "
+            "by name: rename one, or give each an extern \"C\" wrapper"
+        )
+    kernel = matches[0]
+    if not args_text:
+        if kernel.template:
+            raise SignatureError(f"{kernel.where}: kernel {kernel.name} is a template; name an instantiation, e.g. {kernel.name}<float>")
+        return kernel
+    if not kernel.template:
+        raise SignatureError(f"{kernel.where}: kernel {kernel.name} is not a template, but {name!r} names template arguments")
+    args = [a.strip() for a in args_text.rstrip().removesuffix(">").split(",")]
+    if len(args) != len(kernel.template_params):
+        raise SignatureError(
+            f"{kernel.where}: {name!r} gives {len(args)} template argument(s); {kernel.name} has type parameters "
+            f"({', '.join(kernel.template_params)}) (non-type template parameters are not supported)"
+        )
+    substitution = dict(zip(kernel.template_params, args))
+    params = tuple(
+        Param(p.name, substitution.get(p.ctype, p.ctype), p.pointer, p.const, p.line) for p in kernel.params
+    )
+    return KernelSignature(name, params, kernel.source, kernel.line, False, True, kernel.launch_bounds, kernel.template_params)
+
+
+def _describe(p: Param) -> str:
+    return f"{'const ' if p.const else ''}{p.ctype}{'*' if p.pointer else ''} {p.name}"

@@ -9,6 +9,7 @@ through every later stage. The Python API (`KernelSpec.declare`) and the TOML sp
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,8 @@ class KernelSpec:
     grid: tuple[ex.Expr, ex.Expr, ex.Expr]
     tensors: tuple[TensorParam, ...]
     scalars: tuple[ScalarParam, ...]
+    shared_memory: int = 0  # bytes of dynamic shared memory per block
+    function: str = ""  # the generated function's name
 
     @property
     def source(self) -> Path:
@@ -97,7 +100,9 @@ class KernelSpec:
         """JSON-able summary; embedded in the vmfb for call-time checks and `inspect`."""
         return {
             "kernel": self.name,
+            "function": self.function,
             "source": self.source.name,
+            "shared_memory": self.shared_memory,
             "block": list(self.block),
             "grid": [str(g) for g in self.grid],
             "inputs": [
@@ -123,6 +128,8 @@ class KernelSpec:
         scalars: Mapping[str, str | int] | None = None,
         inplace: Sequence[str] = (),
         readonly: Sequence[str] = (),
+        shared_memory: str | int = 0,
+        function: str | None = None,
     ) -> "KernelSpec":
         """Reads kernel `name` from `source` and completes it with what the signature can't say.
 
@@ -132,16 +139,16 @@ class KernelSpec:
         value; any other scalar becomes an argument of the generated function.
         inplace: non-const pointers that are read and written (input and result, same buffer).
         readonly: non-const pointers the kernel only reads.
+        shared_memory: bytes of dynamic shared memory (`extern __shared__`), an integer or an
+        expression of block_x, block_y, block_z. It is fixed per kernel (IREE sets it on the
+        export, not per launch), so it can't depend on sizes.
+        function: name of the generated function (default: `name`, with `scale<float>` → `scale_float`).
         """
         signature = find_kernel(Path(source), name)
         where = f"{signature.where}: kernel {name}"
-        if not signature.extern_c:
-            raise SpecError(
-                f"{where} is not extern \"C\": its PTX entry has a C++-mangled name that IREE can't look up; "
-                f"declare it as extern \"C\" __global__"
-            )
-        if signature.template:
-            raise SpecError(f"{where} is a template; instantiate it in an extern \"C\" __global__ wrapper")
+        function = function or re.sub(r"\W+", "_", name).strip("_")
+        if not function.isidentifier():
+            raise SpecError(f"{where}: function name {function!r} must be an identifier (letters, digits, _)")
         params_by_name = {p.name: p for p in signature.params}
         shapes = dict(shapes or {})
         scalar_exprs = dict(scalars or {})
@@ -212,6 +219,7 @@ class KernelSpec:
                     _check_bound(d, bound, f"{where}: output {t.name!r} dim {i}")
 
         block_dims = _parse_block(block, where)
+        shared_bytes = _parse_shared_memory(shared_memory, block_dims, where)
         grid_exprs = _parse_grid(grid, where)
         for i, g in enumerate(grid_exprs):
             _check_bound(g, bound, f"{where}: grid[{i}]")
@@ -223,7 +231,7 @@ class KernelSpec:
         slots = sum(s.stype.slots for s in scalar_list)
         if slots > MAX_CONSTANTS:
             raise SpecError(f"{where}: the scalar parameters need {slots} 32-bit push constants (64-bit values take two), but IREE allows at most {MAX_CONSTANTS} per dispatch")
-        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list))
+        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function)
 
 
 def p_where(signature: KernelSignature, p: Param) -> str:
@@ -263,6 +271,21 @@ def _parse_block(block, where) -> tuple[int, int, int]:
     return tuple(dims)  # type: ignore[return-value]
 
 
+def _parse_shared_memory(value, block: tuple[int, int, int], where: str) -> int:
+    e = ex.parse(value, f"{where}: shared_memory")
+    names = {"block_x": block[0], "block_y": block[1], "block_z": block[2]}
+    unknown = [n for n in ex.symbols(e) if n not in names]
+    if unknown:
+        raise SpecError(
+            f"{where}: shared_memory uses {unknown[0]!r}; it may use only block_x, block_y, block_z, because IREE fixes "
+            "the dynamic shared memory size per kernel, not per launch"
+        )
+    size = ex.evaluate(e, names)
+    if size < 0:
+        raise SpecError(f"{where}: shared_memory is {size} bytes")
+    return size
+
+
 def _parse_grid(grid, where) -> tuple[ex.Expr, ex.Expr, ex.Expr]:
     if grid is None:
         raise SpecError(f"{where}: missing grid; add grid = [\"ceildiv(n, 256)\"] (expressions over shape symbols)")
@@ -290,9 +313,15 @@ class ModuleSpec:
             raise SpecError(f"module {self.name}: no kernels declared")
         seen: dict[str, KernelSpec] = {}
         for k in self.kernels:
-            if k.name in seen:
-                raise SpecError(f"module {self.name}: kernel {k.name!r} declared twice")
-            seen[k.name] = k
+            if k.function in seen:
+                raise SpecError(f"module {self.name}: two kernels generate function {k.function!r} ({seen[k.function].name}, {k.name}); set function = ... on one")
+            seen[k.function] = k
+            for arch in self.archs:
+                if k.shared_memory > arch.max_shared_memory:
+                    raise SpecError(
+                        f"{k.signature.where}: kernel {k.name}: shared_memory {k.shared_memory} bytes exceeds the {arch.max_shared_memory} bytes "
+                        f"a block can have on {arch.name}"
+                    )
 
     @property
     def sources(self) -> tuple[Path, ...]:
@@ -310,7 +339,7 @@ class ModuleSpec:
 
 
 _MODULE_KEYS = {"name", "archs", "nvcc_flags"}
-_KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly"}
+_KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "shared_memory", "function"}
 
 
 def load_spec(path: str | Path) -> ModuleSpec:
@@ -348,6 +377,8 @@ def load_spec(path: str | Path) -> ModuleSpec:
                 scalars=k.get("scalars"),
                 inplace=k.get("inplace", ()),
                 readonly=k.get("readonly", ()),
+                shared_memory=k.get("shared_memory", 0),
+                function=k.get("function"),
             )
         )
     archs = parse_archs(module.get("archs", DEFAULT_ARCHS))

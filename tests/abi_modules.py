@@ -7,6 +7,7 @@ from pathlib import Path
 from iree_dispatch.spec import KernelSpec, ModuleSpec
 
 ABI_CU = Path(__file__).resolve().parent / "kernels" / "abi.cu"
+CXX_CU = Path(__file__).resolve().parent / "kernels" / "cxx.cu"
 ELEMENT_TYPES = ("f16", "bf16", "f32", "f64", "bool", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
 
 
@@ -17,3 +18,14 @@ def abi_module() -> ModuleSpec:
     ]
     iota = KernelSpec.declare(ABI_CU, "iota_sized", block=256, grid="ceildiv(n, 256)", shape=["n"])
     return ModuleSpec("abi", (echo, *reverse, iota))
+
+
+def cxx_module() -> ModuleSpec:
+    scale = [KernelSpec.declare(CXX_CU, f"scale<{t}>", block=256, grid="ceildiv(n, 256)", shape=["n"]) for t in ("float", "double")]
+    row_sum = KernelSpec.declare(
+        CXX_CU, "row_sum", block=256, grid="rows", shapes={"in": ["rows", "cols"], "out": ["rows"]}, shared_memory="block_x * 4"
+    )
+    index3d = KernelSpec.declare(
+        CXX_CU, "index3d", block=[8, 8, 4], grid=["ceildiv(nx, 8)", "ceildiv(ny, 8)", "ceildiv(nz, 4)"], shape=["nz", "ny", "nx"]
+    )
+    return ModuleSpec("cxx", (*scale, row_sum, index3d))

@@ -8,6 +8,7 @@ build/gpu-tests). Where the compiler is installed the tests build them themselve
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -24,6 +25,9 @@ LAYOUT = {
     "broken_poisonable": "poisonable/broken.vmfb",
     "abi": "abi.vmfb",
     "abi_poisonable": "poisonable/abi.vmfb",
+    "cxx": "cxx.vmfb",
+    "cxx_poisonable": "poisonable/cxx.vmfb",
+    "shared_too_big": "shared_too_big/cxx.vmfb",
 }
 
 
@@ -47,7 +51,7 @@ def build_all(out: Path) -> dict[str, Path]:
     from iree_dispatch.pipeline import build
     from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
 
-    from .abi_modules import abi_module
+    from .abi_modules import abi_module, cxx_module
 
     spec = load_spec(ROOT / "kernels" / "samples.toml")
     paths = {name: out / rel for name, rel in LAYOUT.items()}
@@ -62,7 +66,25 @@ def build_all(out: Path) -> dict[str, Path]:
     abi = abi_module()
     build(abi, paths["abi"])
     build(ModuleSpec("abi", tuple(map(with_outputs_in_place, abi.kernels))), paths["abi_poisonable"])
+    cxx = cxx_module()
+    build(cxx, paths["cxx"])
+    build(ModuleSpec("cxx", tuple(map(with_outputs_in_place, cxx.kernels))), paths["cxx_poisonable"])
+    build(shared_memory_beyond_every_gpu(cxx), paths["shared_too_big"])
     return paths
+
+
+def shared_memory_beyond_every_gpu(cxx):
+    """row_sum asking for 300000 bytes of shared memory, more than any GPU offers. The spec
+    check refuses that at build time; it is lifted here to see what a GPU says at run time
+    (the case of PTX for sm_80, limit 163 KB, JIT-compiled for an sm_86 GPU, limit 99 KB)."""
+    from unittest import mock
+
+    from iree_dispatch.archs import Arch
+    from iree_dispatch.spec import ModuleSpec
+
+    row_sum = next(k for k in cxx.kernels if k.name == "row_sum")
+    with mock.patch.object(Arch, "max_shared_memory", property(lambda self: 1 << 30)):
+        return ModuleSpec("cxx", (dataclasses.replace(row_sum, shared_memory=300000),), cxx.archs)
 
 
 if __name__ == "__main__":

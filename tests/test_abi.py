@@ -84,7 +84,7 @@ def test_a_64_bit_parameter_used_other_than_by_loads_is_refused(cu):
     src = cu('extern "C" __global__ void k(long long* out, long long v) {}')
     spec = KernelSpec.declare(src, "k", block=1, grid=1, shapes={"out": [1]})
     with pytest.raises(AbiError, match="uses 64-bit parameter 'v' in a way iree_dispatch can't split"):
-        adapt_entry(ENTRY, spec, "k.cu:1: kernel k")
+        adapt_entry(ENTRY, spec, "k", "k.cu:1: kernel k")
 
 
 @needs_build_tools
@@ -94,11 +94,11 @@ def test_adapted_ptx_is_valid_and_matches_what_iree_passes(tmp_path):
     echo = next(k for k in spec.kernels if k.name == "echo_scalars")
     for arch in ("sm_80", "sm_90"):
         ptx = (result.objects_dir / f"abi.{arch}.ptx").read_text()
-        sizes = [p.nbytes for p in ptx_entries(ptx)["echo_scalars"]]
+        sizes = [p.nbytes for p in ptx_entries(ptx)["echo_scalars"].params]
         # 3 pointers; bool,i8,u8,i16,u16 widened; i32,u32; i64,u64,size_t split; float;
         # double split; half, bf16 widened; long long split.
         assert sizes == [8] * 3 + [4] * 5 + [4] * 2 + [4] * 6 + [4] + [4] * 2 + [4] * 2 + [4] * 2
-        check_adapted(echo, ptx, arch)
+        check_adapted(echo, "echo_scalars", ptx, arch)
         if shutil.which("ptxas"):
             subprocess.run(["ptxas", f"-arch={arch}", str(result.objects_dir / f"abi.{arch}.ptx"), "-o", str(tmp_path / f"{arch}.cubin")], check=True)
 

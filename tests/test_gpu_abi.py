@@ -96,3 +96,52 @@ def test_size_t_as_argument_and_from_a_shape(abi, n):
     module, poisonable = abi
     np.testing.assert_array_equal(module.iota_sized(n), np.arange(n))  # n: a size_t argument
     np.testing.assert_array_equal(poisonable.iota_sized(np.full(n, -1, np.int64)), np.arange(n))  # n: out's length
+
+
+@pytest.fixture(scope="module")
+def cxx(artifacts):  # noqa: F811
+    return runtime.load(artifacts["cxx"]), runtime.load(artifacts["cxx_poisonable"])
+
+
+@pytest.mark.parametrize("n", (1, 7, 1000, 2**20 + 3))
+def test_template_instantiations(cxx, n):
+    module, poisonable = cxx
+    rng = np.random.default_rng()
+    for function, dtype in (("scale_float", np.float32), ("scale_double", np.float64)):
+        x = rng.standard_normal(n).astype(dtype)
+        factor = float(rng.uniform(-4, 4))
+        want = x * dtype(factor)
+        np.testing.assert_array_equal(getattr(module, function)(x, factor), want)
+        np.testing.assert_array_equal(getattr(poisonable, function)(x, np.full(n, np.nan, dtype), factor), want)
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (7, 33), (1000, 7), (33, 4097), (3, 100003)])
+def test_block_reduction_in_dynamic_shared_memory(cxx, rows, cols):
+    module, poisonable = cxx
+    rng = np.random.default_rng()
+    data = rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
+    want = data.astype(np.float64).sum(axis=1)
+    # float32 partial sums in a different order than numpy: error grows like sqrt(cols) ulps.
+    tolerance = 8 * np.finfo(np.float32).eps * np.sqrt(cols) * np.abs(data).sum(axis=1).max()
+    for got in (module.row_sum(data), poisonable.row_sum(data, np.full(rows, np.nan, np.float32))):
+        assert got.shape == (rows,) and np.all(np.abs(got - want) <= tolerance)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 7), (9, 17, 33), (5, 64, 129)])
+def test_3d_grid_and_blocks(cxx, shape):
+    module, poisonable = cxx
+    rng = np.random.default_rng()
+    data = rng.uniform(-1, 1, shape).astype(np.float32)
+    z, y, x = np.meshgrid(*(np.arange(d) for d in shape), indexing="ij")
+    want = data + (1000.0 * z + 100.0 * y + x).astype(np.float32)
+    np.testing.assert_array_equal(module.index3d(data), want)
+    np.testing.assert_array_equal(poisonable.index3d(data, np.full(shape, np.nan, np.float32)), want)
+
+
+def test_shared_memory_beyond_the_gpu_limit_fails_with_the_limit(artifacts):  # noqa: F811
+    with pytest.raises(Exception) as err:
+        module = runtime.load(artifacts["shared_too_big"])
+        module.row_sum(np.ones((4, 4), np.float32))
+    message = str(err.value)
+    print(message)
+    assert "300000" in message and "232448" in message

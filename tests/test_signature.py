@@ -40,6 +40,27 @@ def test_extern_block_launch_bounds_comments_and_lines():
     assert k["g"].extern_c and k["g"].launch_bounds == "256, 2" and k["g"].line == 4
 
 
+def test_template_instantiations_substitute_types(cu):
+    path = cu(
+        "template <typename T, class U> __global__ void axpy(const T* x, U* y, T a, int n) {}\n"
+        "template __global__ void axpy<float, double>(const float*, double*, float, int);\n"
+        "__global__ void plain(float* x);  // a declaration: skipped, the definition follows\n"
+        "__global__ void plain(float* x) {}\n"
+    )
+    k = find_kernel(path, "axpy<float, double>")
+    assert [(p.name, p.ctype, p.pointer, p.const) for p in k.params] == [
+        ("x", "float", True, True), ("y", "double", True, False), ("a", "float", False, False), ("n", "int", False, False)
+    ]
+    assert k.template and not k.extern_c and k.name == "axpy<float, double>"
+    assert find_kernel(path, "plain").line == 4
+    with pytest.raises(SignatureError, match="is a template; name an instantiation, e.g. axpy<float>"):
+        find_kernel(path, "axpy")
+    with pytest.raises(SignatureError, match="gives 1 template argument"):
+        find_kernel(path, "axpy<float>")
+    with pytest.raises(SignatureError, match="is not a template"):
+        find_kernel(path, "plain<int>")
+
+
 def test_cxx_and_template_kernels_are_flagged():
     k = kernels("__global__ void plain(int* x) {}\ntemplate <typename T> __global__ void scale(T* x) {}")
     assert not k["plain"].extern_c
@@ -71,7 +92,7 @@ def test_missing_kernel_lists_the_ones_found(cu):
 
 def test_overloaded_kernel_is_ambiguous(cu):
     path = cu("__global__ void k(int* x) {}\n__global__ void k(float* x) {}")
-    with pytest.raises(SignatureError, match=r"declared 2 times \(lines 1, 2\)"):
+    with pytest.raises(SignatureError, match=r"declared 2 times \(line 1: k\(int\* x\); line 2: k\(float\* x\)\)"):
         find_kernel(path, "k")
 
 

@@ -74,7 +74,6 @@ def test_bad_declarations(kw, message, cu):
 @pytest.mark.parametrize(
     "source, message",
     [
-        ('__global__ void mul(float* out, int n) {}', 'not extern "C"'),
         ('extern "C" __global__ void mul(int n, float* out) {}', "comes after scalar 'n'"),
         ('extern "C" __global__ void mul(const float* a, int n) {}', "writes no tensor"),
         ('extern "C" __global__ void mul(float* out, long double n) {}', "has type 'long double'; scalars may be bool"),
