@@ -194,11 +194,12 @@ def time_calls(call, reps: int, warmup: int, keep_result: bool = False) -> np.nd
     out = np.empty(reps)
     clock = time.perf_counter_ns
     if keep_result:
+        held = [None]
         for i in range(reps):
             t0 = clock()
-            result = call()
+            held[0] = call()
             t1 = clock()
-            result = None  # noqa: F841 - released outside the timed interval
+            held[0] = None  # released outside the timed interval
             out[i] = (t1 - t0) * us_per_ns
         return out
     for i in range(reps):
@@ -352,7 +353,7 @@ def worker_cupy(rec: Recorder, opts) -> None:
         rec.attempt(f"events {size}", lambda: rec.add("events", size, _cupy_events(cp, launch, big, r["calls"] // 2, queued=True)))
         rec.attempt(f"events_idle {size}", lambda: rec.add("events_idle", size, _cupy_events(cp, launch, big, r["calls"] // 2, queued=False)))
         rec.attempt(f"d2d {size}", _cupy_d2d, rec, cp, size, n, big, r)
-        del a, b, out
+        a = b = out = None  # release device memory
     rec.info["context"] = cuda_context_info()
 
 
@@ -645,13 +646,13 @@ def worker_iree(rec: Recorder, opts, worker: str = "iree", modes=IREE_MODES, bef
                     lambda: vm_context.invoke(inplace_fn, args, rt.VmVariantList(1)), r["calls"], r["warmup"])))
             if "device_inplace" in modes:
                 rec.attempt(f"device_inplace {size}", lambda: rec.add("device_inplace", size, time_calls(lambda: fn_inplace(da, dc), r["calls"], r["warmup"])))
-            del dc
+            dc = None  # release device memory
         if "device_batch" in modes:
             k = r["batch"]
             rec.attempt(f"device_batch {size}", lambda: rec.add("device_batch", size, _iree_batches(fn, da, db, k, r["batches"]), calls_per_batch=k))
         if "numpy" in modes:
             rec.attempt(f"numpy {size}", lambda: rec.add("numpy", size, time_calls(lambda: fn(a_h, b_h), r["numpy_calls"], max(3, r["numpy_calls"] // 10))))
-        del da, db
+        da = db = None  # release device memory
         gc.collect()
 
 
@@ -847,7 +848,7 @@ def worker_iree_async(rec: Recorder, opts) -> None:
             kept.append(invoke(function_inplace, dc))
 
         rec.attempt(f"inplace enqueue/batch {size}", _record_batches, rec, size, "inplace_", launch_inplace, sync, r)
-        del da, db, dc
+        da = db = dc = None  # release device memory
 
 
 def worker_cupti(rec: Recorder, opts) -> None:
@@ -895,7 +896,7 @@ def worker_cupti(rec: Recorder, opts) -> None:
             if parsed:
                 durations, api = parsed
                 rec.add(label, size, durations, api_calls_per_launch=api)
-        del a, b, out, da, db
+        a = b = out = da = db = None  # release device memory
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -1113,7 +1114,7 @@ def plot(table: dict, env: dict, path: Path, keys: list[str] | None = None) -> s
             if (keys is None or key in keys) and any(s in table.get(key, {}) for s in SIZES)]
     if not rows:
         return "no plot: no results"
-    fig, axes = plt.subplots(1, len(SIZES), figsize=(17, 0.3 * len(rows) + 2.0), sharey=True)
+    fig, axes = plt.subplots(1, len(SIZES), figsize=(18, 0.28 * len(rows) + 1.6), sharey=True)
     for ax, size in zip(axes, SIZES):
         ys, med, lo, hi, col = [], [], [], [], []
         for i, (key, grp, _) in enumerate(rows):
@@ -1127,20 +1128,20 @@ def plot(table: dict, env: dict, path: Path, keys: list[str] | None = None) -> s
             hi.append(max(s["p90"] - s["median"], 0))
             col.append(colors[grp])
         ax.barh(ys, med, xerr=[lo, hi], color=col, ecolor="#333", capsize=2, height=0.7)
-        for y, m in zip(ys, med):
-            ax.text(m * 1.08, y, f"{m:.3g}", va="center", fontsize=7)
+        for y, m, h in zip(ys, med, hi):
+            ax.text((m + h) * 1.12, y, f"{m:.3g}", va="center", fontsize=7)
         ax.set_xscale("log")
         ax.set_title(f"N = {SIZES[size]:,} float32")
         ax.set_xlabel("µs per call/launch (median, bars p10–p90), log scale")
         ax.grid(axis="x", which="both", alpha=0.3)
     axes[0].set_yticks(range(len(rows)))
-    axes[0].set_yticklabels([f"{label[:70]}  [{key}]" for key, _, label in rows], fontsize=7)
+    axes[0].set_yticklabels([f"{label if len(label) <= 64 else label[:62] + '…'}  [{key}]" for key, _, label in rows], fontsize=7)
     axes[0].invert_yaxis()
     dev = env.get("device_name") or "?"
     fig.suptitle(f"simple_mul (same PTX) dispatch cost — {dev}, driver {env.get('driver_version')}, {env.get('date_utc', '')[:10]}"
-                 + (" — DRY RUN (no GPU)" if env.get("dry_run") else ""), fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
-    fig.savefig(path, dpi=110)
+                 + (" — DRY RUN (no GPU)" if env.get("dry_run") else ""), fontsize=10, y=1 - 0.15 / fig.get_figheight())
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return None
 

@@ -91,7 +91,13 @@ def _indent(lines: list[str], depth: int) -> list[str]:
 
 def _layout(k: KernelSpec) -> str:
     bindings = ", ".join(_BINDING.format(access="" if t.writable else ", ReadOnly") for t in k.tensors)
-    return _LAYOUT.format(constants=len(k.scalars), bindings=bindings)
+    return _LAYOUT.format(constants=_constant_count(k), bindings=bindings)
+
+
+def _constant_count(k: KernelSpec) -> int:
+    """32-bit push constants per dispatch. IREE sizes its constant buffer from this number
+    without checking it against the dispatch (more constants than declared overrun it)."""
+    return sum(s.stype.slots for s in k.scalars)
 
 
 def _condition(arch: Arch) -> list[str]:
@@ -241,6 +247,8 @@ def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], entry: str
         operand_types.append(f"{_tensor_type(t)}{dims}")
         if t.writable:
             results.append(f"{name}{dims}")
+    if len(constants) != _constant_count(k):
+        raise AssertionError(f"{k.name}: {len(constants)} push constants packed, layout declares {_constant_count(k)}")
     operands += constants
     operand_types += ["i32"] * len(constants)
 

@@ -116,3 +116,15 @@ def test_f64_tensors_are_not_demoted(tmp_path):
     module = rt.VmModule.mmap(instance, str(result.vmfb))
     declaration = module.lookup_function("reverse_f64").reflection["iree.abi.declaration"]
     assert "tensor<?xf64>" in declaration and "f32" not in declaration
+
+
+@needs_build_tools
+def test_layout_declares_every_push_constant_slot(tmp_path):
+    """IREE trusts `constants = N` in the layout; 64-bit scalars must count twice."""
+    import re
+
+    result = build(abi_module(), tmp_path / "abi.vmfb", emit_mlir=tmp_path / "abi.mlir")
+    ir = result.mlir.read_text()
+    layout = re.search(r"#layout_echo_scalars = #hal.pipeline.layout<constants = (\d+)", ir)
+    dispatch = re.search(r"flow.dispatch \{@abi_cu::@sm_90::@echo_scalars.*?\) : \(([^)]*)\)", ir)
+    assert int(layout[1]) == 20 == dispatch[1].count("i32")
