@@ -8,22 +8,24 @@ kernels/samples.toml -o build/samples.vmfb --emit-mlir`) is launched
   * by cuda.core (ObjectCode.from_ptx, launch with a LaunchConfig) and by a raw cuLaunchKernel
     through cuda.bindings,
   * by iree_dispatch (`runtime.load(vmfb).simple_mul`) with numpy arrays, with IREE device
-    arrays, through the raw IREE FunctionInvoker, and through VmContext.invoke with a prepacked
-    argument list; also with IREE's CUDA graph command buffers, inline execution, and an
-    async (coarse-fences) build of the same module,
+    arrays, through the raw IREE FunctionInvoker, and through VmContext.invoke (with a prepacked
+    and with a fresh argument list); also `simple_mul_inplace` (no output allocation), IREE's
+    CUDA-graph command buffers, inline execution, synchronous allocations, and an async
+    (coarse-fences) build of the same module,
 
-at N = 1024 and N = 16 Mi float32 elements, plus kernel-only times (CUDA events, CUPTI) and a
-device-to-device copy of N floats as a bandwidth reference.
+at N = 1024 and N = 16 Mi float32 elements, plus kernel-only times (CUDA events, CUPTI through
+torch.profiler) and a device-to-device copy of N floats as a bandwidth reference.
 
 Each group of measurements runs in its own subprocess (`--worker NAME`), so that the IREE
-numbers are taken both in a process that never imported CuPy and in one shared with CuPy.
-The parent process imports no CUDA library: it spawns the workers, collects their JSON, and
-writes `dispatch_overhead.json`, `dispatch_overhead.png` and `dispatch_overhead.md` into `--out`,
-and prints the Markdown table.
+numbers are taken both in processes that never imported CuPy and in processes shared with CuPy.
+The parent process imports no CUDA library: it spawns the workers, collects their JSON, writes
+dispatch_overhead.json, dispatch_overhead.md, dispatch_overhead.png (every row) and
+dispatch_overhead_summary.png (main rows) into --out, and prints the Markdown table.
 
     python benchmarks/dispatch_overhead.py --prepare        # CPU side: build the vmfbs (needs nvcc, iree-compile)
     python benchmarks/dispatch_overhead.py --out DIR        # GPU side: needs iree-base-runtime, numpy, cupy, ...
     python benchmarks/dispatch_overhead.py --dry-run        # no GPU: exercise the plumbing with no-op "launches"
+    python benchmarks/dispatch_overhead.py --replot DIR/dispatch_overhead.json --out DIR2   # table + plots again
 
 See benchmarks/README.md.
 """

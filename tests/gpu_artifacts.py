@@ -44,6 +44,8 @@ def with_outputs_in_place(kernel):
         grid=[str(g) for g in kernel.grid],
         shapes={t.name: [str(d) for d in t.shape] for t in kernel.tensors},
         inplace=[t.name for t in kernel.tensors if t.writable],
+        shared_memory=kernel.shared_memory,
+        function=kernel.function,
     )
 
 
