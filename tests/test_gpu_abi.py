@@ -135,8 +135,9 @@ def test_3d_grid_and_blocks(cxx, shape):
     module, poisonable = cxx
     rng = np.random.default_rng()
     data = rng.uniform(-1, 1, shape).astype(np.float32)
-    z, y, x = np.meshgrid(*(np.arange(d) for d in shape), indexing="ij")
-    want = data + (1000.0 * z + 100.0 * y + x).astype(np.float32)
+    z, y, x = (a.astype(np.float32) for a in np.meshgrid(*(np.arange(d) for d in shape), indexing="ij"))
+    # The kernel's float32 order: ((in + 1000 z) + 100 y) + x; each product is exact.
+    want = ((data + np.float32(1000) * z) + np.float32(100) * y) + x
     np.testing.assert_array_equal(module.index3d(data), want)
     np.testing.assert_array_equal(poisonable.index3d(data, np.full(shape, np.nan, np.float32)), want)
 
