@@ -63,8 +63,8 @@ def parse(text: str | int, what: str) -> Expr:
         return Num(text)
     try:
         tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise SpecError(f"{what}: can't parse expression {text!r}: {exc.msg}") from None
+    except (SyntaxError, ValueError) as exc:  # ValueError: e.g. a NUL character
+        raise SpecError(f"{what}: can't parse expression {text!r}: {getattr(exc, 'msg', exc)}") from None
     expr = _convert(tree.body, text, what)
     _check_constant_divisors(expr, text, what)
     return expr

@@ -150,8 +150,12 @@ class KernelSpec:
         if not function.isidentifier():
             raise SpecError(f"{where}: function name {function!r} must be an identifier (letters, digits, _)")
         params_by_name = {p.name: p for p in signature.params}
-        shapes = dict(shapes or {})
-        scalar_exprs = dict(scalars or {})
+        shapes = _table(shapes, f"{where}: shapes")
+        scalar_exprs = _table(scalars, f"{where}: scalars")
+        inplace = _names(inplace, f"{where}: inplace")
+        readonly = _names(readonly, f"{where}: readonly")
+        if function is not None and not isinstance(function, str):
+            raise SpecError(f"{where}: function must be a string, got {function!r}")
         _check_names(where, "shapes", shapes, params_by_name, want_pointer=True)
         _check_names(where, "scalars", scalar_exprs, params_by_name, want_pointer=False)
         _check_names(where, "inplace", dict.fromkeys(inplace), params_by_name, want_pointer=True)
@@ -180,7 +184,7 @@ class KernelSpec:
             dims_src = shapes.get(p.name, shape)
             if dims_src is None:
                 raise SpecError(f"{where}: pointer parameter {p.name!r} needs a shape; add shape = [...] for all tensors or shapes.{p.name} = [...]")
-            if isinstance(dims_src, (str, int)) or not dims_src:
+            if not isinstance(dims_src, (list, tuple)) or not dims_src:
                 raise SpecError(f"{where}: shape of {p.name!r} must be a non-empty list of dims, got {dims_src!r}")
             dims = tuple(ex.parse(d, f"{where}: shape of {p.name}[{i}]") for i, d in enumerate(dims_src))
             if role != "output":
@@ -242,6 +246,20 @@ def _dim_json(d: ex.Expr) -> str | int:
     return d.value if isinstance(d, ex.Num) else str(d)
 
 
+def _table(value, what: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise SpecError(f"{what} must be a table of parameter names, got {value!r}")
+    return dict(value)
+
+
+def _names(value, what: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"{what} must be a list of parameter names, got {value!r}")
+    return tuple(value)
+
+
 def _check_names(where, field_name, given: Mapping, params: Mapping[str, Param], want_pointer: bool) -> None:
     for key in given:
         if key not in params:
@@ -262,7 +280,7 @@ def _check_bound(e: ex.Expr, bound: Mapping[str, str], what: str) -> None:
 def _parse_block(block, where) -> tuple[int, int, int]:
     if block is None:
         raise SpecError(f"{where}: missing block size; add block = [threads_x, threads_y, threads_z] (e.g. block = [256])")
-    dims = [block] if isinstance(block, int) else list(block)
+    dims = list(block) if isinstance(block, (list, tuple)) else [block]
     if not 1 <= len(dims) <= 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
         raise SpecError(f"{where}: block must be 1 to 3 positive integers, got {block!r}")
     dims += [1] * (3 - len(dims))
@@ -289,10 +307,13 @@ def _parse_shared_memory(value, block: tuple[int, int, int], where: str) -> int:
 def _parse_grid(grid, where) -> tuple[ex.Expr, ex.Expr, ex.Expr]:
     if grid is None:
         raise SpecError(f"{where}: missing grid; add grid = [\"ceildiv(n, 256)\"] (expressions over shape symbols)")
-    items = [grid] if isinstance(grid, (str, int)) else list(grid)
+    items = list(grid) if isinstance(grid, (list, tuple)) else [grid]
     if not 1 <= len(items) <= 3:
         raise SpecError(f"{where}: grid must have 1 to 3 expressions, got {grid!r}")
     exprs = [ex.parse(g, f"{where}: grid[{i}]") for i, g in enumerate(items)]
+    for i, e in enumerate(exprs):
+        if not ex.symbols(e) and ex.evaluate(e, {}) < 1:
+            raise SpecError(f"{where}: grid[{i}] is {ex.evaluate(e, {})}; a grid dimension must be at least 1")
     exprs += [ex.Num(1)] * (3 - len(exprs))
     return tuple(exprs)  # type: ignore[return-value]
 
@@ -381,7 +402,10 @@ def load_spec(path: str | Path) -> ModuleSpec:
                 function=k.get("function"),
             )
         )
-    archs = parse_archs(module.get("archs", DEFAULT_ARCHS))
+    try:
+        archs = parse_archs(module.get("archs", DEFAULT_ARCHS))
+    except SpecError as exc:
+        raise SpecError(f"{path}: [module] archs: {exc}") from None
     flags = module.get("nvcc_flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise SpecError(f"{path}: [module] nvcc_flags must be a list of strings")

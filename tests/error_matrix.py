@@ -1,0 +1,161 @@
+"""Bad input → the exact error users see. Each case is a test (tests/test_error_matrix.py) and
+a row of docs/errors.md, generated from the same table so the docs quote real messages:
+
+    python -m tests.error_matrix > docs/errors.md
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from iree_dispatch.errors import DispatchError
+from iree_dispatch.runtime import KernelFunction
+from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
+
+MUL = 'extern "C" __global__ void mul(const float* a, const float* b, float* out, int n) {}\n'
+
+
+@dataclass(frozen=True)
+class Case:
+    title: str
+    run: Callable[[Path], object]  # given a scratch folder; must raise
+    error: type[Exception]
+    needs_build_tools: bool = False
+
+
+def _cu(folder: Path, text: str | bytes, name: str = "k.cu") -> Path:
+    path = folder / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+def _declare(folder: Path, source: str | bytes, name: str = "mul", **kw) -> KernelSpec:
+    kw.setdefault("block", 64)
+    kw.setdefault("grid", "ceildiv(n, 64)")
+    kw.setdefault("shape", ["n"])
+    return KernelSpec.declare(_cu(folder, source), name, **kw)
+
+
+def _build(folder: Path, source: str, name: str = "mul", flags: tuple[str, ...] = (), **kw) -> None:
+    from iree_dispatch.pipeline import build
+
+    build(ModuleSpec("m", (_declare(folder, source, name, **kw),), nvcc_flags=flags), folder / "m.vmfb")
+
+
+def _spec_file(folder: Path, text: str) -> None:
+    _cu(folder, MUL, "mul.cu")
+    (folder / "k.toml").write_text(text)
+    load_spec(folder / "k.toml")
+
+
+def _call(*args):
+    description = {
+        "kernel": "axpby",
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["n"]}, {"name": "y", "dtype": "f32", "shape": ["n"]}],
+        "scalars": [{"name": "alpha", "ctype": "float", "kind": "float", "bytes": 4}, {"name": "count", "ctype": "uint16_t", "kind": "uint", "bytes": 2}],
+        "outputs": [],
+    }
+    KernelFunction(description, lambda *a: None, device=None)(*args)
+
+
+def _f32(n):
+    return np.ones(n, np.float32)
+
+
+CASES = [
+    Case("struct passed by value", lambda d: _declare(d, 'struct P { int x; };\nextern "C" __global__ void mul(float* out, P p, int n) {}'), DispatchError),
+    Case("pointer to pointer", lambda d: _declare(d, 'extern "C" __global__ void mul(float** out, int n) {}'), DispatchError),
+    Case("variadic kernel", lambda d: _declare(d, 'extern "C" __global__ void mul(float* out, int n, ...) {}'), DispatchError),
+    Case("unknown element type", lambda d: _declare(d, 'extern "C" __global__ void mul(my_t* out, int n) {}'), DispatchError),
+    Case("unknown scalar type", lambda d: _declare(d, 'extern "C" __global__ void mul(float* out, long double n) {}'), DispatchError),
+    Case("overloaded kernel", lambda d: _declare(d, "__global__ void mul(float* o, int n) {}\n__global__ void mul(double* o, int n) {}"), DispatchError),
+    Case("template named without arguments", lambda d: _declare(d, "template <typename T> __global__ void mul(T* out, int n) {}"), DispatchError),
+    Case("template instantiation not compiled", lambda d: _build(d, "template <typename T> __global__ void mul(T* out, int n) {}", "mul<float>"), DispatchError, True),
+    Case("kernel not in the source", lambda d: _declare(d, MUL, "mull"), DispatchError),
+    Case("kernel compiled out (#if 0)", lambda d: _build(d, '#if 0\n' + MUL + '#endif\nextern "C" __global__ void other(float* o) {}'), DispatchError, True),
+    Case("empty .cu file", lambda d: _declare(d, "\n"), DispatchError),
+    Case("non-UTF-8 source", lambda d: _declare(d, b"// caf\xe9\n" + MUL.encode()), DispatchError),
+    Case("nvcc compile error", lambda d: _build(d, 'extern "C" __global__ void mul(float* out, int n) {\n  out[0] = oops;\n}'), DispatchError, True),
+    Case("nvcc warnings as errors", lambda d: _build(d, 'extern "C" __global__ void mul(float* out, int n) { int unused; }', flags=("-Werror", "all-warnings")), DispatchError, True),
+    Case("__launch_bounds__ violated by the block size", lambda d: _build(d, 'extern "C" __global__ void __launch_bounds__(128) mul(float* out, int n) {}', block=256), DispatchError, True),
+    Case("signature changed after the spec was written", lambda d: _changed_signature(d), DispatchError, True),
+    Case("scalar declared as a tensor", lambda d: _declare(d, MUL, shapes={"n": ["n"]}), DispatchError),
+    Case("tensor declared as a scalar", lambda d: _declare(d, MUL, scalars={"a": "n"}), DispatchError),
+    Case("pointer after a scalar", lambda d: _declare(d, 'extern "C" __global__ void mul(int n, float* out) {}'), DispatchError),
+    Case("in-place const pointer", lambda d: _declare(d, MUL, inplace=["a"]), DispatchError),
+    Case("kernel writes no tensor", lambda d: _declare(d, 'extern "C" __global__ void mul(const float* a, int n) {}'), DispatchError),
+    Case("17 bindings", lambda d: _declare(d, 'extern "C" __global__ void mul(' + ", ".join(f"float* p{i}" for i in range(17)) + ", int n) {}"), DispatchError),
+    Case("65 push constants", lambda d: _declare(d, 'extern "C" __global__ void mul(float* out, ' + ", ".join(f"int s{i}" for i in range(65)) + ") {}", shape=[4], grid=1), DispatchError),
+    Case("missing block size", lambda d: _declare(d, MUL, block=None), DispatchError),
+    Case("block over 1024 threads", lambda d: _declare(d, MUL, block=[64, 32]), DispatchError),
+    Case("grid names an unknown variable", lambda d: _declare(d, MUL, grid="ceildiv(m, 64)"), DispatchError),
+    Case("grid divides by zero", lambda d: _declare(d, MUL, grid="n // (4 - 4)"), DispatchError),
+    Case("grid uses '/'", lambda d: _declare(d, MUL, grid="n / 64"), DispatchError),
+    Case("output dim with no input defining it", lambda d: _declare(d, MUL, shapes={"out": ["m"]}), DispatchError),
+    Case("shared memory over the limit", lambda d: ModuleSpec("m", (_declare(d, MUL, shared_memory=200 * 1024),)), DispatchError),
+    Case("shared memory depending on a size", lambda d: _declare(d, MUL, shared_memory="n * 4"), DispatchError),
+    Case("malformed arch", lambda d: _spec_file(d, "[module]\narchs = ['sm8']\n[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblock = [64]\ngrid = ['n']\nshape = ['n']\n"), DispatchError),
+    Case("misspelled spec key", lambda d: _spec_file(d, "[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblok = [64]\n"), DispatchError),
+    Case("call: wrong dtype", lambda d: _call(_f32(4).astype(np.float64), _f32(4), 1.0, 2), TypeError),
+    Case("call: shapes that must match don't", lambda d: _call(_f32(4), _f32(5), 1.0, 2), ValueError),
+    Case("call: wrong rank", lambda d: _call(np.ones((2, 2), np.float32), _f32(4), 1.0, 2), ValueError),
+    Case("call: missing argument", lambda d: _call(_f32(4), _f32(4), 1.0), TypeError),
+    Case("call: scalar out of its C type's range", lambda d: _call(_f32(4), _f32(4), 1.0, 70000), ValueError),
+]
+
+
+def _changed_signature(folder: Path) -> None:
+    from iree_dispatch.pipeline import build
+
+    spec = ModuleSpec("m", (_declare(folder, 'extern "C" __global__ void mul(float* out, int n) {}'),))
+    _cu(folder, 'extern "C" __global__ void mul(float* out, int n, int extra) {}')
+    build(spec, folder / "m.vmfb")
+
+
+def message(case: Case) -> str:
+    """The error text, with the scratch folder written as <dir>; raises if nothing is raised."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp).resolve()
+        try:
+            case.run(folder)
+        except case.error as exc:
+            text = str(exc).replace(str(folder), "<dir>")
+            return re.sub(r"/tmp/[\w./-]+\.cubin\.cu|\S*/nvcc", "<nvcc>", text)
+    raise AssertionError(f"{case.title}: no {case.error.__name__} raised")
+
+
+def markdown() -> str:
+    lines = [
+        "# Errors: bad input and what you see",
+        "",
+        "Generated by `python -m tests.error_matrix > docs/errors.md` from the cases in",
+        "`tests/error_matrix.py`; each row is also a test. `<dir>` is the folder of the files involved.",
+        "Build-time errors come from `iree-dispatch build` / `iree_dispatch.build` (also as",
+        "`iree-dispatch build: error: ...`, exit 1), call errors from `iree_dispatch.runtime`, before",
+        "anything is launched.",
+        "",
+        "| # | bad input | error | message |",
+        "|---|---|---|---|",
+    ]
+    for i, case in enumerate(CASES, 1):
+        text = message(case).split("\ncommand:")[0]
+        text = text.replace("|", "\\|").replace("\n", "<br>")
+        lines.append(f"| {i} | {case.title} | `{case.error.__name__ if case.error is not DispatchError else 'build'}` | {text} |")
+    lines += [
+        "",
+        "On a GPU, loading a module with no variant for it (tests/test_gpu.py):",
+        "`<dir>/samples.vmfb: no kernel variant can run on this GPU (compute capability 9.0, sm_90); the module was built",
+        "for sm_100. rebuild with --arch sm_90 (or an older arch, whose PTX JITs forward)`",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown())
