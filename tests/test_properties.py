@@ -48,7 +48,7 @@ def kernels(draw):
     params = [f"{'const ' if const else ''}{t}* p{i}" for i, (t, const) in enumerate(pointers)]
     params += [f"int {s}" for s in named] + [f"{t} s{i}" for i, t in enumerate(scalars)]
     block = draw(st.lists(st.integers(1, 32), min_size=1, max_size=3).filter(lambda b: b[0] * (b[1:] or [1])[0] * (b[2:] or [1])[0] <= 1024))
-    grid = draw(st.lists(grid_expr(shape), min_size=1, max_size=3))
+    grid = draw(st.lists(grid_expr(shape).map(lambda e: f"max({e}, 1)"), min_size=1, max_size=3))  # never 0 blocks
     return f'extern "C" __global__ void k({", ".join(params)}) {{}}\n', dict(block=block, grid=grid, shape=shape)
 
 
