@@ -67,7 +67,7 @@ def _cmd_inspect(args) -> int:
 
         spec = load_spec(path)
         print(f"module {spec.name}  archs: {', '.join(a.name for a in spec.archs)} (variant order: newest first)")
-        descriptions = {k.name: dict(k.describe(), archs=[a.name for a in spec.archs]) for k in spec.kernels}
+        descriptions = {k.function: dict(k.describe(), archs=[a.name for a in spec.archs]) for k in spec.kernels}
     else:
         from .runtime import read_descriptions
 
@@ -80,11 +80,13 @@ def _cmd_inspect(args) -> int:
             archs = next(iter(descriptions.values()))["archs"]
             print(f"  variants: {', '.join(archs)} (newest first; each guarded by a compute-capability condition)")
     for name, d in descriptions.items():
-        ins = ", ".join(f"{t['name']}: {'x'.join(map(str, t['shape']))}x{t['dtype']}" for t in d["inputs"])
+        ins = ", ".join(f"{t['name']}: {t['dtype']}[{', '.join(map(str, t['shape']))}]" for t in d["inputs"])
         scal = "".join(f", {s['name']}: {s['ctype']}" for s in d["scalars"])
-        outs = ", ".join(f"{t['name']}: {'x'.join(map(str, t['shape']))}x{t['dtype']}{' (in place)' if t['inplace'] else ''}" for t in d["outputs"])
+        outs = ", ".join(f"{t['name']}: {t['dtype']}[{', '.join(map(str, t['shape']))}]{' (in place)' if t['inplace'] else ''}" for t in d["outputs"])
         print(f"  kernel {name}({ins}{scal}) -> ({outs})")
-        print(f"    source {d['source']}  block {d['block']}  grid {d['grid']}")
+        entry = f"  ({d['kernel']})" if d.get("kernel", name) != name else ""
+        shared = f"  shared memory {d['shared_memory']} B" if d.get("shared_memory") else ""
+        print(f"    source {d['source']}{entry}  block {d['block']}  grid {d['grid']}{shared}")
     return 0
 
 

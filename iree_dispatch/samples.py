@@ -12,6 +12,7 @@ from types import ModuleType
 
 import numpy as np
 
+from .dtypes import ELEMENT_TYPES
 from .pipeline import build
 from .spec import load_spec
 
@@ -33,8 +34,10 @@ def random_arguments(description: dict, sizes: dict[str, int], rng: np.random.Ge
     args: list = []
     for t in description["inputs"]:
         shape = [d if isinstance(d, int) else sizes[d] for d in t["shape"]]
-        dtype = np.dtype({"f32": "float32", "f64": "float64", "f16": "float16"}.get(t["dtype"], "int32"))
-        if dtype.kind == "f":
+        dtype = np.dtype(ELEMENT_TYPES[t["dtype"]].numpy)
+        if dtype.kind == "b":
+            values = rng.integers(0, 2, size=shape)
+        elif dtype.kind == "f":
             values = rng.uniform(0.5, 2.0, size=shape) * rng.choice([-1.0, 1.0], size=shape)
         else:
             values = rng.integers(1, 100, size=shape)
@@ -44,9 +47,9 @@ def random_arguments(description: dict, sizes: dict[str, int], rng: np.random.Ge
     return args
 
 
-def tolerance(description: dict) -> dict[str, float]:
-    """Elementwise float32 kernels: one rounding (products) or a few (FMA-contracted sums)."""
-    return {"rtol": 2e-6, "atol": 1e-6}
+# The samples are elementwise float32 kernels: one rounding (products) or a few (FMA-contracted
+# sums) away from the float64 reference.
+TOLERANCE = {"rtol": 2e-6, "atol": 1e-6}
 
 
 def build_samples(root: Path, out: Path, progress) -> list[Path]:
@@ -73,7 +76,7 @@ def run_samples(root: Path, out: Path, device: str) -> bool:
             got = function(*args)
             elapsed = time.perf_counter() - start
             want = getattr(references, name)(*args)
-            good = got.shape == want.shape and np.allclose(got, want, **tolerance(description))
+            good = got.shape == want.shape and np.allclose(got, want, **TOLERANCE)
             err = float(np.max(np.abs(got - want))) if got.shape == want.shape and got.size else 0.0
             print(f"  {'PASS' if good else 'FAIL'}  {name:<20} n={n:<8} max|err|={err:.2e}  {elapsed * 1e3:7.2f} ms")
             ok &= good

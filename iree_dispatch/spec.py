@@ -175,7 +175,7 @@ class KernelSpec:
         bound: dict[str, str] = {}  # symbol → where it is bound, for error messages
         for p in (p for p in signature.params if p.pointer):
             if p.ctype not in POINTEE_TYPES:
-                raise SpecError(f"{p_where(signature, p)}: unknown element type {p.ctype!r} of pointer {p.name!r}; supported: {', '.join(sorted(POINTEE_TYPES))}")
+                raise SpecError(f"{_param_where(signature, p)}: unknown element type {p.ctype!r} of pointer {p.name!r}; supported: {', '.join(sorted(POINTEE_TYPES))}")
             if p.name in inplace and p.name in readonly:
                 raise SpecError(f"{where}: {p.name!r} is listed both in inplace and readonly")
             if p.const and (p.name in inplace):
@@ -201,7 +201,7 @@ class KernelSpec:
         for p in (p for p in signature.params if not p.pointer):
             stype = SCALAR_TYPES.get(p.ctype)
             if stype is None:
-                raise SpecError(f"{p_where(signature, p)}: scalar {p.name!r} has type {p.ctype!r}; {SCALAR_HINT}")
+                raise SpecError(f"{_param_where(signature, p)}: scalar {p.name!r} has type {p.ctype!r}; {SCALAR_HINT}")
             if p.name in scalar_exprs:
                 if not (stype.integer or stype.kind == "float"):
                     raise SpecError(f"{where}: scalars.{p.name}: a {p.ctype} can't be computed from sizes (only integer types and float can); make it an argument")
@@ -238,7 +238,7 @@ class KernelSpec:
         return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function)
 
 
-def p_where(signature: KernelSignature, p: Param) -> str:
+def _param_where(signature: KernelSignature, p: Param) -> str:
     return f"{signature.source}:{p.line}: kernel {signature.name}"
 
 

@@ -63,8 +63,8 @@ def test_build_and_inspect(tmp_path, capsys):
     assert main(["inspect", str(out)]) == 0
     text = capsys.readouterr().out
     assert "variants: sm_90, sm_86" in text
-    assert "kernel axpby(x: nxf32, y: nxf32, alpha: float, beta: float) -> (out: nxf32)" in text
-    assert "kernel simple_mul_inplace(lhs: nxf32, rhs: nxf32) -> (rhs: nxf32 (in place))" in text
+    assert "kernel axpby(x: f32[n], y: f32[n], alpha: float, beta: float) -> (out: f32[n])" in text
+    assert "kernel simple_mul_inplace(lhs: f32[n], rhs: f32[n]) -> (rhs: f32[n] (in place))" in text
     assert main(["inspect", str(SAMPLES_SPEC)]) == 0
     assert "block [256, 1, 1]  grid ['max(min(ceildiv(n, 1024), 4096), 1)', '1', '1']" in capsys.readouterr().out
 
