@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import expr as ex
-from .archs import Arch
+from .variants import Variant
 from .reflection import REFLECTION_KEY, encode
 from .spec import KernelSpec, ModuleSpec, TensorParam
 
@@ -25,7 +25,7 @@ from .spec import KernelSpec, ModuleSpec, TensorParam
 _TARGET = '#hal.executable.target<"cuda", "cuda-nvptx-fb", {{target_arch = "{arch}"}}>'
 _BINDING = "#hal.pipeline.binding<storage_buffer{access}>"
 _LAYOUT = "#hal.pipeline.layout<constants = {constants}, bindings = [{bindings}]>"
-_VARIANT_OPEN = 'hal.executable.variant public @{arch} target(#target_{arch}) objects([#hal.executable.object<{{path = "{path}"}}>]) {{'
+_VARIANT_OPEN = 'hal.executable.variant public @{name} target(#target_{arch}) objects([#hal.executable.object<{{path = "{path}"}}>]) {{'
 _QUERY = '%{name}.ok, %{name} = hal.device.query<%device : !hal.device> key("cuda.device" :: "compute_capability_{name}") : i1, i32'
 _EXPORT_OPEN = "hal.executable.export public @{entry} ordinal({ordinal}) layout(#layout_{layout}) count(%device: !hal.device{workloads}) -> (index, index, index) {{"
 _EXPORT_CLOSE = "}} <{{workgroup_size = [{x} : index, {y} : index, {z} : index]{shared}}}>"
@@ -37,7 +37,7 @@ class Executable:
 
     symbol: str
     kernels: tuple[KernelSpec, ...]
-    object_paths: dict[Arch, str]  # arch → object path as written into the IR
+    object_paths: dict[str, str]  # variant name → object path as written into the IR
 
 
 def mlir_string(text: str) -> str:
@@ -58,9 +58,9 @@ def executable_symbols(module: ModuleSpec) -> dict[Path, str]:
 
 
 def emit_module(
-    module: ModuleSpec, object_paths: dict[tuple[Path, Arch], str], entries: dict[str, str], header: str = "", *, for_linking: bool = False
+    module: ModuleSpec, object_paths: dict[tuple[Path, str], str], entries: dict[str, str], header: str = "", *, for_linking: bool = False
 ) -> str:
-    """The complete MLIR module. `object_paths[(source, arch)]` is the object path to write;
+    """The complete MLIR module. `object_paths[(source, variant name)]` is the object path to write;
     `entries[kernel name]` the kernel's PTX entry name (abi.resolve_entry), which the export
     must carry because IREE looks kernels up by export name.
 
@@ -68,19 +68,21 @@ def emit_module(
     program's `func.func private @<module>.<kernel>` declarations are resolved against.
     """
     symbols = executable_symbols(module)
+    variants = module.variants
     executables = [
-        Executable(symbols[src], tuple(k for k in module.kernels if k.source == src), {a: object_paths[(src, a)] for a in module.archs})
+        Executable(symbols[src], tuple(k for k in module.kernels if k.source == src), {v.name: object_paths[(src, v.name)] for v in variants})
         for src in module.sources
     ]
     lines = [f"// {line}" for line in header.splitlines()]
-    lines += [f"#target_{a.name} = " + _TARGET.format(arch=a.name) for a in module.archs]
+    target_archs = dict.fromkeys(v.target_arch.name for v in variants)
+    lines += [f"#target_{a} = " + _TARGET.format(arch=a) for a in target_archs]
     lines += [f"#layout_{k.function} = " + _layout(k) for k in module.kernels]
     lines.append(f"module @{module.name} {{")
     for exe in executables:
-        lines += _indent(_executable(exe, module.archs, entries), 1)
+        lines += _indent(_executable(exe, variants, entries), 1)
     for k in module.kernels:
         function = f"private @{module.name}.{k.function}" if for_linking else f"@{k.function}"
-        lines += _indent(_wrapper(k, symbols[k.source], module.archs, entries[k.name], function), 1)
+        lines += _indent(_wrapper(k, symbols[k.source], module, entries[k.name], function), 1)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -100,30 +102,35 @@ def _constant_count(k: KernelSpec) -> int:
     return sum(s.stype.slots for s in k.scalars)
 
 
-def _condition(arch: Arch) -> list[str]:
-    """True when the GPU can run this arch's PTX (see Arch.runs_on; the two must agree)."""
-    body = [_QUERY.format(name="major"), _QUERY.format(name="minor"),
-            f"%want_major = arith.constant {arch.major} : i32", f"%want_minor = arith.constant {arch.minor} : i32",
-            "%same_major = arith.cmpi eq, %major, %want_major : i32"]
-    if arch.forward_compatible:
-        body += ["%newer_major = arith.cmpi sgt, %major, %want_major : i32",
-                 "%minor_ok = arith.cmpi sge, %minor, %want_minor : i32",
-                 "%same_and_minor = arith.andi %same_major, %minor_ok : i1",
-                 "%runs = arith.ori %newer_major, %same_and_minor : i1"]
-    elif arch.suffix == "f":
-        body += ["%minor_ok = arith.cmpi sge, %minor, %want_minor : i32",
-                 "%runs = arith.andi %same_major, %minor_ok : i1"]
-    else:
-        body += ["%minor_ok = arith.cmpi eq, %minor, %want_minor : i32",
-                 "%runs = arith.andi %same_major, %minor_ok : i1"]
-    body += ["%queried = arith.andi %major.ok, %minor.ok : i1", "%ok = arith.andi %queried, %runs : i1", "hal.return %ok : i1"]
+def _condition(variant: Variant) -> list[str]:
+    """True when the GPU can run the variant's object: any of its rules holds (variants.py)."""
+    body = [_QUERY.format(name="major"), _QUERY.format(name="minor"), "%queried = arith.andi %major.ok, %minor.ok : i1"]
+    terms = []
+    for i, (major, minor, how) in enumerate(variant.rules):
+        body += [f"%major{i} = arith.constant {major} : i32", f"%minor{i} = arith.constant {minor} : i32"]
+        same = f"%same{i}"
+        body.append(f"{same} = arith.cmpi eq, %major, %major{i} : i32")
+        minor_pred = "eq" if how == "exact" else "sge"
+        body.append(f"%minor_ok{i} = arith.cmpi {minor_pred}, %minor, %minor{i} : i32")
+        body.append(f"%rule{i} = arith.andi {same}, %minor_ok{i} : i1")
+        if how == "at_least":
+            body.append(f"%newer{i} = arith.cmpi sgt, %major, %major{i} : i32")
+            body.append(f"%rule{i}.any = arith.ori %newer{i}, %rule{i} : i1")
+            terms.append(f"%rule{i}.any")
+        else:
+            terms.append(f"%rule{i}")
+    runs = terms[0]
+    for i, term in enumerate(terms[1:]):
+        body.append(f"%any{i} = arith.ori {runs}, {term} : i1")
+        runs = f"%any{i}"
+    body += [f"%ok = arith.andi %queried, {runs} : i1", "hal.return %ok : i1"]
     return ["hal.executable.condition(%device: !hal.device) -> i1 {", *_indent(body, 1), "}"]
 
 
-def _executable(exe: Executable, archs: tuple[Arch, ...], entries: dict[str, str]) -> list[str]:
+def _executable(exe: Executable, variants: tuple[Variant, ...], entries: dict[str, str]) -> list[str]:
     lines = [f"hal.executable private @{exe.symbol} {{"]
-    for arch in archs:
-        variant = [_VARIANT_OPEN.format(arch=arch.name, path=exe.object_paths[arch]), *_indent(_condition(arch), 1)]
+    for v in variants:
+        variant = [_VARIANT_OPEN.format(name=v.name, arch=v.target_arch.name, path=exe.object_paths[v.name]), *_indent(_condition(v), 1)]
         for ordinal, k in enumerate(exe.kernels):
             variant += _indent(_export(k, entries[k.name], ordinal), 1)
         variant.append("}")
@@ -192,7 +199,7 @@ class _Body:
         return [low, self.op(f"arith.trunci {shifted} : i64 to i32")]
 
 
-def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], entry: str, function: str) -> list[str]:
+def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, function: str) -> list[str]:
     b = _Body(k.name)
     symbols: dict[str, str] = {}
     dim_values: dict[tuple[str, int], str] = {}
@@ -253,7 +260,7 @@ def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], entry: str
     operand_types += ["i32"] * len(constants)
 
     workloads = ", ".join(symbols[w] for w in k.workloads)
-    targets = ", ".join(f"@{exe_symbol}::@{a.name}::@{entry}" for a in archs)
+    targets = ", ".join(f"@{exe_symbol}::@{v.name}::@{entry}" for v in module.variants)
     lhs = "%result" if len(results) == 1 else f"%results:{len(results)}"
     rhs_results = results[0] if len(results) == 1 else f"({', '.join(results)})"
     b.lines.append(
@@ -265,7 +272,7 @@ def _wrapper(k: KernelSpec, exe_symbol: str, archs: tuple[Arch, ...], entry: str
 
     args = [f"%{t.name}: {_tensor_type(t)}" for t in k.inputs] + [f"%{s.name}: {s.stype.func_arg}" for s in k.scalar_args]
     ret = out_types[0] if len(out_types) == 1 else f"({', '.join(out_types)})"
-    description = dict(k.describe(), archs=[a.name for a in archs])
+    description = dict(k.describe(), archs=[a.name for a in module.archs], objects=module.objects)
     reflection = mlir_string(encode(description))
     # Only public wrappers are called from outside and need their description at run time.
     attributes = "" if function.startswith("private") else f" attributes {{iree.reflection = {{{REFLECTION_KEY} = {reflection}}}}}"

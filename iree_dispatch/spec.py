@@ -8,6 +8,7 @@ through every later stage. The Python API (`KernelSpec.declare`) and the TOML sp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tomllib
@@ -20,6 +21,7 @@ from .archs import DEFAULT_ARCHS, Arch, parse_archs
 from .dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
 from .errors import SpecError
 from .signature import KernelSignature, Param, find_kernel
+from .variants import POLICIES, Variant, plan_variants
 
 # IREE's CUDA HAL limits per export (IREE_CUDA_FACTS.md).
 MAX_BINDINGS = 16
@@ -237,6 +239,39 @@ class KernelSpec:
             raise SpecError(f"{where}: the scalar parameters need {slots} 32-bit push constants (64-bit values take two), but IREE allows at most {MAX_CONSTANTS} per dispatch")
         return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function)
 
+    def with_outputs_in_place(self, function: str | None = None) -> "KernelSpec":
+        """The same kernel with every fresh output declared in place: its generated function
+        takes the output buffers as arguments (in the kernel's parameter order) and writes into
+        them, so no output is allocated per call (the `out=` form).
+
+        function: the new function's name (default: unchanged); give a new one, such as
+        `f"{kernel.function}_out"`, to put both forms into one module.
+
+        Declared again from the source with everything else unchanged (block, grid, shapes,
+        scalar expressions, readonly pointers). A scalar that sized an output and was a call
+        argument is then taken from the output buffer's size instead.
+        """
+        where = f"{self.signature.where}: kernel {self.name}"
+        for t in self.tensors:
+            for i, d in enumerate(t.shape):
+                if t.role == "output" and not isinstance(d, (ex.Sym, ex.Num)):
+                    raise SpecError(
+                        f"{where}: output {t.name!r} dim {i} is {d}; a caller-provided output needs dims that are names or "
+                        f"integers (declare shapes.{t.name} with a name, or keep the output allocated by IREE)"
+                    )
+        return KernelSpec.declare(
+            self.source,
+            self.name,
+            block=list(self.block),
+            grid=[_dim_json(g) for g in self.grid],
+            shapes={t.name: [_dim_json(d) for d in t.shape] for t in self.tensors},
+            scalars={s.name: _dim_json(s.value) for s in self.scalars if s.value is not None and s.value != ex.Sym(s.name)},
+            inplace=[t.name for t in self.tensors if t.writable],
+            readonly=[t.name for t in self.tensors if t.role == "input" and not t.param.const],
+            shared_memory=self.shared_memory,
+            function=function or self.function,
+        )
+
 
 def _param_where(signature: KernelSignature, p: Param) -> str:
     return f"{signature.source}:{p.line}: kernel {signature.name}"
@@ -326,8 +361,15 @@ class ModuleSpec:
     kernels: tuple[KernelSpec, ...]
     archs: tuple[Arch, ...] = field(default_factory=lambda: tuple(parse_archs(DEFAULT_ARCHS)))
     nvcc_flags: tuple[str, ...] = ()
+    objects: str = "ptx"  # object policy, see variants.py: "ptx", "cubin" or "fatbin"
+
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        return plan_variants(self.archs, self.objects)
 
     def __post_init__(self) -> None:
+        if self.objects not in POLICIES:
+            raise SpecError(f"module {self.name}: objects = {self.objects!r}; choose one of {', '.join(POLICIES)}")
         if not self.name.isidentifier():
             raise SpecError(f"module name {self.name!r} must be an identifier (letters, digits, _)")
         if not self.kernels:
@@ -349,17 +391,20 @@ class ModuleSpec:
         return tuple(dict.fromkeys(k.source for k in self.kernels))
 
     def with_archs(self, archs) -> "ModuleSpec":
-        return ModuleSpec(self.name, self.kernels, tuple(parse_archs(archs)), self.nvcc_flags)
+        return dataclasses.replace(self, archs=tuple(parse_archs(archs)))
+
+    def with_objects(self, policy: str) -> "ModuleSpec":
+        return dataclasses.replace(self, objects=policy)
 
     def fingerprint(self) -> str:
         """Stable text of everything declared, for reproducibility checks."""
         return json.dumps(
-            {"name": self.name, "archs": [a.name for a in self.archs], "nvcc_flags": list(self.nvcc_flags), "kernels": [k.describe() for k in self.kernels]},
+            {"name": self.name, "archs": [a.name for a in self.archs], "objects": self.objects, "nvcc_flags": list(self.nvcc_flags), "kernels": [k.describe() for k in self.kernels]},
             sort_keys=True,
         )
 
 
-_MODULE_KEYS = {"name", "archs", "nvcc_flags"}
+_MODULE_KEYS = {"name", "archs", "nvcc_flags", "objects"}
 _KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "shared_memory", "function"}
 
 
@@ -409,7 +454,7 @@ def load_spec(path: str | Path) -> ModuleSpec:
     flags = module.get("nvcc_flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise SpecError(f"{path}: [module] nvcc_flags must be a list of strings")
-    return ModuleSpec(module.get("name", path.stem), tuple(kernels), tuple(archs), tuple(flags))
+    return ModuleSpec(module.get("name", path.stem), tuple(kernels), tuple(archs), tuple(flags), module.get("objects", "ptx"))
 
 
 def _check_keys(table, allowed: set[str], label: str) -> None:

@@ -96,3 +96,33 @@ def compile_all(jobs: list[tuple[Path, Arch, Path]], flags: tuple[str, ...] = ()
     with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
         futures = [pool.submit(run, job) for job in jobs]
         return [f.result() for f in futures]
+
+
+def _cuda_tool(name: str, nvcc: Path | None = None) -> Path:
+    """A CUDA toolkit program (ptxas, fatbinary): beside nvcc, else on PATH."""
+    nvcc = nvcc or find_nvcc()
+    for candidate in (nvcc.parent / name, shutil.which(name)):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    raise ToolchainError(f"{name} not found beside {nvcc} or on PATH; it comes with the CUDA toolkit")
+
+
+def _run(cmd: list[str], what: str, out: Path) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        out.unlink(missing_ok=True)
+        raise ToolchainError(f"{what} failed (exit {proc.returncode}):\n{(proc.stderr + proc.stdout).strip()}\ncommand: {' '.join(cmd)}")
+
+
+def assemble_cubin(ptx: Path, arch: Arch, out: Path) -> Path:
+    """ptxas: PTX → cubin for exactly `arch` (no JIT at load time)."""
+    _run([str(_cuda_tool("ptxas")), f"-arch={arch.name}", "-O3", str(ptx), "-o", str(out)], f"ptxas of {ptx.name} for {arch.name}", out)
+    return out
+
+
+def make_fatbin(cubins: dict[Arch, Path], ptx: tuple[Arch, Path], out: Path) -> Path:
+    """fatbinary: every cubin plus one PTX, for the driver to choose from at load time."""
+    images = [f"--image3=kind=elf,sm={a.name[3:]},file={path}" for a, path in cubins.items()]
+    images.append(f"--image3=kind=ptx,sm={ptx[0].name[3:]},file={ptx[1]}")
+    _run([str(_cuda_tool("fatbinary")), f"--create={out}", *images], f"fatbinary {out.name}", out)
+    return out

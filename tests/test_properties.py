@@ -59,7 +59,7 @@ def declare(source: str, **kw) -> KernelSpec:
 
 
 def emit(spec: ModuleSpec) -> str:
-    paths = {(s, a): f"objects/{s.stem}.{a.name}.ptx" for s in spec.sources for a in spec.archs}
+    paths = {(s, v.name): f"objects/{v.object_filename(s.stem)}" for s in spec.sources for v in spec.variants}
     return emit_module(spec, paths, {k.name: k.name for k in spec.kernels})
 
 
@@ -86,8 +86,8 @@ def test_valid_declarations_compile(tmp_path_factory, kernel):
     spec = ModuleSpec("m", (declare(source, **kw),))
     folder = tmp_path_factory.mktemp("compile")
     (folder / "objects").mkdir()
-    for arch in spec.archs:
-        (folder / "objects" / f"k.{arch.name}.ptx").write_text("// placeholder\n")
+    for variant in spec.variants:
+        (folder / "objects" / variant.object_filename("k")).write_text("// placeholder\n")
     (folder / "m.mlir").write_text(emit(spec))
     compile_vmfb(folder / "m.mlir", folder / "m.vmfb", parse_archs(["sm_80"])[0])
     assert (folder / "m.vmfb").stat().st_size > 0

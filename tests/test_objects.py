@@ -1,0 +1,64 @@
+"""Object policies (PTX / cubin / fatbin): variant planning, conditions and what the vmfb holds."""
+
+import re
+
+import pytest
+
+from iree_dispatch.archs import parse_archs
+from iree_dispatch.errors import SpecError
+from iree_dispatch.pipeline import build
+from iree_dispatch.spec import load_spec
+from iree_dispatch.variants import plan_variants
+
+from .conftest import SAMPLES_SPEC, needs_build_tools
+
+ARCHS = tuple(parse_archs(["sm_80", "sm_90"]))
+
+
+def chosen(policy, archs, capability):
+    """The variant IREE picks: the first whose condition holds."""
+    return next((v.name for v in plan_variants(archs, policy) if v.runs_on(*capability)), None)
+
+
+@pytest.mark.parametrize(
+    "policy, capability, variant",
+    [
+        ("ptx", (9, 0), "sm_90"), ("ptx", (8, 6), "sm_80"), ("ptx", (10, 0), "sm_90"), ("ptx", (7, 5), None),
+        ("cubin", (9, 0), "sm_90_cubin"), ("cubin", (8, 6), "sm_80_cubin"), ("cubin", (8, 0), "sm_80_cubin"),
+        ("cubin", (10, 0), "sm_90"), ("cubin", (12, 0), "sm_90"), ("cubin", (7, 0), None),
+        ("fatbin", (9, 0), "fatbin"), ("fatbin", (8, 9), "fatbin"), ("fatbin", (10, 0), "fatbin"), ("fatbin", (7, 5), None),
+    ],
+)
+def test_each_gpu_gets_the_best_object_it_can_run(policy, capability, variant):
+    assert chosen(policy, ARCHS, capability) == variant
+
+
+def test_arch_specific_targets_run_only_on_their_arch():
+    archs = tuple(parse_archs(["sm_90a", "sm_80"]))
+    assert chosen("cubin", archs, (9, 0)) == "sm_90a_cubin"
+    assert chosen("cubin", archs, (10, 0)) is None  # sm_90a PTX does not JIT forward
+    assert chosen("ptx", archs, (10, 0)) == "sm_80"
+
+
+def test_unknown_policy():
+    with pytest.raises(SpecError, match="objects = 'elf'; choose one of ptx, cubin, fatbin"):
+        load_spec(SAMPLES_SPEC).with_objects("elf")
+
+
+@needs_build_tools
+@pytest.mark.parametrize("policy", ["cubin", "fatbin"])
+def test_binary_objects_are_built_and_embedded(policy, tmp_path):
+    result = build(load_spec(SAMPLES_SPEC).with_objects(policy), tmp_path / "s.vmfb", emit_mlir=tmp_path / "s.mlir")
+    ir = result.mlir.read_text()
+    names = sorted(p.name for p in result.objects_dir.iterdir())
+    data = result.vmfb.read_bytes()
+    if policy == "cubin":
+        assert re.findall(r"variant public @(\w+)", ir)[:3] == ["sm_90_cubin", "sm_80_cubin", "sm_90"]
+        assert {"simple_mul.sm_90.cubin", "simple_mul.sm_80.cubin", "simple_mul.sm_90.ptx"} <= set(names)
+        assert (result.objects_dir / "simple_mul.sm_90.cubin").read_bytes()[:4] == b"\x7fELF"
+        assert data.count(b"\x7fELF") >= 4  # two cubins per source
+    else:
+        assert re.findall(r"variant public @(\w+)", ir)[:2] == ["fatbin", "fatbin"]  # one per source
+        fatbin = (result.objects_dir / "simple_mul.fatbin").read_bytes()
+        assert fatbin[:4] == bytes.fromhex("50ed55ba")  # the fatbin magic
+        assert fatbin in data
