@@ -24,6 +24,8 @@ def _cmd_build(args) -> int:
     spec = load_spec(args.spec)
     if args.arch:
         spec = spec.with_archs([a for item in args.arch for a in item.split(",")])
+    if args.objects:
+        spec = spec.with_objects(args.objects)
     stem = Path(args.program).stem if args.program else spec.name
     output = Path(args.output or Path("build") / f"{stem}.vmfb")
     emit = None
@@ -105,6 +107,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("-o", "--output", help="output .vmfb (default: build/<module>.vmfb)")
     b.add_argument("--emit-mlir", nargs="?", const="", metavar="PATH", help="also keep the generated MLIR (default: next to the .vmfb)")
     b.add_argument("--arch", action="append", help="CUDA archs, e.g. sm_80,sm_90 (repeatable; overrides the spec)")
+    b.add_argument("--objects", choices=("cubin", "ptx", "fatbin"), help="objects per arch (overrides the spec; default cubin + PTX fallback)")
     b.add_argument("--program", help="MLIR program calling the kernels via func.func private @<module>.<kernel> declarations")
     b.add_argument("--depfile", metavar="PATH", help="also write a Makefile-style depfile: the .vmfb and every file it was built from (spec, sources, headers, program)")
     b.set_defaults(func=_cmd_build)

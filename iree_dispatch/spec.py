@@ -361,7 +361,7 @@ class ModuleSpec:
     kernels: tuple[KernelSpec, ...]
     archs: tuple[Arch, ...] = field(default_factory=lambda: tuple(parse_archs(DEFAULT_ARCHS)))
     nvcc_flags: tuple[str, ...] = ()
-    objects: str = "ptx"  # object policy, see variants.py: "ptx", "cubin" or "fatbin"
+    objects: str = "cubin"  # object policy, see variants.py: "ptx", "cubin" or "fatbin"
 
     @property
     def variants(self) -> tuple[Variant, ...]:
@@ -454,7 +454,7 @@ def load_spec(path: str | Path) -> ModuleSpec:
     flags = module.get("nvcc_flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise SpecError(f"{path}: [module] nvcc_flags must be a list of strings")
-    return ModuleSpec(module.get("name", path.stem), tuple(kernels), tuple(archs), tuple(flags), module.get("objects", "ptx"))
+    return ModuleSpec(module.get("name", path.stem), tuple(kernels), tuple(archs), tuple(flags), module.get("objects", "cubin"))
 
 
 def _check_keys(table, allowed: set[str], label: str) -> None:

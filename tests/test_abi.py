@@ -126,5 +126,5 @@ def test_layout_declares_every_push_constant_slot(tmp_path):
     result = build(abi_module(), tmp_path / "abi.vmfb", emit_mlir=tmp_path / "abi.mlir")
     ir = result.mlir.read_text()
     layout = re.search(r"#layout_echo_scalars = #hal.pipeline.layout<constants = (\d+)", ir)
-    dispatch = re.search(r"flow.dispatch \{@abi_cu::@sm_90::@echo_scalars.*?\) : \(([^)]*)\)", ir)
+    dispatch = re.search(r"flow.dispatch \{@abi_cu::@sm_90_cubin::@echo_scalars.*?\) : \(([^)]*)\)", ir)
     assert int(layout[1]) == 20 == dispatch[1].count("i32")

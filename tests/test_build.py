@@ -27,32 +27,35 @@ def samples_build(tmp_path_factory):
     return build(load_spec(SAMPLES_SPEC), out / "samples.vmfb", emit_mlir=out / "samples.mlir")
 
 
-def test_ptx_per_source_and_arch(samples_build):
+def test_objects_per_source_and_arch(samples_build):
+    """Default policy: a cubin per arch, and PTX (the newest arch's is the JIT fallback)."""
     names = sorted(p.name for p in samples_build.objects_dir.iterdir())
-    assert names == ["axpby.sm_80.ptx", "axpby.sm_90.ptx", "simple_mul.sm_80.ptx", "simple_mul.sm_90.ptx"]
-    for path in samples_build.objects_dir.iterdir():
-        arch = path.name.split(".")[1]
-        assert f".target {arch}" in path.read_text()
+    assert names == [f"{src}.{arch}.{kind}" for src in ("axpby", "simple_mul") for arch in ("sm_80", "sm_90") for kind in ("cubin", "ptx")]
+    for path in samples_build.objects_dir.glob("*.ptx"):
+        assert f".target {path.name.split('.')[1]}" in path.read_text()
+    for path in samples_build.objects_dir.glob("*.cubin"):
+        assert path.read_bytes()[:4] == b"\x7fELF"
 
 
-def test_ir_has_conditioned_variants_newest_first(samples_build):
+def test_ir_has_conditioned_variants_in_preference_order(samples_build):
     ir = samples_build.mlir.read_text()
     variants = re.findall(r"hal\.executable\.variant public @(\w+)", ir)
-    assert variants == ["sm_90", "sm_80", "sm_90", "sm_80"]  # two executables (one per .cu)
-    assert ir.count("hal.executable.condition") == 4
-    assert ir.count('"compute_capability_major"') == 4 and ir.count('"compute_capability_minor"') == 4
-    assert "flow.dispatch {@simple_mul_cu::@sm_90::@simple_mul, @simple_mul_cu::@sm_80::@simple_mul}" in ir
+    assert variants == ["sm_90_cubin", "sm_80_cubin", "sm_90"] * 2  # two executables (one per .cu)
+    assert ir.count("hal.executable.condition") == 6
+    assert ir.count('"compute_capability_major"') == 6 and ir.count('"compute_capability_minor"') == 6
+    assert "flow.dispatch {@simple_mul_cu::@sm_90_cubin::@simple_mul, @simple_mul_cu::@sm_80_cubin::@simple_mul, @simple_mul_cu::@sm_90::@simple_mul}" in ir
     assert "workgroup_size = [64 : index, 1 : index, 1 : index]" in ir
 
 
-def test_vmfb_holds_one_variant_per_arch(samples_build):
+def test_vmfb_holds_one_object_per_variant(samples_build):
     data = samples_build.vmfb.read_bytes()
-    assert sorted(vmfb_ptx_targets(data)) == [b"sm_80", b"sm_80", b"sm_90", b"sm_90"]
+    assert sorted(vmfb_ptx_targets(data)) == [b"sm_90", b"sm_90"]  # the PTX fallback of each source
+    assert data.count(b"\x7fELF") >= 4  # the cubins
     assert b"compute_capability_major" in data and b"compute_capability_minor" in data
     # A vmfb is also a zip archive listing each executable variant as a file.
     with zipfile.ZipFile(samples_build.vmfb) as archive:
         variants = sorted(name for name in archive.namelist() if name != "module.fb")
-    assert variants == ["axpby_cu_sm_80.fb", "axpby_cu_sm_90.fb", "simple_mul_cu_sm_80.fb", "simple_mul_cu_sm_90.fb"]
+    assert variants == [f"{src}_cu_{v}.fb" for src in ("axpby", "simple_mul") for v in ("sm_80_cubin", "sm_90", "sm_90_cubin")]
 
 
 def test_vmfb_functions_and_descriptions(samples_build):
@@ -99,7 +102,7 @@ def test_mixed_program_links_and_compiles(tmp_path):
 def test_sm100_listed_first_when_asked(tmp_path):
     spec = load_spec(SAMPLES_SPEC).with_archs(["sm_80", "sm_100", "sm_90"])
     result = build(spec, tmp_path / "s.vmfb", emit_mlir=tmp_path / "s.mlir")
-    assert re.findall(r"variant public @(\w+)", result.mlir.read_text())[:3] == ["sm_100", "sm_90", "sm_80"]
+    assert re.findall(r"variant public @(\w+)", result.mlir.read_text())[:4] == ["sm_100_cubin", "sm_90_cubin", "sm_80_cubin", "sm_100"]
 
 
 def _assert_nothing_left(folder, before):
