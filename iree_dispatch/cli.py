@@ -31,7 +31,7 @@ def _cmd_build(args) -> int:
     emit = None
     if args.emit_mlir is not None:
         emit = Path(args.emit_mlir) if args.emit_mlir else output.with_suffix(".mlir")
-    result = build(spec, output, emit_mlir=emit, program=args.program, progress=_progress)
+    result = build(spec, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects, progress=_progress)
     if args.depfile:
         write_depfile(args.depfile, result.vmfb, [Path(args.spec).absolute(), *result.dependencies])
     stages = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
@@ -108,6 +108,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--emit-mlir", nargs="?", const="", metavar="PATH", help="also keep the generated MLIR (default: next to the .vmfb)")
     b.add_argument("--arch", action="append", help="CUDA archs, e.g. sm_80,sm_90 (repeatable; overrides the spec)")
     b.add_argument("--objects", choices=("cubin", "ptx", "fatbin"), help="objects per arch (overrides the spec; default cubin + PTX fallback)")
+    b.add_argument("--embed-objects", action="store_true", help="write the object bytes into the MLIR (compiles anywhere with plain iree-compile)")
     b.add_argument("--program", help="MLIR program calling the kernels via func.func private @<module>.<kernel> declarations")
     b.add_argument("--depfile", metavar="PATH", help="also write a Makefile-style depfile: the .vmfb and every file it was built from (spec, sources, headers, program)")
     b.set_defaults(func=_cmd_build)

@@ -25,7 +25,11 @@ from .spec import KernelSpec, ModuleSpec, TensorParam
 _TARGET = '#hal.executable.target<"cuda", "cuda-nvptx-fb", {{target_arch = "{arch}"}}>'
 _BINDING = "#hal.pipeline.binding<storage_buffer{access}>"
 _LAYOUT = "#hal.pipeline.layout<constants = {constants}, bindings = [{bindings}]>"
-_VARIANT_OPEN = 'hal.executable.variant public @{name} target(#target_{arch}) objects([#hal.executable.object<{{path = "{path}"}}>]) {{'
+_VARIANT_OPEN = "hal.executable.variant public @{name} target(#target_{arch}) objects([{object}]) {{"
+_OBJECT = '#hal.executable.object<{{path = "{path}"}}>'
+# Embedded bytes keep the path too: an object with data alone prints back as `{, data = ...}`,
+# which does not parse again (IREE_CUDA_FACTS.md).
+_OBJECT_EMBEDDED = '#hal.executable.object<{{path = "{path}", data = dense<"0x{hex}"> : vector<{size}xi8>}}>'
 _QUERY = '%{name}.ok, %{name} = hal.device.query<%device : !hal.device> key("cuda.device" :: "compute_capability_{name}") : i1, i32'
 _EXPORT_OPEN = "hal.executable.export public @{entry} ordinal({ordinal}) layout(#layout_{layout}) count(%device: !hal.device{workloads}) -> (index, index, index) {{"
 _EXPORT_CLOSE = "}} <{{workgroup_size = [{x} : index, {y} : index, {z} : index]{shared}}}>"
@@ -58,7 +62,13 @@ def executable_symbols(module: ModuleSpec) -> dict[Path, str]:
 
 
 def emit_module(
-    module: ModuleSpec, object_paths: dict[tuple[Path, str], str], entries: dict[str, str], header: str = "", *, for_linking: bool = False
+    module: ModuleSpec,
+    object_paths: dict[tuple[Path, str], str],
+    entries: dict[str, str],
+    header: str = "",
+    *,
+    for_linking: bool = False,
+    object_data: dict[str, bytes] | None = None,
 ) -> str:
     """The complete MLIR module. `object_paths[(source, variant name)]` is the object path to write;
     `entries[kernel name]` the kernel's PTX entry name (abi.resolve_entry), which the export
@@ -66,6 +76,8 @@ def emit_module(
 
     for_linking: name the wrappers `@<module>.<kernel>` and make them private, the form a
     program's `func.func private @<module>.<kernel>` declarations are resolved against.
+    object_data: object path → bytes, to embed the objects in the IR (hermetic: compiles with
+    plain iree-compile and no object files).
     """
     symbols = executable_symbols(module)
     variants = module.variants
@@ -79,7 +91,7 @@ def emit_module(
     lines += [f"#layout_{k.function} = " + _layout(k) for k in module.kernels]
     lines.append(f"module @{module.name} {{")
     for exe in executables:
-        lines += _indent(_executable(exe, variants, entries), 1)
+        lines += _indent(_executable(exe, variants, entries, object_data or {}), 1)
     for k in module.kernels:
         function = f"private @{module.name}.{k.function}" if for_linking else f"@{k.function}"
         lines += _indent(_wrapper(k, symbols[k.source], module, entries[k.name], function), 1)
@@ -127,10 +139,13 @@ def _condition(variant: Variant) -> list[str]:
     return ["hal.executable.condition(%device: !hal.device) -> i1 {", *_indent(body, 1), "}"]
 
 
-def _executable(exe: Executable, variants: tuple[Variant, ...], entries: dict[str, str]) -> list[str]:
+def _executable(exe: Executable, variants: tuple[Variant, ...], entries: dict[str, str], object_data: dict[str, bytes]) -> list[str]:
     lines = [f"hal.executable private @{exe.symbol} {{"]
     for v in variants:
-        variant = [_VARIANT_OPEN.format(name=v.name, arch=v.target_arch.name, path=exe.object_paths[v.name]), *_indent(_condition(v), 1)]
+        path = exe.object_paths[v.name]
+        data = object_data.get(path)
+        obj = _OBJECT.format(path=path) if data is None else _OBJECT_EMBEDDED.format(path=path, hex=data.hex().upper(), size=len(data))
+        variant = [_VARIANT_OPEN.format(name=v.name, arch=v.target_arch.name, object=obj), *_indent(_condition(v), 1)]
         for ordinal, k in enumerate(exe.kernels):
             variant += _indent(_export(k, entries[k.name], ordinal), 1)
         variant.append("}")

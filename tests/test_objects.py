@@ -62,3 +62,24 @@ def test_binary_objects_are_built_and_embedded(policy, tmp_path):
         fatbin = (result.objects_dir / "simple_mul.fatbin").read_bytes()
         assert fatbin[:4] == bytes.fromhex("50ed55ba")  # the fatbin magic
         assert fatbin in data
+
+
+@needs_build_tools
+def test_embedded_objects_compile_in_an_empty_folder(tmp_path):
+    """--embed-objects: the MLIR alone is enough for plain iree-compile, and gives the same vmfb."""
+    import subprocess
+
+    from iree.compiler.tools.binaries import find_tool
+
+    spec = load_spec(SAMPLES_SPEC)
+    result = build(spec, tmp_path / "b" / "s.vmfb", emit_mlir=tmp_path / "b" / "s.mlir", embed_objects=True)
+    ir = result.mlir.read_text()
+    assert ir.count('data = dense<"0x') == 6 and ', data = dense<"0x7F454C46' in ir  # cubins start with \x7fELF
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "s.mlir").write_text(ir)
+    subprocess.run([find_tool("iree-compile"), "--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80",
+                    "--iree-input-demote-f64-to-f32=false", "s.mlir", "-o", "s.vmfb"], check=True, cwd=empty)
+    assert (empty / "s.vmfb").read_bytes() == result.vmfb.read_bytes()
+    linked = build(spec, tmp_path / "p" / "p.vmfb", emit_mlir=tmp_path / "p" / "p.mlir", program=SAMPLES_SPEC.parent.parent / "mlir" / "mixed_invocation.mlir", embed_objects=True)
+    assert 'data = dense<"0x' in linked.mlir.read_text()
