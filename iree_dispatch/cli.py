@@ -31,7 +31,7 @@ def _cmd_build(args) -> int:
     emit = None
     if args.emit_mlir is not None:
         emit = Path(args.emit_mlir) if args.emit_mlir else output.with_suffix(".mlir")
-    result = build(spec, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects, progress=_progress)
+    result = build(spec, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects, progress=_progress, cache=not args.no_cache)
     if args.depfile:
         write_depfile(args.depfile, result.vmfb, [Path(args.spec).absolute(), *result.dependencies])
     stages = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
@@ -92,6 +92,19 @@ def _cmd_inspect(args) -> int:
     return 0
 
 
+def _cmd_cache(args) -> int:
+    from .cache import Cache
+
+    cache = Cache()
+    if args.action == "clear":
+        cache.clear()
+        print(f"cleared {cache.root}")
+    else:
+        info = cache.info()
+        print(f"{info['path']}: {info['entries']} builds, {info['bytes'] / 1e6:.1f} MB")
+    return 0
+
+
 def _cmd_samples(args) -> int:
     from .samples import main
 
@@ -109,6 +122,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--arch", action="append", help="CUDA archs, e.g. sm_80,sm_90 (repeatable; overrides the spec)")
     b.add_argument("--objects", choices=("cubin", "ptx", "fatbin"), help="objects per arch (overrides the spec; default cubin + PTX fallback)")
     b.add_argument("--embed-objects", action="store_true", help="write the object bytes into the MLIR (compiles anywhere with plain iree-compile)")
+    b.add_argument("--no-cache", action="store_true", help="build from scratch, neither reading nor writing the build cache")
     b.add_argument("--program", help="MLIR program calling the kernels via func.func private @<module>.<kernel> declarations")
     b.add_argument("--depfile", metavar="PATH", help="also write a Makefile-style depfile: the .vmfb and every file it was built from (spec, sources, headers, program)")
     b.set_defaults(func=_cmd_build)
@@ -125,6 +139,10 @@ def parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="kernels, ABI and variants of a spec (.toml) or .vmfb")
     i.add_argument("path")
     i.set_defaults(func=_cmd_inspect)
+
+    c = sub.add_parser("cache", help="the build cache ($IREE_DISPATCH_CACHE_DIR or ~/.cache/iree_dispatch)")
+    c.add_argument("action", choices=("info", "clear"))
+    c.set_defaults(func=_cmd_cache)
 
     s = sub.add_parser("samples", help="build the samples and run them on the first CUDA device")
     s.add_argument("--root", default=".", help="repository root (holds kernels/ and mlir/)")

@@ -30,6 +30,12 @@ def have_nvcc() -> bool:
         return False
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_build_cache(tmp_path_factory):
+    """Tests share one fresh build cache, never the user's."""
+    os.environ["IREE_DISPATCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("build-cache"))
+
+
 needs_build_tools = pytest.mark.skipif(
     not (have_compiler() and (os.environ.get("NVCC") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists())),
     reason="needs nvcc and iree-base-compiler",
