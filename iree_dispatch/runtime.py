@@ -11,6 +11,12 @@ Other functions in the module (e.g. linked programs) are called through IREE unc
 Arrays: numpy arrays are copied to the device for the call and results come back as numpy
 arrays; IREE device arrays (`to_device`) stay on the device, and then the results do too.
 Non-contiguous numpy inputs are copied into a contiguous array first.
+
+Asynchronous calls: a module compiled with `--iree-execution-model=async-external` exports
+functions that take a wait and a signal fence (IREE's coarse-fences ABI). `load(...,
+asynchronous=True)` calls them without waiting: each call is queued behind the module's
+previous calls and returns `AsyncArray`s, which wait for their call only when read. Loaded
+without `asynchronous`, such a module's calls wait for their results, like synchronous ones.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ from .archs import parse_arch
 from .dtypes import ELEMENT_TYPES
 from .errors import DeviceError
 from .reflection import REFLECTION_KEY, decode
+
+# Where a Program's generated function (program.py) keeps its description: the same form as a
+# kernel's, under its own key, so that `inspect` (which shows kernels) passes it by.
+PROGRAM_REFLECTION_KEY = "iree_dispatch.program"
+COARSE_FENCES = "coarse-fences"  # iree.abi.model of functions compiled async-external
 
 def cuda_compute_capability(ordinal: int = 0) -> tuple[int, int] | None:
     """(major, minor) of CUDA device `ordinal` via the driver library, or None if unavailable.
@@ -125,7 +136,10 @@ class KernelFunction:
 
     def __call__(self, *args, **kwargs):
         converted = self.check(*args, **kwargs)
-        on_device = any(isinstance(v, rt.DeviceArray) for v in converted)
+        on_device = any(isinstance(v, (rt.DeviceArray, AsyncArray)) for v in converted)
+        if not isinstance(self._invoke, FencedInvoker):
+            # IREE's synchronous functions can't wait on fences: wait here for pending inputs.
+            converted = [v.wait() if isinstance(v, AsyncArray) else v for v in converted]
         results = self._invoke(*converted)
         results = results if isinstance(results, tuple) else (results,)
         if not on_device:
@@ -151,7 +165,7 @@ class KernelFunction:
 
     def _check_tensor(self, spec: _Tensor, value, sizes: dict[str, tuple[int, str]]):
         where = f"{self.name}(): argument {spec.name!r}"
-        if isinstance(value, rt.DeviceArray):
+        if isinstance(value, (rt.DeviceArray, AsyncArray)):
             dtype, shape = np.dtype(value.dtype), tuple(value.shape)
         elif isinstance(value, np.ndarray):
             dtype, shape = value.dtype, value.shape
@@ -240,17 +254,181 @@ def read_descriptions(vmfb: str | Path, instance: rt.VmInstance | None = None) -
     return module.name, descriptions
 
 
-class Module:
-    """A vmfb loaded on one CUDA device. Kernels are attributes: `module.simple_mul(a, b)`."""
+class Timeline:
+    """One semaphore that orders a module's asynchronous calls, like a CUDA stream: call i
+    waits for value i and signals i + 1."""
 
-    def __init__(self, vmfb: str | Path, device: str = "cuda"):
+    def __init__(self, device: rt.HalDevice):
+        self.semaphore = device.create_semaphore(0)
+        self.value = 0  # what the last queued call signals
+
+    def fence(self, value: int | None = None) -> rt.HalFence:
+        return rt.HalFence.create_at(self.semaphore, self.value if value is None else value)
+
+    def reached(self, value: int) -> bool:
+        return self.semaphore.query() >= value
+
+    def wait(self) -> None:
+        """Until every call queued so far has completed (raises if one failed on the device)."""
+        self.fence().wait()
+
+
+class AsyncArray:
+    """A result of an asynchronous call: a device array that is complete once its call's
+    signal fence is reached. Reading it (`to_host`, `numpy.asarray`, `wait`) waits for that;
+    passing it to another call of the module does not (the call is queued behind it).
+
+    Shape and dtype are known at once. An in-place output is the caller's buffer: read it
+    through this result, or after `wait()`, not through the argument's own DeviceArray.
+    """
+
+    __slots__ = ("_array", "_timeline", "_value", "_keep")
+
+    def __init__(self, array: rt.DeviceArray, timeline: Timeline, value: int, keep: tuple):
+        self._array = array
+        self._timeline = timeline
+        self._value = value
+        self._keep = keep  # the call's arguments, referenced until it has completed
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._array.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self._array.dtype)
+
+    @property
+    def done(self) -> bool:
+        """Whether the call has completed (never waits)."""
+        return self._timeline.reached(self._value)
+
+    def fence(self) -> rt.HalFence:
+        """The fence the call signals when this result is complete."""
+        return self._timeline.fence(self._value)
+
+    def wait(self) -> rt.DeviceArray:
+        """Waits for the call that produces this array; returns the (complete) device array."""
+        if self._keep:
+            self.fence().wait()
+            self._keep = ()
+        return self._array
+
+    def to_host(self) -> np.ndarray:
+        return self.wait().to_host()
+
+    def __array__(self, dtype=None, copy=None):
+        host = self.to_host()
+        return host if dtype is None else host.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"<AsyncArray {self.dtype}{list(self.shape)} {'done' if self.done else 'pending'}>"
+
+
+class FencedInvoker:
+    """Calls a coarse-fences function through VmContext.invoke (IREE's FunctionInvoker in 3.13
+    refuses fence arguments): arguments, then the wait fence (the timeline's last value, joined
+    with the fences of pending inputs from other modules), then the signal fence.
+
+    asynchronous: return AsyncArrays at once; otherwise wait and return device arrays.
+    """
+
+    def __init__(self, context: rt.VmContext, function: rt.VmFunction, device: rt.HalDevice, timeline: Timeline,
+                 asynchronous: bool, result_dtypes: Sequence[np.dtype | None] = ()):
+        self._context = context
+        self._function = function
+        self._device = device
+        self._timeline = timeline
+        self._asynchronous = asynchronous
+        self._result_dtypes = tuple(result_dtypes)
+        self.name = function.name
+
+    def __call__(self, *args):
+        timeline = self._timeline
+        arguments = rt.VmVariantList(len(args) + 2)
+        keep = []
+        other_fences = []
+        for value in args:
+            if isinstance(value, AsyncArray):
+                if value._timeline is not timeline and not value.done:
+                    other_fences.append(value.fence())
+                keep.append(value)
+                value = value._array
+            elif isinstance(value, np.ndarray):
+                value = rt.asdevicearray(self._device, np.ascontiguousarray(value))
+            if isinstance(value, rt.DeviceArray):
+                keep.append(value)
+                arguments.push_ref(value._buffer_view)
+            elif isinstance(value, (bool, int, np.integer)):
+                arguments.push_int(int(value))
+            elif isinstance(value, (float, np.floating)):
+                arguments.push_float(float(value))
+            else:
+                raise TypeError(f"{self.name}(): can't pass a {type(value).__name__} to an IREE function (arrays, ints and floats only)")
+        wait = timeline.fence()
+        if other_fences:
+            wait = rt.HalFence.join([wait, *other_fences])
+        signal = timeline.value + 1
+        arguments.push_ref(wait)
+        arguments.push_ref(timeline.fence(signal))
+        results = rt.VmVariantList(max(len(self._result_dtypes), 1))
+        self._context.invoke(self._function, arguments, results)
+        # Advanced only once the call is queued: a call that failed signals nothing, and a
+        # later call must not wait for it.
+        timeline.value = signal
+        arrays = [
+            rt.DeviceArray(self._device, results.get_as_object(i, rt.HalBufferView), implicit_host_transfer=True,
+                           override_dtype=self._result_dtypes[i] if i < len(self._result_dtypes) else None)
+            for i in range(len(results))
+        ]
+        if self._asynchronous:
+            arrays = [AsyncArray(a, timeline, signal, tuple(keep)) for a in arrays]
+        else:
+            timeline.fence(signal).wait()
+        return arrays[0] if len(arrays) == 1 else tuple(arrays)
+
+
+def _descriptions(vm_module: rt.VmModule) -> dict[str, dict | None]:
+    """Per exported function, its kernel or program description (None if it has neither)."""
+    found = {}
+    for name in vm_module.function_names:
+        if name.startswith("__"):
+            continue
+        reflection = vm_module.lookup_function(name).reflection
+        text = reflection.get(REFLECTION_KEY) or reflection.get(PROGRAM_REFLECTION_KEY)
+        found[name] = decode(text) if text else None
+    return found
+
+
+def _result_dtypes(description: dict | None) -> list[np.dtype | None]:
+    if not description:
+        return []
+    dtypes: list[np.dtype | None] = []
+    for out in description["outputs"]:
+        try:
+            dtypes.append(_numpy_dtype(out["dtype"]))
+        except TypeError:  # bf16 without ml_dtypes: the device array keeps IREE's own dtype
+            dtypes.append(None)
+    return dtypes
+
+
+class Module:
+    """A vmfb loaded on one CUDA device. Kernels are attributes: `module.simple_mul(a, b)`.
+
+    asynchronous: for modules compiled with `--iree-execution-model=async-external`: calls
+    return AsyncArrays without waiting (see AsyncArray); `wait()` waits for all of them.
+    """
+
+    def __init__(self, vmfb: str | Path, device: str = "cuda", *, asynchronous: bool = False):
         self.path = Path(vmfb)
         if not self.path.is_file():
             raise FileNotFoundError(f"no such module: {self.path}")
         self.device = open_device(device)
+        self.asynchronous = asynchronous
         self.config = rt.Config(device=self.device)
         self.vm_module = rt.VmModule.mmap(self.config.vm_instance, str(self.path))
-        self.name, descriptions = read_descriptions(self.path, self.config.vm_instance)
+        self.name = self.vm_module.name
+        descriptions = _descriptions(self.vm_module)
         self.context = rt.SystemContext(config=self.config)
         try:
             self.context.add_vm_module(self.vm_module)
@@ -259,10 +437,20 @@ class Module:
                 built = next((d["archs"] for d in descriptions.values() if d), [])
                 raise DeviceError(no_variant_message(self.path, cuda_compute_capability(device_ordinal(device)), built)) from None
             raise
+        self.timeline = Timeline(self.device)
         bound = self.context.modules[self.name]
         self.functions: dict[str, Callable] = {}
         for name, description in descriptions.items():
-            invoker = bound[name]
+            vm_function = self.vm_module.lookup_function(name)
+            if vm_function.reflection.get("iree.abi.model") == COARSE_FENCES:
+                invoker = FencedInvoker(self.context.vm_context, vm_function, self.device, self.timeline, asynchronous, _result_dtypes(description))
+            elif asynchronous:
+                raise ValueError(
+                    f"{self.path}: function {name} is synchronous (it waits for its results), so asynchronous=True can't apply; "
+                    "compile the module with iree-compile --iree-execution-model=async-external, or load it without asynchronous=True"
+                )
+            else:
+                invoker = bound[name]
             self.functions[name] = KernelFunction(description, invoker, self.device) if description else invoker
 
     def __getattr__(self, name: str):
@@ -278,10 +466,14 @@ class Module:
         """Copies `array` to this module's device; pass the result to keep data there."""
         return rt.asdevicearray(self.device, np.ascontiguousarray(array))
 
+    def wait(self) -> None:
+        """Waits until every call made so far through this module has completed."""
+        self.timeline.wait()
 
-def load(vmfb: str | Path, device: str = "cuda") -> Module:
-    """Loads `vmfb` on `device` ("cuda", "cuda://0", ...)."""
-    return Module(vmfb, device)
+
+def load(vmfb: str | Path, device: str = "cuda", *, asynchronous: bool = False) -> Module:
+    """Loads `vmfb` on `device` ("cuda", "cuda://0", ...). asynchronous: see Module."""
+    return Module(vmfb, device, asynchronous=asynchronous)
 
 
 def runs_on(archs: Sequence[str], capability: tuple[int, int]) -> str | None:

@@ -244,8 +244,9 @@ class KernelSpec:
         takes the output buffers as arguments (in the kernel's parameter order) and writes into
         them, so no output is allocated per call (the `out=` form).
 
-        function: the new function's name (default: unchanged); give a new one, such as
-        `f"{kernel.function}_out"`, to put both forms into one module.
+        function: the new function's name (default: unchanged). Both forms of one kernel can't
+        share a module yet (the executable names its export after the PTX entry): build the
+        out= form into a module of its own.
 
         Declared again from the source with everything else unchanged (block, grid, shapes,
         scalar expressions, readonly pointers). A scalar that sized an output and was a call

@@ -9,10 +9,15 @@ build/gpu-tests). Where the compiler is installed the tests build them themselve
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CHAIN_LENGTHS = (1, 10, 100)
+AXPBY_CHAIN = 10  # calls in chain_axpby
+REVERSE_CHAIN = 3  # calls in chain_reverse: odd, so the result is reversed once
+ASYNC_FLAG = "--iree-execution-model=async-external"
 # name → path under the artifact folder; variants of module `samples` get their own folders
 # so their PTX objects (samples.objects/) don't overwrite each other.
 LAYOUT = {
@@ -28,6 +33,13 @@ LAYOUT = {
     "cxx": "cxx.vmfb",
     "cxx_poisonable": "poisonable/cxx.vmfb",
     "shared_too_big": "shared_too_big/cxx.vmfb",
+    # programs (iree_dispatch.program), out= kernels, asynchronous builds: tests/test_gpu_program.py
+    "samples_out": "out/samples_out.vmfb",
+    "samples_async": "async/samples.vmfb",
+    **{f"chain_mul_{k}": f"programs/chain_mul_{k}.vmfb" for k in CHAIN_LENGTHS},
+    "chain_axpby": "programs/chain_axpby.vmfb",
+    "chain_mul_10_async": "programs/chain_mul_10_async.vmfb",
+    "chain_reverse": "reverse/chain_reverse.vmfb",
 }
 
 
@@ -35,18 +47,68 @@ def with_outputs_in_place(kernel):
     """The same kernel with every fresh output declared in place: the generated function then
     takes the output buffer as an argument, so a test can pass it in filled with NaN. (Outputs
     that IREE allocates itself can't be poisoned from Python: they arrive as fresh memory.)"""
-    from iree_dispatch.spec import KernelSpec
+    return kernel.with_outputs_in_place()
 
-    return KernelSpec.declare(
-        kernel.source,
-        kernel.name,
-        block=list(kernel.block),
-        grid=[str(g) for g in kernel.grid],
-        shapes={t.name: [str(d) for d in t.shape] for t in kernel.tensors},
-        inplace=[t.name for t in kernel.tensors if t.writable],
-        shared_memory=kernel.shared_memory,
-        function=kernel.function,
-    )
+
+def compile_with(mlir: Path, out: Path, spec, *extra_flags: str) -> Path:
+    """iree-compile of MLIR emitted by build(..., emit_mlir=...) with the flags the build uses
+    plus `extra_flags` (the build has no option for them yet: see docs/benchmarks.md)."""
+    from iree.compiler.tools.binaries import find_tool
+
+    from iree_dispatch.compile import compile_flags
+
+    cmd = [find_tool("iree-compile"), *compile_flags(spec.archs[-1], Path(".")), *extra_flags, mlir.name, "-o", str(out.absolute())]
+    subprocess.run(cmd, cwd=mlir.parent, check=True, capture_output=True, text=True)
+    return out
+
+
+def mul_chain(spec, k: int, name: str):
+    """t = x; k times t = simple_mul(t, y); returns t (= x * y**k, rounded at every step)."""
+    from iree_dispatch.program import Program
+
+    mul = next(kernel for kernel in spec.kernels if kernel.function == "simple_mul")
+    p = Program(name)
+    x, y = p.input("x", "f32", ["n"]), p.input("y", "f32", ["n"])
+    t = x
+    for _ in range(k):
+        t = p.call(mul, t, y)
+    p.output(t)
+    return p
+
+
+def build_programs(spec, paths: dict[str, Path]) -> None:
+    from iree_dispatch.program import Program
+    from iree_dispatch.spec import ModuleSpec
+
+    from .abi_modules import abi_module
+
+    kernels = {k.function: k for k in spec.kernels}
+    for k in CHAIN_LENGTHS:
+        mul_chain(spec, k, f"chain_mul_{k}").build(spec, paths[f"chain_mul_{k}"])
+    chain10 = paths["chain_mul_10_async"].with_suffix(".mlir")
+    mul_chain(spec, 10, "chain_mul_10").build(spec, paths["chain_mul_10_async"].with_name("sync_chain_mul_10.vmfb"), emit_mlir=chain10)
+    compile_with(chain10, paths["chain_mul_10_async"], spec, ASYNC_FLAG)
+
+    # axpby with a scalar argument and a constant, then an in-place kernel: three outputs.
+    p = Program("chain_axpby")
+    x, y = p.input("x", "f32", ["n"]), p.input("y", "f32", ["n"])
+    alpha = p.scalar("alpha", "float")
+    t = x
+    for _ in range(AXPBY_CHAIN):
+        t = p.call(kernels["axpby"], t, y, alpha, 0.5)
+    product = p.call(kernels["simple_mul"], t, y)
+    p.output(t, product, p.call(kernels["simple_mul_inplace"], y, product))
+    p.build(spec, paths["chain_axpby"])
+
+    # A kernel that is not elementwise: any aliasing of a call's input and output would show.
+    abi = abi_module()
+    reverse = next(k for k in abi.kernels if k.name == "reverse_f32")
+    p = Program("chain_reverse")
+    t = p.input("x", "f32", ["n"])
+    for _ in range(REVERSE_CHAIN):
+        t = p.call(reverse, t)
+    p.output(t)
+    p.build(ModuleSpec("abi", (reverse,), abi.archs), paths["chain_reverse"])
 
 
 def build_all(out: Path) -> dict[str, Path]:
@@ -72,6 +134,14 @@ def build_all(out: Path) -> dict[str, Path]:
     build(cxx, paths["cxx"])
     build(ModuleSpec("cxx", tuple(map(with_outputs_in_place, cxx.kernels))), paths["cxx_poisonable"])
     build(shared_memory_beyond_every_gpu(cxx), paths["shared_too_big"])
+
+    # Both forms of a kernel can't share a module (emit.py names the export after the PTX entry).
+    out_kernels = tuple(k.with_outputs_in_place(function=f"{k.function}_out") for k in spec.kernels if k.function in ("simple_mul", "axpby"))
+    build(ModuleSpec("samples_out", out_kernels, spec.archs), paths["samples_out"])
+    samples_mlir = paths["samples_async"].with_name("samples.mlir")
+    build(spec, paths["samples_async"].with_name("sync_samples.vmfb"), emit_mlir=samples_mlir)
+    compile_with(samples_mlir, paths["samples_async"], spec, ASYNC_FLAG)
+    build_programs(spec, paths)
     return paths
 
 
