@@ -4,11 +4,12 @@ Every line of IREE syntax the package writes lives in this file, written for
 iree-base-compiler 3.13 (strict properties: inherent attributes in `<{...}>`). A version bump
 is an edit here and nowhere else.
 
-Per source file, one `hal.executable` with one variant per arch, newest first, each guarded by
-a compute-capability condition: the runtime takes the first variant whose condition holds, so
-the GPU runs the newest PTX it can. Per kernel, one public `func.func` wrapper that takes
-tensors (and scalar arguments), checks shape relations, packs scalars into 32-bit push
-constants and `flow.dispatch`es over all variants.
+Per source file, one `hal.executable` with one variant per object (variants.py: cubins, PTX,
+fatbin), in preference order, each guarded by a compute-capability condition: the runtime
+takes the first variant whose condition holds, so each GPU runs the best object it can. Per
+kernel, one public `func.func` wrapper that takes tensors (and scalar arguments), checks
+shape relations, packs scalars into 32-bit push constants and `flow.dispatch`es over all
+variants.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import expr as ex
-from .variants import Variant
 from .reflection import REFLECTION_KEY, encode
 from .spec import KernelSpec, ModuleSpec, TensorParam
-
+from .variants import Variant
 
 _TARGET = '#hal.executable.target<"cuda", "cuda-nvptx-fb", {{target_arch = "{arch}"}}>'
 _BINDING = "#hal.pipeline.binding<storage_buffer{access}>"
@@ -37,7 +37,7 @@ _EXPORT_CLOSE = "}} <{{workgroup_size = [{x} : index, {y} : index, {z} : index]{
 
 @dataclass(frozen=True)
 class Executable:
-    """One source file's kernels, compiled once per arch."""
+    """One source file's kernels and the object of each variant."""
 
     symbol: str
     kernels: tuple[KernelSpec, ...]
@@ -155,10 +155,11 @@ def _executable(exe: Executable, variants: tuple[Variant, ...], entries: dict[st
 
 
 def _export(k: KernelSpec, entry: str, ordinal: int) -> list[str]:
-    workloads = "".join(f", %{w}: index" for w in k.workloads)
+    # "%w." keeps workload names apart from %device whatever the user calls them.
+    workloads = "".join(f", %w.{w}: index" for w in k.workloads)
     body: list[str] = []
     counter = iter(range(1 << 30))
-    values = {w: f"%{w}" for w in k.workloads}
+    values = {w: f"%w.{w}" for w in k.workloads}
     grid = [ex.lower_to_arith(g, values, lambda: f"%t.{next(counter)}", body) for g in k.grid]
     body.append(f"hal.return {', '.join(grid)} : index, index, index")
     x, y, z = k.block
@@ -276,12 +277,13 @@ def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, fun
 
     workloads = ", ".join(symbols[w] for w in k.workloads)
     targets = ", ".join(f"@{exe_symbol}::@{v.name}::@{entry}" for v in module.variants)
-    lhs = "%result" if len(results) == 1 else f"%results:{len(results)}"
+    # Names with a "." can't collide with the C parameter names used for the arguments.
+    lhs = "%dispatch.result" if len(results) == 1 else f"%dispatch.results:{len(results)}"
     rhs_results = results[0] if len(results) == 1 else f"({', '.join(results)})"
     b.lines.append(
         f"{lhs} = flow.dispatch {{{targets}}}[{workloads}]({', '.join(operands)}) : ({', '.join(operand_types)}) -> {rhs_results}"
     )
-    returned = [lhs] if len(results) == 1 else [f"%results#{i}" for i in range(len(results))]
+    returned = [lhs] if len(results) == 1 else [f"%dispatch.results#{i}" for i in range(len(results))]
     out_types = [_tensor_type(t) for t in k.outputs]
     b.lines.append(f"return {', '.join(returned)} : {', '.join(out_types)}")
 

@@ -163,3 +163,9 @@ def test_program_declaring_a_wrong_signature(tmp_path):
         build(load_spec(SAMPLES_SPEC), tmp_path / "p.vmfb", program=program)
     assert not (tmp_path / "p.vmfb").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.mlir"]
+
+
+def test_parameter_and_size_names_never_clash_with_generated_names(tmp_path, cu):
+    src = cu('extern "C" __global__ void k(const float* device, float* result, float* results, int t) {}')
+    kernel = KernelSpec.declare(src, "k", block=32, grid="ceildiv(device, 32)", shapes={"device": ["device"], "result": ["device"], "results": ["device"]})
+    build(ModuleSpec("m", (kernel,)), tmp_path / "m.vmfb")
