@@ -31,7 +31,10 @@ def _cmd_build(args) -> int:
     emit = None
     if args.emit_mlir is not None:
         emit = Path(args.emit_mlir) if args.emit_mlir else output.with_suffix(".mlir")
-    result = build(spec, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects, progress=_progress, cache=not args.no_cache)
+    result = build(
+        spec, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects,
+        asynchronous=args.asynchronous, strip_assertions=args.strip_assertions, progress=_progress, cache=not args.no_cache,
+    )
     if args.depfile:
         write_depfile(args.depfile, result.vmfb, [Path(args.spec).absolute(), *result.dependencies])
     stages = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
@@ -122,6 +125,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--arch", action="append", help="CUDA archs, e.g. sm_80,sm_90 (repeatable; overrides the spec)")
     b.add_argument("--objects", choices=("cubin", "ptx", "fatbin"), help="objects per arch (overrides the spec; default cubin + PTX fallback)")
     b.add_argument("--embed-objects", action="store_true", help="write the object bytes into the MLIR (compiles anywhere with plain iree-compile)")
+    b.add_argument("--async", dest="asynchronous", action="store_true", help="functions take wait/signal fences and return at once (experimental)")
+    b.add_argument("--strip-assertions", action="store_true", help="drop the generated shape checks (faster multi-kernel programs; Python still checks calls)")
     b.add_argument("--no-cache", action="store_true", help="build from scratch, neither reading nor writing the build cache")
     b.add_argument("--program", help="MLIR program calling the kernels via func.func private @<module>.<kernel> declarations")
     b.add_argument("--depfile", metavar="PATH", help="also write a Makefile-style depfile: the .vmfb and every file it was built from (spec, sources, headers, program)")

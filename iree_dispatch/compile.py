@@ -54,23 +54,35 @@ def _shorten(log: str, keep: int = 40) -> str:
     return "\n".join(lines[:keep] + [f"... {len(lines) - keep} more lines (run the command below to see them)"])
 
 
-def compile_flags(codegen_arch: Arch, object_search_path: Path | None) -> list[str]:
-    """iree-compile flags. `codegen_arch` only matters for ops IREE generates itself (programs)."""
+def compile_flags(codegen_arch: Arch, object_search_path: Path | None, *, asynchronous: bool = False, strip_assertions: bool = False) -> list[str]:
+    """iree-compile flags. `codegen_arch` only matters for ops IREE generates itself (programs).
+
+    asynchronous: functions take wait/signal fences (coarse-fences ABI) and return without
+    waiting (runtime.load(..., asynchronous=True) calls them).
+    strip_assertions: drop the generated shape/range checks. Between the dispatches of a program
+    each check ends IREE's command buffer, so a K-kernel program costs K submissions; stripped,
+    one (docs/benchmarks.md). The Python runtime still checks every call's arguments.
+    """
     # IREE demotes f64 to f32 by default, which would hand a `double*` kernel a buffer of
     # floats (and a double argument its low half). Hand-written kernels get the types they declare.
     flags = ["--iree-hal-target-device=cuda", f"--iree-cuda-target={codegen_arch.name}", "--iree-input-demote-f64-to-f32=false"]
     if object_search_path is not None:
         flags.append(f"--iree-hal-executable-object-search-path={object_search_path}")
+    if asynchronous:
+        flags.append("--iree-execution-model=async-external")
+    if strip_assertions:
+        flags.append("--iree-opt-strip-assertions")
     return flags
 
 
-def compile_vmfb(mlir: Path, out: Path, codegen_arch: Arch) -> None:
+def compile_vmfb(mlir: Path, out: Path, codegen_arch: Arch, **options: bool) -> None:
     """Compiles `mlir`, whose objects are relative to its folder, into `out`.
 
     Runs in the MLIR file's folder with relative paths: the vmfb records the source file name
     for debug locations, and an absolute (temporary) path would make every build differ.
     """
-    _run_tool("iree-compile", [*compile_flags(codegen_arch, Path(".")), mlir.name, "-o", str(out.absolute())], f"iree-compile of {mlir.name}", cwd=mlir.parent)
+    flags = compile_flags(codegen_arch, Path("."), **options)
+    _run_tool("iree-compile", [*flags, mlir.name, "-o", str(out.absolute())], f"iree-compile of {mlir.name}", cwd=mlir.parent)
 
 
 def link_program(program: Path, kernels_mlir_text: str, module_name: str, kernel_names: list[str]) -> str:

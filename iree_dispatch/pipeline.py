@@ -52,6 +52,8 @@ def build(
     emit_mlir: str | Path | None = None,
     program: str | Path | None = None,
     embed_objects: bool = False,
+    asynchronous: bool = False,
+    strip_assertions: bool = False,
     progress: Progress | None = None,
     cache: Cache | bool = True,
 ) -> BuildResult:
@@ -64,8 +66,10 @@ def build(
     is what `output` holds.
     embed_objects: write the object bytes into the emitted IR, so it compiles anywhere with
     plain iree-compile (no object files, no search path).
+    asynchronous, strip_assertions: iree-compile options, see compile.compile_flags.
     cache: reuse and record builds in the build cache (cache.py); False builds from scratch.
     """
+    options = {"asynchronous": asynchronous, "strip_assertions": strip_assertions}
     output = Path(output).absolute()
     mlir_out = Path(emit_mlir).absolute() if emit_mlir else None
     objects_home = (mlir_out or output).parent
@@ -77,7 +81,7 @@ def build(
     objects_home.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
-        manifest_key = _manifest_key(spec, program, embed_objects, compile_name) if store else ""
+        manifest_key = _manifest_key(spec, program, f"embed={embed_objects} {options}", compile_name) if store else ""
         with store.lock(manifest_key) if store else contextlib.nullcontext():
             hit = store.lookup(store.entry_key(manifest_key)) if store else None
             if hit is not None:
@@ -90,7 +94,7 @@ def build(
                 say(f"{output.name}: up to date (build cache)")
             else:
                 timings = {}
-                dependencies = _stage(spec, tmp, compile_name, program, embed_objects, say, timings)
+                dependencies = _stage(spec, tmp, compile_name, program, embed_objects, options, say, timings)
                 if store:
                     staged = {name: tmp / name for name in (objects_dirname(spec.name), compile_name, _STAGED_VMFB)}
                     store.store(manifest_key, dependencies, staged, {"dependencies": [str(d) for d in dependencies]})
@@ -111,7 +115,7 @@ def build(
 _STAGED_VMFB = "module.vmfb"
 
 
-def _manifest_key(spec: ModuleSpec, program: str | Path | None, embed_objects: bool, compile_name: str) -> str:
+def _manifest_key(spec: ModuleSpec, program: str | Path | None, options: str, compile_name: str) -> str:
     """Everything known before building that decides the artifacts' bytes (see cache.py)."""
     nvcc = find_nvcc()
     stat = nvcc.stat()
@@ -120,7 +124,7 @@ def _manifest_key(spec: ModuleSpec, program: str | Path | None, embed_objects: b
         f"iree-base-compiler {iree_compiler_version()}",
         f"nvcc {nvcc} {stat.st_size} {stat.st_mtime_ns}",
         spec.fingerprint(),
-        f"embed={embed_objects} name={compile_name}",
+        f"{options} name={compile_name}",
     ]
     parts += [f"{src.absolute()}\0{file_digest(src)}" for src in spec.sources]
     if program is not None:
@@ -128,7 +132,9 @@ def _manifest_key(spec: ModuleSpec, program: str | Path | None, embed_objects: b
     return digest(*parts)
 
 
-def _stage(spec: ModuleSpec, tmp: Path, compile_name: str, program, embed_objects: bool, say: Progress, timings: dict[str, float]) -> list[Path]:
+def _stage(
+    spec: ModuleSpec, tmp: Path, compile_name: str, program, embed_objects: bool, options: dict[str, bool], say: Progress, timings: dict[str, float]
+) -> list[Path]:
     """Runs every stage in `tmp`, leaving the objects folder, `compile_name` and the vmfb there.
     Returns every file the build read (sources, included headers, the program)."""
     objects_rel = objects_dirname(spec.name)
@@ -182,7 +188,7 @@ def _stage(spec: ModuleSpec, tmp: Path, compile_name: str, program, embed_object
 
     started = time.perf_counter()
     say(f"iree-compile {to_compile.name}")
-    compile_vmfb(to_compile, tmp / _STAGED_VMFB, spec.archs[-1])
+    compile_vmfb(to_compile, tmp / _STAGED_VMFB, spec.archs[-1], **options)
     timings["iree-compile"] = time.perf_counter() - started
     dependencies = [d for o in objects for d in o.dependencies] + ([Path(program).absolute()] if program is not None else [])
     return list(dict.fromkeys(dependencies))

@@ -22,6 +22,7 @@ without `asynchronous`, such a module's calls wait for their results, like synch
 from __future__ import annotations
 
 import ctypes
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -256,11 +257,20 @@ def read_descriptions(vmfb: str | Path, instance: rt.VmInstance | None = None) -
 
 class Timeline:
     """One semaphore that orders a module's asynchronous calls, like a CUDA stream: call i
-    waits for value i and signals i + 1."""
+    waits for value i and signals i + 1.
 
-    def __init__(self, device: rt.HalDevice):
+    The timeline keeps every queued call's arguments and results referenced until the call has
+    completed, so that the host releases nothing the GPU may still read or write. max_in_flight
+    bounds how many calls are queued ahead of the GPU: the next call waits for the oldest first.
+    (Asynchronous calls failed intermittently inside IREE 3.13's CUDA HAL, with and without
+    these measures: docs/benchmarks.md.)
+    """
+
+    def __init__(self, device: rt.HalDevice, max_in_flight: int = 32):
         self.semaphore = device.create_semaphore(0)
         self.value = 0  # what the last queued call signals
+        self.max_in_flight = max_in_flight
+        self._pending: deque[tuple[int, tuple]] = deque()  # (signal value, references), oldest first
 
     def fence(self, value: int | None = None) -> rt.HalFence:
         return rt.HalFence.create_at(self.semaphore, self.value if value is None else value)
@@ -268,9 +278,26 @@ class Timeline:
     def reached(self, value: int) -> bool:
         return self.semaphore.query() >= value
 
+    def queued(self, signal: int, references: tuple) -> None:
+        """Records a queued call; drops the references of completed calls, and waits for the
+        oldest ones while more than max_in_flight are pending. Queries the semaphore only when
+        the bound is reached."""
+        self.value = signal
+        self._pending.append((signal, references))
+        if len(self._pending) <= self.max_in_flight:
+            return
+        completed = self.semaphore.query()
+        oldest = signal - self.max_in_flight
+        if completed < oldest:
+            self.fence(oldest).wait()
+            completed = oldest
+        while self._pending and self._pending[0][0] <= completed:
+            self._pending.popleft()
+
     def wait(self) -> None:
         """Until every call queued so far has completed (raises if one failed on the device)."""
         self.fence().wait()
+        self._pending.clear()
 
 
 class AsyncArray:
@@ -282,13 +309,13 @@ class AsyncArray:
     through this result, or after `wait()`, not through the argument's own DeviceArray.
     """
 
-    __slots__ = ("_array", "_timeline", "_value", "_keep")
+    __slots__ = ("_array", "_timeline", "_value", "_complete")
 
-    def __init__(self, array: rt.DeviceArray, timeline: Timeline, value: int, keep: tuple):
+    def __init__(self, array: rt.DeviceArray, timeline: Timeline, value: int):
         self._array = array
         self._timeline = timeline
         self._value = value
-        self._keep = keep  # the call's arguments, referenced until it has completed
+        self._complete = False  # known to be complete (waited for)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -309,9 +336,9 @@ class AsyncArray:
 
     def wait(self) -> rt.DeviceArray:
         """Waits for the call that produces this array; returns the (complete) device array."""
-        if self._keep:
+        if not self._complete:
             self.fence().wait()
-            self._keep = ()
+            self._complete = True
         return self._array
 
     def to_host(self) -> np.ndarray:
@@ -343,10 +370,10 @@ class FencedInvoker:
         self._result_dtypes = tuple(result_dtypes)
         self.name = function.name
 
-    def __call__(self, *args):
+    def __call__(self, *args) -> rt.DeviceArray | AsyncArray | tuple:
         timeline = self._timeline
         arguments = rt.VmVariantList(len(args) + 2)
-        keep = []
+        keep = []  # referenced by the timeline until the call has completed
         other_fences = []
         for value in args:
             if isinstance(value, AsyncArray):
@@ -365,26 +392,26 @@ class FencedInvoker:
                 arguments.push_float(float(value))
             else:
                 raise TypeError(f"{self.name}(): can't pass a {type(value).__name__} to an IREE function (arrays, ints and floats only)")
+        signal = timeline.value + 1
         wait = timeline.fence()
         if other_fences:
             wait = rt.HalFence.join([wait, *other_fences])
-        signal = timeline.value + 1
         arguments.push_ref(wait)
         arguments.push_ref(timeline.fence(signal))
         results = rt.VmVariantList(max(len(self._result_dtypes), 1))
         self._context.invoke(self._function, arguments, results)
-        # Advanced only once the call is queued: a call that failed signals nothing, and a
-        # later call must not wait for it.
-        timeline.value = signal
         arrays = [
             rt.DeviceArray(self._device, results.get_as_object(i, rt.HalBufferView), implicit_host_transfer=True,
                            override_dtype=self._result_dtypes[i] if i < len(self._result_dtypes) else None)
             for i in range(len(results))
         ]
+        # Recorded only once the call is queued: a call that failed signals nothing, and a
+        # later call must not wait for it.
+        timeline.queued(signal, (arguments, results, *keep, *arrays))
         if self._asynchronous:
-            arrays = [AsyncArray(a, timeline, signal, tuple(keep)) for a in arrays]
+            arrays = [AsyncArray(a, timeline, signal) for a in arrays]
         else:
-            timeline.fence(signal).wait()
+            timeline.wait()
         return arrays[0] if len(arrays) == 1 else tuple(arrays)
 
 
@@ -417,9 +444,10 @@ class Module:
 
     asynchronous: for modules compiled with `--iree-execution-model=async-external`: calls
     return AsyncArrays without waiting (see AsyncArray); `wait()` waits for all of them.
+    max_in_flight: asynchronous calls queued ahead of the GPU at most (see Timeline).
     """
 
-    def __init__(self, vmfb: str | Path, device: str = "cuda", *, asynchronous: bool = False):
+    def __init__(self, vmfb: str | Path, device: str = "cuda", *, asynchronous: bool = False, max_in_flight: int = 32):
         self.path = Path(vmfb)
         if not self.path.is_file():
             raise FileNotFoundError(f"no such module: {self.path}")
@@ -437,7 +465,7 @@ class Module:
                 built = next((d["archs"] for d in descriptions.values() if d), [])
                 raise DeviceError(no_variant_message(self.path, cuda_compute_capability(device_ordinal(device)), built)) from None
             raise
-        self.timeline = Timeline(self.device)
+        self.timeline = Timeline(self.device, max_in_flight)
         bound = self.context.modules[self.name]
         self.functions: dict[str, Callable] = {}
         for name, description in descriptions.items():
@@ -471,9 +499,9 @@ class Module:
         self.timeline.wait()
 
 
-def load(vmfb: str | Path, device: str = "cuda", *, asynchronous: bool = False) -> Module:
-    """Loads `vmfb` on `device` ("cuda", "cuda://0", ...). asynchronous: see Module."""
-    return Module(vmfb, device, asynchronous=asynchronous)
+def load(vmfb: str | Path, device: str = "cuda", *, asynchronous: bool = False, max_in_flight: int = 32) -> Module:
+    """Loads `vmfb` on `device` ("cuda", "cuda://0", ...). asynchronous, max_in_flight: see Module."""
+    return Module(vmfb, device, asynchronous=asynchronous, max_in_flight=max_in_flight)
 
 
 def runs_on(archs: Sequence[str], capability: tuple[int, int]) -> str | None:

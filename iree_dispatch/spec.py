@@ -376,7 +376,15 @@ class ModuleSpec:
         if not self.kernels:
             raise SpecError(f"module {self.name}: no kernels declared")
         seen: dict[str, KernelSpec] = {}
+        entries: dict[tuple[Path, str], KernelSpec] = {}
         for k in self.kernels:
+            # One executable per source holds each kernel once: its export is named by the entry.
+            if (k.source, k.name) in entries:
+                raise SpecError(
+                    f"module {self.name}: kernel {k.name} of {k.source.name} is declared twice ({entries[(k.source, k.name)].function}, "
+                    f"{k.function}); put the second declaration (e.g. an out= form) in another module"
+                )
+            entries[(k.source, k.name)] = k
             if k.function in seen:
                 raise SpecError(f"module {self.name}: two kernels generate function {k.function!r} ({seen[k.function].name}, {k.name}); set function = ... on one")
             seen[k.function] = k

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAIN_LENGTHS = (1, 10, 100)
 AXPBY_CHAIN = 10  # calls in chain_axpby
 REVERSE_CHAIN = 3  # calls in chain_reverse: odd, so the result is reversed once
+STATIC_SIZE = 1024  # chain_mul_100_static takes exactly this many floats
 ASYNC_FLAG = "--iree-execution-model=async-external"
 # name → path under the artifact folder; variants of module `samples` get their own folders
 # so their PTX objects (samples.objects/) don't overwrite each other.
@@ -37,6 +38,7 @@ LAYOUT = {
     "samples_out": "out/samples_out.vmfb",
     "samples_async": "async/samples.vmfb",
     **{f"chain_mul_{k}": f"programs/chain_mul_{k}.vmfb" for k in CHAIN_LENGTHS},
+    "chain_mul_100_static": "programs/chain_mul_100_static.vmfb",
     "chain_axpby": "programs/chain_axpby.vmfb",
     "chain_mul_10_async": "programs/chain_mul_10_async.vmfb",
     "chain_reverse": "reverse/chain_reverse.vmfb",
@@ -62,13 +64,14 @@ def compile_with(mlir: Path, out: Path, spec, *extra_flags: str) -> Path:
     return out
 
 
-def mul_chain(spec, k: int, name: str):
-    """t = x; k times t = simple_mul(t, y); returns t (= x * y**k, rounded at every step)."""
+def mul_chain(spec, k: int, name: str, static: int | None = None):
+    """t = x; k times t = simple_mul(t, y); returns t (= x * y**k, rounded at every step).
+    static: the inputs' size, if it is to be fixed (else any size n)."""
     from iree_dispatch.program import Program
 
     mul = next(kernel for kernel in spec.kernels if kernel.function == "simple_mul")
     p = Program(name)
-    x, y = p.input("x", "f32", ["n"]), p.input("y", "f32", ["n"])
+    x, y = p.input("x", "f32", [static or "n"]), p.input("y", "f32", [static or "n"])
     t = x
     for _ in range(k):
         t = p.call(mul, t, y)
@@ -85,6 +88,7 @@ def build_programs(spec, paths: dict[str, Path]) -> None:
     kernels = {k.function: k for k in spec.kernels}
     for k in CHAIN_LENGTHS:
         mul_chain(spec, k, f"chain_mul_{k}").build(spec, paths[f"chain_mul_{k}"])
+    mul_chain(spec, 100, "chain_mul_100_static", static=STATIC_SIZE).build(spec, paths["chain_mul_100_static"])
     chain10 = paths["chain_mul_10_async"].with_suffix(".mlir")
     mul_chain(spec, 10, "chain_mul_10").build(spec, paths["chain_mul_10_async"].with_name("sync_chain_mul_10.vmfb"), emit_mlir=chain10)
     compile_with(chain10, paths["chain_mul_10_async"], spec, ASYNC_FLAG)
