@@ -26,3 +26,46 @@ def mixed_invocation(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     product = (lhs * rhs).astype(np.float32)
     total = (product + rhs).astype(np.float32)
     return total.astype(np.float64) * product
+
+
+# kernels/library.toml: every reference computes in float64 from the kernel's (rounded) inputs.
+
+
+def _gelu_tanh(v: np.ndarray) -> np.ndarray:
+    return 0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v**3)))
+
+
+def bias_gelu_f32(x: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    return _gelu_tanh(x.astype(np.float64) + bias.astype(np.float64))
+
+
+bias_gelu_f16 = bias_gelu_f32
+
+
+def row_sum_f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64).sum(axis=1)
+
+
+def row_max_f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64).max(axis=1)
+
+
+def softmax_f32(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def layernorm_f32(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    v = x.astype(np.float64)
+    mean = v.mean(axis=1, keepdims=True)
+    var = v.var(axis=1, keepdims=True)  # biased, as the kernel and torch.nn.functional.layer_norm
+    return (v - mean) / np.sqrt(var + eps) * weight.astype(np.float64) + bias.astype(np.float64)
+
+
+def rmsnorm_f32(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    v = x.astype(np.float64)
+    return v / np.sqrt((v * v).mean(axis=1, keepdims=True) + eps) * weight.astype(np.float64)
+
+
+def transpose_f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64).T

@@ -1,0 +1,93 @@
+// Elementwise bias + GELU over a [rows, cols] tensor: out = gelu(x + bias[col]).
+//
+// GELU is the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as
+// x * sigmoid(2u) (the same function: 0.5 (1 + tanh u) = 1 / (1 + exp(-2u))), which needs one
+// expf and saturates cleanly: for very negative x the exp overflows to inf and x / inf is -0.
+//
+// Memory-bound (the arithmetic per element is a dozen flops), so each thread moves 16-byte
+// vectors: 4 floats or 8 halves. The vector path needs the three pointers 16-byte aligned (IREE
+// bindings are only element-aligned) and cols a multiple of the vector width, so that a
+// vector never straddles two rows and bias is read as aligned vectors too; otherwise the scalar
+// path gives the same result. Arithmetic is in float for every storage type.
+
+#include <cstdint>
+#include <cuda_fp16.h>
+
+namespace {
+
+// kFast: __expf and __fdividef (the hardware approximations, ~2^-21 relative error) instead of
+// expf and an IEEE division, for 16-bit results whose rounding (2^-11) dwarfs the difference.
+// With 8 halves per 16-byte vector the accurate forms would make the kernel compute-bound.
+// (Where -2u is huge, 1 + __expf is inf and the result 0, as a 16-bit type rounds it anyway.)
+template <bool kFast>
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return kFast ? __fdividef(x, 1.0f + __expf(-2.0f * u)) : x / (1.0f + expf(-2.0f * u));
+}
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// a % m in 32 bits whenever a fits: a 64-bit modulo is a subroutine of some 70 instructions,
+// more than a thread's whole share of the arithmetic when it moves one vector.
+__device__ __forceinline__ int mod(long long a, int m) {
+  return static_cast<int>(a <= 0xffffffffLL ? static_cast<unsigned>(a) % static_cast<unsigned>(m) : a % m);
+}
+
+// Each thread starts at column tid % cols and advances by a fixed step per grid-stride
+// iteration: a compare-and-subtract instead of a modulo per element.
+template <typename T>
+__device__ __forceinline__ void bias_gelu(const T* __restrict__ x, const T* __restrict__ bias,
+                                          T* __restrict__ out, int rows, int cols) {
+  constexpr int kVec = 16 / sizeof(T);
+  constexpr bool kFast = sizeof(T) < 4;
+  const long long n = static_cast<long long>(rows) * cols;
+  const long long threads = static_cast<long long>(gridDim.x) * blockDim.x;
+  const long long tid = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(bias) |
+                         reinterpret_cast<uintptr_t>(out)) & 15) == 0;
+  if (aligned && cols % kVec == 0) {
+    const int col_vecs = cols / kVec;
+    const uint4* x4 = reinterpret_cast<const uint4*>(x);
+    const uint4* b4 = reinterpret_cast<const uint4*>(bias);
+    uint4* out4 = reinterpret_cast<uint4*>(out);
+    int c = mod(tid, col_vecs);
+    const int step = mod(threads, col_vecs);
+    for (long long i = tid; i < n / kVec; i += threads) {
+      alignas(16) T xv[kVec];
+      alignas(16) T bv[kVec];
+      *reinterpret_cast<uint4*>(xv) = x4[i];
+      *reinterpret_cast<uint4*>(bv) = b4[c];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) xv[k] = from_float<T>(gelu_tanh<kFast>(to_float(xv[k]) + to_float(bv[k])));
+      out4[i] = *reinterpret_cast<const uint4*>(xv);
+      c += step;
+      if (c >= col_vecs) c -= col_vecs;
+    }
+  } else {
+    int c = mod(tid, cols);
+    const int step = mod(threads, cols);
+    for (long long i = tid; i < n; i += threads) {
+      out[i] = from_float<T>(gelu_tanh<kFast>(to_float(x[i]) + to_float(bias[c])));
+      c += step;
+      if (c >= cols) c -= cols;
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256)
+bias_gelu_f32(const float* __restrict__ x, const float* __restrict__ bias, float* __restrict__ out,
+              int rows, int cols) {
+  bias_gelu(x, bias, out, rows, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+bias_gelu_f16(const __half* __restrict__ x, const __half* __restrict__ bias, __half* __restrict__ out,
+              int rows, int cols) {
+  bias_gelu(x, bias, out, rows, cols);
+}

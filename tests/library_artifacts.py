@@ -1,0 +1,33 @@
+"""Modules for the kernel-library GPU tests (tests/test_gpu_library.py) and the kernel
+benchmark (benchmarks/kernels.py), built on a CPU machine:
+    python -m tests.library_artifacts build/gpu-tests/library
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "kernels" / "library.toml"
+# name → path under the artifact folder. The second copy declares every output in place, so
+# that a test can pass outputs filled with NaN: memory IREE allocates can't be poisoned.
+# Each copy has its own folder, because both write library.objects/ beside their vmfb.
+LAYOUT = {"library": "library.vmfb", "library_poisonable": "poisonable/library.vmfb"}
+
+
+def build_all(out: Path) -> dict[str, Path]:
+    from iree_dispatch.pipeline import build
+    from iree_dispatch.spec import ModuleSpec, load_spec
+
+    spec = load_spec(SPEC)
+    paths = {name: out / rel for name, rel in LAYOUT.items()}
+    build(spec, paths["library"], emit_mlir=paths["library"].with_suffix(".mlir"))
+    in_place = ModuleSpec(spec.name, tuple(k.with_outputs_in_place() for k in spec.kernels), spec.archs)
+    build(in_place, paths["library_poisonable"])
+    return paths
+
+
+if __name__ == "__main__":
+    for name, path in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests" / "library")).items():
+        print(f"{name}: {path}")
