@@ -164,6 +164,10 @@ def shared_memory_beyond_every_gpu(cxx):
 
 
 if __name__ == "__main__":
+    # Everything every GPU test module needs, in the folders their fixtures read.
+    from . import library_artifacts, object_artifacts
+
     target = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests")
-    for name, path in build_all(target).items():
+    built = {**build_all(target), **object_artifacts.build_all(target / "objects"), **library_artifacts.build_all(target / "library")}
+    for name, path in built.items():
         print(f"{name}: {path}")
