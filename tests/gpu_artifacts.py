@@ -9,7 +9,6 @@ build/gpu-tests). Where the compiler is installed the tests build them themselve
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +17,6 @@ CHAIN_LENGTHS = (1, 10, 100)
 AXPBY_CHAIN = 10  # calls in chain_axpby
 REVERSE_CHAIN = 3  # calls in chain_reverse: odd, so the result is reversed once
 STATIC_SIZE = 1024  # chain_mul_100_static takes exactly this many floats
-ASYNC_FLAG = "--iree-execution-model=async-external"
 # name → path under the artifact folder; variants of module `samples` get their own folders
 # so their PTX objects (samples.objects/) don't overwrite each other.
 LAYOUT = {
@@ -52,18 +50,6 @@ def with_outputs_in_place(kernel):
     return kernel.with_outputs_in_place()
 
 
-def compile_with(mlir: Path, out: Path, spec, *extra_flags: str) -> Path:
-    """iree-compile of MLIR emitted by build(..., emit_mlir=...) with the flags the build uses
-    plus `extra_flags` (the build has no option for them yet: see docs/benchmarks.md)."""
-    from iree.compiler.tools.binaries import find_tool
-
-    from iree_dispatch.compile import compile_flags
-
-    cmd = [find_tool("iree-compile"), *compile_flags(spec.archs[-1], Path(".")), *extra_flags, mlir.name, "-o", str(out.absolute())]
-    subprocess.run(cmd, cwd=mlir.parent, check=True, capture_output=True, text=True)
-    return out
-
-
 def mul_chain(spec, k: int, name: str, static: int | None = None):
     """t = x; k times t = simple_mul(t, y); returns t (= x * y**k, rounded at every step).
     static: the inputs' size, if it is to be fixed (else any size n)."""
@@ -89,9 +75,7 @@ def build_programs(spec, paths: dict[str, Path]) -> None:
     for k in CHAIN_LENGTHS:
         mul_chain(spec, k, f"chain_mul_{k}").build(spec, paths[f"chain_mul_{k}"])
     mul_chain(spec, 100, "chain_mul_100_static", static=STATIC_SIZE).build(spec, paths["chain_mul_100_static"])
-    chain10 = paths["chain_mul_10_async"].with_suffix(".mlir")
-    mul_chain(spec, 10, "chain_mul_10").build(spec, paths["chain_mul_10_async"].with_name("sync_chain_mul_10.vmfb"), emit_mlir=chain10)
-    compile_with(chain10, paths["chain_mul_10_async"], spec, ASYNC_FLAG)
+    mul_chain(spec, 10, "chain_mul_10").build(spec, paths["chain_mul_10_async"], asynchronous=True)
 
     # axpby with a scalar argument and a constant, then an in-place kernel: three outputs.
     p = Program("chain_axpby")
@@ -142,9 +126,7 @@ def build_all(out: Path) -> dict[str, Path]:
     # Both forms of a kernel can't share a module (emit.py names the export after the PTX entry).
     out_kernels = tuple(k.with_outputs_in_place(function=f"{k.function}_out") for k in spec.kernels if k.function in ("simple_mul", "axpby"))
     build(ModuleSpec("samples_out", out_kernels, spec.archs), paths["samples_out"])
-    samples_mlir = paths["samples_async"].with_name("samples.mlir")
-    build(spec, paths["samples_async"].with_name("sync_samples.vmfb"), emit_mlir=samples_mlir)
-    compile_with(samples_mlir, paths["samples_async"], spec, ASYNC_FLAG)
+    build(spec, paths["samples_async"], asynchronous=True)
     build_programs(spec, paths)
     return paths
 
