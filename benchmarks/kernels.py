@@ -55,6 +55,8 @@ KERNELS = {
     "softmax_f32": ("rows", [SQUARE, TALL]),
     "layernorm_f32": ("rows", [SQUARE, TALL]),
     "rmsnorm_f32": ("rows", [SQUARE, TALL]),
+    "softmax_warp_f32": ("rows", [TALL, SQUARE]),  # made for short rows; 8192 columns to show the cost past its cache
+    "layernorm_warp_f32": ("rows", [TALL, SQUARE]),
     "transpose_f32": ("transpose", [SQUARE]),
 }
 EPS = 1e-5
@@ -75,7 +77,7 @@ def arguments(name: str, rows: int, cols: int, rng) -> tuple[list[np.ndarray], l
     vec = rng.uniform(0.5, 1.5, cols).astype(dtype)
     if name.startswith("bias_gelu"):
         return [x, vec], []
-    if name == "layernorm_f32":
+    if name in ("layernorm_f32", "layernorm_warp_f32"):
         return [x, vec, rng.uniform(-1, 1, cols).astype(dtype)], [EPS]
     if name == "rmsnorm_f32":
         return [x, vec], [EPS]
@@ -89,7 +91,8 @@ def traffic_bytes(name: str, inputs: list[np.ndarray], outputs: list[np.ndarray]
 def kernel_params(name: str, rows: int, cols: int, ins, outs, scalars):
     """The kernel's C parameters in order (for CuPy): pointers, then the ints/floats the spec
     derives from shapes or takes as arguments."""
-    ints = {"bias_gelu_f32": (rows, cols), "bias_gelu_f16": (rows, cols), "transpose_f32": (rows, cols)}.get(name, (cols,))
+    ints = {"bias_gelu_f32": (rows, cols), "bias_gelu_f16": (rows, cols), "transpose_f32": (rows, cols),
+            "softmax_warp_f32": (rows, cols), "layernorm_warp_f32": (rows, cols)}.get(name, (cols,))
     return (*ins, *outs, *(np.int32(v) for v in ints), *(np.float32(s) for s in scalars))
 
 

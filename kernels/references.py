@@ -62,6 +62,10 @@ def layernorm_f32(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: floa
     return (v - mean) / np.sqrt(var + eps) * weight.astype(np.float64) + bias.astype(np.float64)
 
 
+softmax_warp_f32 = softmax_f32
+layernorm_warp_f32 = layernorm_f32
+
+
 def rmsnorm_f32(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     v = x.astype(np.float64)
     return v / np.sqrt((v * v).mean(axis=1, keepdims=True) + eps) * weight.astype(np.float64)

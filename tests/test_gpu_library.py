@@ -41,6 +41,8 @@ BOUNDS = {
     "softmax_f32": (1e-5, 1e-12),
     "layernorm_f32": (1e-5, 1e-5),
     "rmsnorm_f32": (1e-5, 1e-6),
+    "softmax_warp_f32": (1e-5, 1e-12),
+    "layernorm_warp_f32": (1e-5, 1e-5),
     "transpose_f32": (0.0, 0.0),
 }
 
@@ -74,9 +76,9 @@ def arguments(name: str, rows: int, cols: int, rng: np.random.Generator) -> tupl
     if name.startswith("bias_gelu"):
         dtype = np.float16 if name.endswith("f16") else f32
         return [rng.uniform(-4, 4, (rows, cols)).astype(dtype), rng.uniform(-1, 1, cols).astype(dtype)], []
-    if name == "softmax_f32":
+    if name in ("softmax_f32", "softmax_warp_f32"):
         return [rng.normal(0, 3, (rows, cols)).astype(f32)], []
-    if name == "layernorm_f32":
+    if name in ("layernorm_f32", "layernorm_warp_f32"):
         # A mean larger than the spread, as the kernel's shifted variance must handle.
         x = rng.normal(2, 1.5, (rows, cols)).astype(f32)
         return [x, rng.uniform(0.5, 1.5, cols).astype(f32), rng.uniform(-1, 1, cols).astype(f32)], [1e-5]
