@@ -50,6 +50,7 @@ TALL = (65536, 1024)
 KERNELS = {
     "bias_gelu_f32": ("elementwise", [SQUARE]),
     "bias_gelu_f16": ("elementwise", [SQUARE]),
+    "bias_gelu_bf16": ("elementwise", [SQUARE]),
     "row_sum_f32": ("rows", [SQUARE, TALL]),
     "row_max_f32": ("rows", [SQUARE, TALL]),
     "softmax_f32": ("rows", [SQUARE, TALL]),
@@ -72,7 +73,12 @@ def references():
 
 def arguments(name: str, rows: int, cols: int, rng) -> tuple[list[np.ndarray], list[float]]:
     """Inputs and scalar arguments of the IREE function (random, nonzero)."""
-    dtype = np.float16 if name.endswith("f16") else np.float32
+    if name.endswith("bf16"):
+        import ml_dtypes  # numpy has no bfloat16
+
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    else:
+        dtype = np.float16 if name.endswith("f16") else np.float32
     x = rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
     vec = rng.uniform(0.5, 1.5, cols).astype(dtype)
     if name.startswith("bias_gelu"):
@@ -91,7 +97,7 @@ def traffic_bytes(name: str, inputs: list[np.ndarray], outputs: list[np.ndarray]
 def kernel_params(name: str, rows: int, cols: int, ins, outs, scalars):
     """The kernel's C parameters in order (for CuPy): pointers, then the ints/floats the spec
     derives from shapes or takes as arguments."""
-    ints = {"bias_gelu_f32": (rows, cols), "bias_gelu_f16": (rows, cols), "transpose_f32": (rows, cols),
+    ints = {"bias_gelu_f32": (rows, cols), "bias_gelu_f16": (rows, cols), "bias_gelu_bf16": (rows, cols), "transpose_f32": (rows, cols),
             "softmax_warp_f32": (rows, cols), "layernorm_warp_f32": (rows, cols)}.get(name, (cols,))
     return (*ins, *outs, *(np.int32(v) for v in ints), *(np.float32(s) for s in scalars))
 
@@ -212,13 +218,14 @@ def measure(args) -> dict:
                 got = fn(*dev, *scalars).to_host()
                 row["max_rel_err_sampled"] = check_sample(name, got, inputs, scalars, refs)
                 row["bytes"] = traffic_bytes(name, inputs, [got])
-                c_in = [cp.asarray(a) for a in inputs]
-                c_out = [cp.empty(got.shape, got.dtype)]
+                # CuPy has no bfloat16: it moves 16-bit floats as their bits.
+                c_in = [cp.asarray(a.view(np.uint16) if a.dtype.itemsize == 2 else a) for a in inputs]
+                c_out = [cp.empty(got.shape, np.uint16 if got.dtype.itemsize == 2 else got.dtype)]
                 grid, block = launch_dims(fn.description, rows, cols)
                 params = kernel_params(name, rows, cols, c_in, c_out, scalars)
                 cupy_launch = lambda: kernel(grid, block, params, shared_mem=fn.description["shared_memory"])  # noqa: E731
                 row["cupy_us"] = summarize(event_times_us(cp, cupy_launch))
-                got_cupy = c_out[0].get()
+                got_cupy = c_out[0].get().view(got.dtype)
                 row["cupy_matches_iree"] = bool(np.array_equal(got_cupy, got))
 
                 def iree_calls(k):

@@ -5,12 +5,13 @@
 // expf and saturates cleanly: for very negative x the exp overflows to inf and x / inf is -0.
 //
 // Memory-bound (the arithmetic per element is a dozen flops), so each thread moves 16-byte
-// vectors: 4 floats or 8 halves. The vector path needs the three pointers 16-byte aligned (IREE
+// vectors: 4 floats or 8 halves / bfloat16s. The vector path needs the three pointers 16-byte aligned (IREE
 // bindings are only element-aligned) and cols a multiple of the vector width, so that a
 // vector never straddles two rows and bias is read as aligned vectors too; otherwise the scalar
 // path gives the same result. Arithmetic is in float for every storage type.
 
 #include <cstdint>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 namespace {
@@ -27,9 +28,11 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // a % m in 32 bits whenever a fits: a 64-bit modulo is a subroutine of some 70 instructions,
 // more than a thread's whole share of the arithmetic when it moves one vector.
@@ -89,5 +92,11 @@ bias_gelu_f32(const float* __restrict__ x, const float* __restrict__ bias, float
 extern "C" __global__ void __launch_bounds__(256)
 bias_gelu_f16(const __half* __restrict__ x, const __half* __restrict__ bias, __half* __restrict__ out,
               int rows, int cols) {
+  bias_gelu(x, bias, out, rows, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+bias_gelu_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ bias, __nv_bfloat16* __restrict__ out,
+               int rows, int cols) {
   bias_gelu(x, bias, out, rows, cols);
 }

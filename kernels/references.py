@@ -40,6 +40,7 @@ def bias_gelu_f32(x: np.ndarray, bias: np.ndarray) -> np.ndarray:
 
 
 bias_gelu_f16 = bias_gelu_f32
+bias_gelu_bf16 = bias_gelu_f32
 
 
 def row_sum_f32(x: np.ndarray) -> np.ndarray:
@@ -73,3 +74,13 @@ def rmsnorm_f32(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 def transpose_f32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64).T
+
+
+# kernels/gemm.toml: c = a @ b in float64 from the (rounded) bf16/f16 inputs.
+
+
+def gemm_bf16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+gemm_f16 = gemm_bf16

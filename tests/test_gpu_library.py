@@ -12,6 +12,8 @@ except for row sums (scale = sum |x| of the row, the sum's condition):
 - float32 results: rtol 1e-5 (float accumulation over up to 12288 terms, expf, rsqrtf);
   max and transpose are exact.
 - float16 results (bias_gelu_f16): rtol 1e-3, about two f16 roundings (2^-11 each).
+- bfloat16 results (bias_gelu_bf16): rtol 4e-3, about two bf16 roundings (2^-9 each); the
+  reference starts from the same bf16-rounded inputs, so only the result's rounding counts.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ SHAPES = [(1, 1), (1, 7), (7, 33), (33, 1000), (3, 4097), (1000, 7), (130, 1024)
 BOUNDS = {
     "bias_gelu_f32": (1e-5, 1e-6),
     "bias_gelu_f16": (1e-3, 1e-6),
+    "bias_gelu_bf16": (4e-3, 1e-6),
     "row_sum_f32": (1e-5, 0.0),
     "row_max_f32": (0.0, 0.0),
     "softmax_f32": (1e-5, 1e-12),
@@ -57,6 +60,12 @@ def _references():
 REFERENCES = _references()
 
 
+def bfloat16() -> np.dtype:
+    """numpy has no bfloat16; ml_dtypes (as iree_dispatch.runtime) provides it."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    return np.dtype(ml_dtypes.bfloat16)
+
+
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict[str, runtime.Module]:
     if have_compiler():
@@ -74,7 +83,7 @@ def arguments(name: str, rows: int, cols: int, rng: np.random.Generator) -> tupl
     """(tensor inputs, scalar arguments) of kernel `name`, random and nonzero."""
     f32 = np.float32
     if name.startswith("bias_gelu"):
-        dtype = np.float16 if name.endswith("f16") else f32
+        dtype = {"bias_gelu_f16": np.float16, "bias_gelu_bf16": bfloat16()}.get(name, f32)
         return [rng.uniform(-4, 4, (rows, cols)).astype(dtype), rng.uniform(-1, 1, cols).astype(dtype)], []
     if name in ("softmax_f32", "softmax_warp_f32"):
         return [rng.normal(0, 3, (rows, cols)).astype(f32)], []
