@@ -1,10 +1,12 @@
 """The build cache: whole builds keyed by everything that can change their bytes.
 
 A build's key covers the spec (kernels, archs, object policy, nvcc flags), every source's and
-the program's bytes, every header nvcc reported including, the output naming that ends up in
-the vmfb, and the versions of nvcc, iree-base-compiler and this package. Headers are known
-only after a build, so the key has two levels: a manifest key over what is known up front
-names the header list of the last build; the entry key adds those headers' current bytes.
+the program's bytes, every header the compiler read (nvcc reports them; for NVRTC they are
+found from the #include lines), the output naming that ends up in the vmfb, and the toolchain
+(nvcc or NVRTC: which one, where, its version) and the versions of iree-base-compiler and this
+package. Headers are known only after a build, so the key has two levels: a manifest key
+over what is known up front names the header list of the last build; the entry key adds
+those headers' current bytes.
 
 Entries are written to a temporary folder and renamed into place, so a killed build never
 leaves a half entry. Builds of the same manifest key take a file lock (flock: released by the
