@@ -125,3 +125,32 @@ def check_adapted(spec: KernelSpec, entry: str, ptx: str, arch_name: str) -> Non
             f"{_where(spec, arch_name)}: adapted entry takes {found} bytes per parameter, IREE will pass {expected} "
             "(a bug in iree_dispatch, please report it)"
         )
+
+
+def check_machine_code(kernels: list[KernelSpec], obj) -> None:
+    """A prebuilt cubin or fatbin (prebuilt.PrebuiltObject) can't be adapted, so each kernel's
+    entry must already take exactly what IREE passes: 8-byte pointers, then 4-byte scalars; and
+    its thread-count limits must allow the block. Checked on every image that can be read
+    (machine code from .nv.info, uncompressed PTX)."""
+    for spec in kernels:
+        expected = tuple([8] * len(spec.tensors) + [4] * len(spec.scalars))
+        where = f"{obj.path}: kernel {spec.name}"
+        images = [(what, {n: (k.params, k.max_threads, k.required_threads) for n, k in found.items()}) for what, found in obj.kernel_params()]
+        images += [
+            (f"{obj.path.name} ({arch.name} PTX)", {n: (tuple(p.nbytes for p in e.params), e.max_threads, e.required_threads) for n, e in ptx_entries(text).items()})
+            for arch, text in obj.ptx_texts()
+        ]
+        threads = spec.block[0] * spec.block[1] * spec.block[2]
+        for what, found in images:
+            if spec.name not in found:
+                raise AbiError(f"{where}: {what} has no kernel named {spec.name!r} (kernels: {', '.join(sorted(found)) or 'none'})")
+            params, max_threads, required = found[spec.name]
+            if params != expected:
+                raise AbiError(
+                    f"{where}: {what} takes parameters of {list(params)} bytes, but the signature "
+                    f"({len(spec.tensors)} pointer(s), then {len(spec.scalars)} scalar(s)) makes IREE pass {list(expected)}"
+                )
+            if max_threads is not None and threads > max_threads[0] * max_threads[1] * max_threads[2]:
+                raise AbiError(f"{where}: block {list(spec.block)} has {threads} threads, but {what} allows at most {list(max_threads)} (__launch_bounds__)")
+            if required is not None and tuple(required) + (1,) * (3 - len(required)) != spec.block:
+                raise AbiError(f"{where}: block {list(spec.block)} differs from the block size {what} requires, {list(required)}")

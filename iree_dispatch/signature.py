@@ -247,5 +247,24 @@ def find_kernel(source: Path, name: str) -> KernelSignature:
     return KernelSignature(name, params, kernel.source, kernel.line, False, True, kernel.launch_bounds, kernel.template_params)
 
 
+def parse_signature(text: str, origin: Path, name: str) -> KernelSignature:
+    """A kernel's C signature given as text, e.g. `void k(const float* x, int n)`, for objects
+    that carry no source (prebuilt PTX/cubin/fatbin, Triton). `origin` names the object in
+    messages. The name is taken as the object's entry name (extern "C", no mangling)."""
+    if not isinstance(text, str) or not text.strip():
+        raise SignatureError(f"{origin}: kernel {name}: signature must be a C declaration such as \"void {name}(const float* x, int n)\"")
+    kernels = parse_kernels(f'extern "C" __global__ {text.strip().removesuffix(";")} {{}}', Path(origin))
+    if len(kernels) != 1 or kernels[0].template:
+        raise SignatureError(f"{origin}: kernel {name}: can't read signature {text!r}; write it as \"void {name}(const float* x, int n)\"")
+    if kernels[0].name != name:
+        raise SignatureError(f"{origin}: kernel {name}: signature {text!r} declares {kernels[0].name!r}; the names must match")
+    return kernels[0]
+
+
+def signature_text(signature: KernelSignature) -> str:
+    """The C declaration `parse_signature` reads back."""
+    return f"void {signature.name}({', '.join(_describe(p) for p in signature.params)})"
+
+
 def _describe(p: Param) -> str:
     return f"{'const ' if p.const else ''}{p.ctype}{'*' if p.pointer else ''} {p.name}"

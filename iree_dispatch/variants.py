@@ -80,3 +80,12 @@ def plan_variants(archs: tuple[Arch, ...], policy: str) -> tuple[Variant, ...]:
         rules = tuple(_cubin_rule(a) for a in archs) + (_ptx_rule(archs[0]),)
         return (Variant("fatbin", "fatbin", archs, rules),)
     raise SpecError(f"unknown objects policy {policy!r}; choose one of {', '.join(POLICIES)}")
+
+
+def object_variant(kind: Kind, images: tuple[tuple[str, Arch], ...]) -> Variant:
+    """The variant carrying one prebuilt object (prebuilt.py) whose images are (kind, arch)
+    pairs: a cubin image runs on its family, a PTX image JITs forward; any may run."""
+    rules = tuple(_cubin_rule(a) if k == "cubin" else _ptx_rule(a) for k, a in images)
+    archs = tuple(sorted({a for _, a in images}, key=lambda a: (a.major, a.minor, a.suffix != ""), reverse=True))
+    name = {"fatbin": "fatbin", "cubin": f"{archs[0].name}_cubin", "ptx": archs[0].name}[kind]
+    return Variant(name, kind, archs, rules)

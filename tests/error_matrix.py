@@ -108,7 +108,28 @@ CASES = [
     Case("call: wrong rank", lambda d: _call(np.ones((2, 2), np.float32), _f32(4), 1.0, 2), ValueError),
     Case("call: missing argument", lambda d: _call(_f32(4), _f32(4), 1.0), TypeError),
     Case("call: scalar out of its C type's range", lambda d: _call(_f32(4), _f32(4), 1.0, 70000), ValueError),
+    # Prebuilt objects (iree_dispatch/prebuilt.py): a cubin of `mul`, declared by a signature.
+    Case("prebuilt object without a signature", lambda d: KernelSpec.declare(_cubin(d), "mul", block=64, grid="n", shape=["n"]), DispatchError, True),
+    Case("prebuilt cubin with a 64-bit scalar", lambda d: _prebuilt(d, "void mul(const float* a, const float* b, float* out, long long n)"), DispatchError, True),
+    Case("prebuilt signature differs from the cubin", lambda d: _prebuilt(d, "void mul(const float* a, float* out, int n)", build=True), DispatchError, True),
 ]
+
+
+def _cubin(folder: Path) -> Path:
+    import subprocess
+
+    from iree_dispatch.toolchain import find_nvcc
+
+    subprocess.run([str(find_nvcc()), "-cubin", "-arch=sm_90", str(_cu(folder, MUL)), "-o", str(folder / "mul.sm_90.cubin")], check=True, capture_output=True)
+    return folder / "mul.sm_90.cubin"
+
+
+def _prebuilt(folder: Path, signature: str, build: bool = False) -> None:
+    from iree_dispatch.pipeline import build as build_module
+
+    kernel = KernelSpec.declare(_cubin(folder), "mul", signature=signature, block=64, grid="n", shape=["n"])
+    if build:
+        build_module(ModuleSpec("m", (kernel,)), folder / "m.vmfb", cache=False)
 
 
 def _changed_signature(folder: Path) -> None:

@@ -1,0 +1,167 @@
+"""Triton kernels compiled offline (iree_dispatch.triton): signature mapping, the hidden
+scratch parameters Triton 3.x appends, block size and shared memory from the metadata, the
+objects made per arch, and errors. Skipped where triton is not installed."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+from iree_dispatch.abi import ptx_entries  # noqa: E402
+from iree_dispatch.errors import SpecError  # noqa: E402
+from iree_dispatch.pipeline import build  # noqa: E402
+from iree_dispatch.spec import ModuleSpec  # noqa: E402
+from iree_dispatch.triton import load_triton_kernel, strip_hidden_params, triton_kernel  # noqa: E402
+
+from .conftest import ROOT, needs_build_tools  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
+from kernels import triton_kernels as tk  # noqa: E402
+
+pytestmark = needs_build_tools
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return tmp_path_factory.mktemp("triton")
+
+
+def axpy(out, **kw):
+    kw = {"grid": "ceildiv(n, BLOCK)", "constexprs": {"BLOCK": 1024}, "shape": ["n"], "out_dir": out, **kw}
+    return triton_kernel(tk.axpy, tk.AXPY_SIGNATURE, **kw)
+
+
+def test_axpy_objects_block_and_grid(out):
+    k = axpy(out)
+    assert k.block == (128, 1, 1)  # 4 warps
+    assert str(k.grid[0]) == "ceildiv(n, 1024)"  # the constexpr substituted
+    assert [o.variant.name for o in k.objects] == ["sm_90a_cubin", "sm_80_cubin", "sm_90a", "sm_80"]
+    assert [t.role for t in k.tensors] == ["input", "input", "output"] and [s.name for s in k.scalar_args] == ["alpha"]
+    for o in k.objects:
+        if o.kind == "ptx":
+            entry = ptx_entries(o.path.read_text())["axpy"]
+            # the two hidden scratch pointers are gone: x, y, out, alpha, n
+            assert [p.nbytes for p in entry.params] == [8, 8, 8, 4, 4]
+            assert entry.required_threads == (128,)
+        else:
+            cubin = o.kernel_params()[0][1]["axpy"]
+            assert cubin.params == (8, 8, 8, 4, 4) and cubin.required_threads == (128, 1, 1)
+
+
+def test_num_warps_sets_the_block_and_shared_memory_comes_from_the_metadata(out):
+    k = triton_kernel(tk.softmax_rows, tk.SOFTMAX_SIGNATURE, grid="rows", constexprs={"BLOCK": 1024}, num_warps=8, shape=["rows", "cols"], out_dir=out)
+    assert k.block == (256, 1, 1)
+    assert k.shared_memory > 0  # the cross-warp reductions use shared memory
+
+
+def test_hidden_params_are_removed_and_their_loads_read_zero():
+    ptx = """.version 8.7
+.target sm_90a
+.visible .entry k(
+\t.param .u64 .ptr .global .align 1 k_param_0,
+\t.param .u32 k_param_1,
+\t.param .u64 .ptr .global .align 1 k_param_2,
+\t.param .u64 .ptr .global .align 1 k_param_3
+)
+.reqntid 128
+{
+\tld.param.b64 \t%rd1, [k_param_0];
+\tld.param.b64 \t%rd9, [k_param_2];
+\tret;
+}
+"""
+    stripped = strip_hidden_params(ptx, "k", 2, "k")
+    assert [p.name for p in ptx_entries(stripped)["k"].params] == ["k_param_0", "k_param_1"]
+    assert "mov.b64 %rd9, 0;" in stripped and "k_param_2" not in stripped and "k_param_3" not in stripped
+    with pytest.raises(SpecError, match="expected the 1 declared plus 2 hidden"):
+        strip_hidden_params(ptx, "k", 1, "k")
+    with pytest.raises(SpecError, match="other than by a plain load"):
+        strip_hidden_params(ptx.replace("ret;", "mov.u64 %rd2, k_param_3;\n\tret;"), "k", 2, "k")
+
+
+def test_module_builds(out, tmp_path):
+    k = axpy(out)
+    result = build(ModuleSpec("tri", (k,)), tmp_path / "tri.vmfb", emit_mlir=tmp_path / "tri.mlir", cache=False)
+    text = result.mlir.read_text()
+    assert re.findall(r"hal\.executable\.variant public @(\w+)", text) == ["sm_90a_cubin", "sm_80_cubin", "sm_90a", "sm_80"]
+    assert "workgroup_size = [128 : index, 1 : index, 1 : index]" in text
+
+
+def test_unaligned_pointers_can_be_declared(out):
+    def code(k) -> str:
+        text = k.objects[-1].path.read_text()
+        return text[: text.index(".section")]  # without the debug sections
+
+    aligned = axpy(out, archs=["sm_80"])
+    unaligned = axpy(out, archs=["sm_80"], aligned=["y_ptr"])
+    # Without the 16-byte divisibility hint on x and out, Triton generates other code (here:
+    # it can't keep each thread's elements contiguous and converts layouts through shared memory).
+    assert code(aligned) != code(unaligned)
+    assert "global_smem" not in code(aligned) and "global_smem" in code(unaligned)
+
+
+def test_errors(out):
+    with pytest.raises(SpecError, match=r"non-constexpr parameters are \['x_ptr', 'y_ptr', 'out_ptr', 'alpha', 'n'\]"):
+        triton_kernel(tk.axpy, "void axpy(const float* x, const float* y, float* out, float alpha, int n)", grid=1, constexprs={"BLOCK": 1024}, shape=["n"], out_dir=out)
+    with pytest.raises(SpecError, match=r"constexpr 'BLOCK' needs a value"):
+        triton_kernel(tk.axpy, tk.AXPY_SIGNATURE, grid=1, shape=["n"], out_dir=out)
+    with pytest.raises(SpecError, match=r"constexprs names \['BLOK'\]"):
+        triton_kernel(tk.axpy, tk.AXPY_SIGNATURE, grid=1, constexprs={"BLOCK": 1024, "BLOK": 1}, shape=["n"], out_dir=out)
+    with pytest.raises(SpecError, match=r"aligned names \['alpha'\]"):
+        axpy(out, aligned=["alpha"])
+    with pytest.raises(SpecError, match="is not a @triton.jit function"):
+        triton_kernel(len, tk.AXPY_SIGNATURE, grid=1, shape=["n"], out_dir=out)
+
+
+def test_toml_spec_with_a_triton_source_builds_with_the_cli(tmp_path, capsys):
+    from iree_dispatch.cli import main
+
+    spec = tmp_path / "tri.toml"
+    spec.write_text(
+        f"""
+[module]
+name = "tri"
+archs = ["sm_80", "sm_90"]
+
+[[kernel]]
+name = "softmax_rows"
+source = "{ROOT / 'kernels' / 'triton_kernels.py'}"
+signature = "{tk.SOFTMAX_SIGNATURE}"
+constexprs = {{ BLOCK = 1024 }}
+num_warps = 8
+grid = ["rows"]
+shape = ["rows", "cols"]
+"""
+    )
+    out = tmp_path / "tri.vmfb"
+    assert main(["build", str(spec), "-o", str(out), "--emit-mlir"]) == 0
+    assert main(["inspect", str(out)]) == 0
+    assert "kernel softmax_rows(x_ptr: f32[rows, cols]) -> (out_ptr: f32[rows, cols])" in capsys.readouterr().out
+    text = out.with_suffix(".mlir").read_text()
+    assert re.findall(r"hal\.executable\.variant public @(\w+)", text) == ["sm_90a_cubin", "sm_80_cubin", "sm_90a", "sm_80"]
+    assert "workgroup_size = [256 : index, 1 : index, 1 : index]" in text
+
+
+def test_toml_errors(tmp_path):
+    from iree_dispatch.spec import load_spec
+
+    def spec(body: str):
+        path = tmp_path / "t.toml"
+        path.write_text(f'[[kernel]]\nname = "axpy"\ngrid = ["n"]\nshape = ["n"]\n{body}\n')
+        return load_spec(path)
+
+    source = f'source = "{ROOT / "kernels" / "triton_kernels.py"}"'
+    with pytest.raises(SpecError, match="needs signature"):
+        spec(source)
+    with pytest.raises(SpecError, match=r"\['block'\] of a Triton kernel come from its compilation"):
+        spec(f"{source}\nblock = [128]")
+    with pytest.raises(SpecError, match=r"\['num_warps'\] are for Triton kernels"):
+        spec(f'source = "{ROOT / "kernels" / "simple_mul.cu"}"\nnum_warps = 4')
+    with pytest.raises(SpecError, match="num_warps must be a power of two"):
+        spec(f'{source}\nsignature = "{tk.AXPY_SIGNATURE}"\nconstexprs = {{ BLOCK = 1024 }}\nnum_warps = 3')
+    with pytest.raises(SpecError, match="no function 'nope'"):
+        load_triton_kernel(ROOT / "kernels" / "triton_kernels.py", "nope", "void nope(float* x, int n)", grid=1, shape=["n"])
