@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""TFLOP/s of the tensor-core GEMM (kernels/gemm.toml) against torch.matmul, in one process.
+
+For each size (M = N = K = 2048, 4096, 8192) and dtype (bf16, f16), on the same device inputs:
+  * `torch`: torch.matmul(a, b) (cuBLAS; output bf16/f16, ours is f32), CUDA events around
+    batches of back-to-back calls, median per call;
+  * `cupy`: our kernel's object that IREE runs on this GPU (gemm.objects/gemm.sm_90a.cubin on
+    an H100) launched by CuPy RawModule, timed like torch;
+  * `iree_cupti`: the kernel as IREE launches it (`module.gemm_bf16(a, b)` on device arrays),
+    its duration read from CUPTI through torch.profiler: the kernel alone;
+  * `iree_wall`: median wall time of the synchronous IREE call (kernel + call overhead + the
+    allocation of c).
+Other configurations of gemm.cu (built by --prepare: clusters of 1 or 4 blocks, 4 stages,
+BN 128; and the sm_80 mma.sync body as PTX JIT-compiled for this GPU) are timed like `cupy`.
+TFLOP/s = 2 M N K / time. Every timed object's result is checked against torch's float32
+product of the same inputs on a sample of rows, relative to |a| @ |b| (ours must be within
+1e-5; torch's own bf16/f16-rounded output is not checked).
+
+    python benchmarks/gemm.py --prepare            # CPU side: modules + variant objects
+    python benchmarks/gemm.py --out DIR            # GPU side: numpy, cupy, torch, ml_dtypes, iree-base-runtime
+    python benchmarks/gemm.py --replot DIR/gemm.json --out DIR2
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DIR = ROOT / "build" / "gpu-tests" / "gemm"
+SIZES = (2048, 4096, 8192)
+DTYPES = ("bf16", "f16")
+BM, THREADS = 128, 384
+# Other tile configurations: (name, nvcc -D flags, dynamic shared memory bytes, BN, CTAs per cluster);
+# shared memory = stages * (16 KB + BN * 128) + 1024.
+VARIANTS = [
+    ("cluster1_s3", ["-DGEMM_CLUSTER=1"], 3 * 49152 + 1024, 256, 1),  # no B sharing
+    ("cluster4_s3", ["-DGEMM_CLUSTER=4"], 3 * 49152 + 1024, 256, 4),
+    # 4 stages: 193 KB, more than sm_80's 163 KB, so not the spec's (one shared_memory per kernel)
+    ("cluster2_s4", ["-DGEMM_STAGES=4"], 4 * 49152 + 1024, 256, 2),
+    ("bn128_s4", ["-DGEMM_BN=128", "-DGEMM_STAGES=4"], 4 * 32768 + 1024, 128, 2),
+]
+RTOL = 1e-5
+BATCH, BATCHES, CUPTI_CALLS, WALL_CALLS = 10, 10, 10, 10
+
+
+def prepare(out: Path) -> None:
+    """The IREE modules (tests/gemm_artifacts.py) and the extra tile configurations' cubins."""
+    sys.path.insert(0, str(ROOT))
+    from iree_dispatch.toolchain import find_nvcc
+    from tests.gemm_artifacts import build_all
+
+    build_all(out)
+    variants = out / "variants"
+    variants.mkdir(parents=True, exist_ok=True)
+    manifest = []
+    for name, flags, smem, bn, cluster in VARIANTS:
+        cubin = variants / f"gemm.{name}.sm_90a.cubin"
+        cmd = [str(find_nvcc()), "-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", *flags,
+               str(ROOT / "kernels" / "gemm.cu"), "-o", str(cubin)]
+        subprocess.run(cmd, check=True)
+        manifest.append({"name": name, "object": cubin.name, "shared_memory": smem, "bn": bn, "cluster": cluster, "flags": flags})
+    (variants / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def summarize(samples) -> dict:
+    a = np.asarray(samples, dtype=np.float64)
+    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90)), "n": int(a.size)}
+
+
+def event_times_us(torch, launch) -> list[float]:
+    """Per-call µs from CUDA events around BATCH back-to-back calls, BATCHES times, after warm-up."""
+    for _ in range(3):
+        launch()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(BATCHES):
+        start.record()
+        for _ in range(BATCH):
+            launch()
+        stop.record()
+        stop.synchronize()
+        out.append(start.elapsed_time(stop) * 1e3 / BATCH)
+    return out
+
+
+def cupti_times_us(calls, kernel: str) -> list[float]:
+    from torch.profiler import ProfilerActivity, profile
+
+    calls(2)  # warm-up outside the profiler
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        calls(CUPTI_CALLS)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text()).get("traceEvents", [])
+    durations = [float(e["dur"]) for e in events if e.get("cat") == "kernel" and e.get("name") == kernel]
+    if len(durations) != CUPTI_CALLS:
+        raise RuntimeError(f"{kernel}: {len(durations)} kernel records in the CUPTI trace, expected {CUPTI_CALLS}")
+    return durations
+
+
+def wall_times_us(call) -> list[float]:
+    for _ in range(2):
+        call()
+    out = []
+    for _ in range(WALL_CALLS):
+        t0 = time.perf_counter_ns()
+        call()
+        out.append((time.perf_counter_ns() - t0) / 1e3)
+    return out
+
+
+def sampled_error(got, a, b, rows) -> float:
+    """max |got - a @ b| / (|a| @ |b|) over `rows`, in float64 from the f32 copies on the GPU."""
+    import torch
+
+    a64, b64 = a[rows].double(), b.double()
+    want = a64 @ b64
+    scale = a64.abs() @ b64.abs()
+    err = (got[rows].double() - want).abs() / scale
+    return float(err.max().item()) if not torch.isnan(err).any() else float("nan")
+
+
+def measure(args) -> dict:
+    import cupy as cp
+    import ml_dtypes
+    import torch
+
+    from iree_dispatch import expr as ex
+    from iree_dispatch import runtime
+
+    torch.cuda.init()
+    module = runtime.load(args.dir / "gemm.vmfb")
+    major, minor = runtime.cuda_compute_capability()
+    arch = "sm_90a" if (major, minor) == (9, 0) else "sm_80" if major == 8 else None
+    objects = args.dir / "gemm.objects"
+    spec = module.functions["gemm_bf16"].description
+    kernels_under_test = [{"name": "gemm.toml", "path": objects / (f"gemm.{arch}.cubin" if arch else "gemm.sm_80.ptx"),
+                           "shared_memory": spec["shared_memory"], "grid": spec["grid"]}]
+    if arch == "sm_90a":
+        manifest = args.dir / "variants" / "manifest.json"
+        if manifest.exists():
+            for v in json.loads(manifest.read_text()):
+                grid = [f"ceildiv(N, {v['bn']})", f"{v['cluster']} * ceildiv(M, {BM * v['cluster']})"]
+                kernels_under_test.append({"name": v["name"], "path": args.dir / "variants" / v["object"], "shared_memory": v["shared_memory"], "grid": grid})
+        # The sm_80 body (mma.sync), JIT-compiled from PTX for this GPU, for comparison.
+        kernels_under_test.append({"name": "sm_80 mma.sync (PTX JIT)", "path": objects / "gemm.sm_80.ptx",
+                                   "shared_memory": spec["shared_memory"], "grid": spec["grid"]})
+    loaded = {}
+    for k in kernels_under_test:
+        raw = cp.RawModule(path=str(k["path"]))
+        loaded[k["name"]] = {}
+        for dtype in DTYPES:
+            fn = raw.get_function(f"gemm_{dtype}")
+            fn.max_dynamic_shared_size_bytes = k["shared_memory"]
+            loaded[k["name"]][dtype] = fn
+
+    result = {
+        "device": runtime.cuda_device_name(),
+        "capability": f"{major}.{minor}",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "driver": _nvidia_smi("driver_version"),
+        "versions": {"cupy": cp.__version__, "torch": torch.__version__, "numpy": np.__version__},
+        "method": __doc__.split("\n\n")[1],
+        "rows": [],
+    }
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for size in args.sizes:
+        m = n = k = size
+        flop = 2.0 * m * n * k
+        for dtype in DTYPES:
+            tdtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+            a = (torch.randn(m, k, device="cuda", generator=gen) + 0.25).to(tdtype)
+            b = (torch.randn(k, n, device="cuda", generator=gen) - 0.25).to(tdtype)
+            rows = torch.arange(0, m, 97, device="cuda")
+            entry = {"size": [m, n, k], "dtype": dtype, "kernels": []}
+            entry["torch_us"] = summarize(event_times_us(torch, lambda: torch.matmul(a, b)))
+            entry["torch_tflops"] = flop / entry["torch_us"]["median"] / 1e6
+            c = torch.empty(m, n, device="cuda", dtype=torch.float32)
+            for kut in kernels_under_test:
+                fn = loaded[kut["name"]][dtype]
+                grid = tuple(ex.evaluate(ex.parse(g, "grid"), {"M": m, "N": n, "K": k}) for g in kut["grid"])
+                params = (np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), np.uint64(c.data_ptr()), np.int32(m), np.int32(n), np.int32(k))
+                row = {"name": kut["name"], "object": kut["path"].name}
+                try:
+                    c.fill_(float("nan"))
+                    launch = lambda: fn(grid, (THREADS,), params, shared_mem=kut["shared_memory"])  # noqa: E731
+                    launch()
+                    torch.cuda.synchronize()
+                    row["max_err_over_scale"] = sampled_error(c, a, b, rows)
+                    row["us"] = summarize(event_times_us(torch, launch))
+                    row["tflops"] = flop / row["us"]["median"] / 1e6
+                    row["pct_torch"] = 100 * row["tflops"] / entry["torch_tflops"]
+                    row["correct"] = bool(row["max_err_over_scale"] <= RTOL)
+                except Exception as exc:  # a failing configuration is recorded; the others still run
+                    row["error"] = f"{type(exc).__name__}: {exc}"
+                print(json.dumps({"size": size, "dtype": dtype, **{x: row.get(x) for x in ("name", "tflops", "pct_torch", "max_err_over_scale", "error")}}), flush=True)
+                entry["kernels"].append(row)
+            # Through IREE, on device arrays (the bits of the same inputs).
+            np_dtype = ml_dtypes.bfloat16 if dtype == "bf16" else np.float16
+            da = module.to_device(a.cpu().view(torch.int16).numpy().view(np_dtype))
+            db = module.to_device(b.cpu().view(torch.int16).numpy().view(np_dtype))
+            fn = module.functions[f"gemm_{dtype}"]
+            iree = {}
+            try:
+                got = torch.from_numpy(fn(da, db).to_host()).cuda()
+                iree["max_err_over_scale"] = sampled_error(got, a, b, rows)
+                got = None
+
+                def iree_calls(count):
+                    for _ in range(count):
+                        fn(da, db)
+
+                iree["cupti_us"] = summarize(cupti_times_us(iree_calls, f"gemm_{dtype}"))
+                iree["cupti_tflops"] = flop / iree["cupti_us"]["median"] / 1e6
+                iree["pct_torch"] = 100 * iree["cupti_tflops"] / entry["torch_tflops"]
+                iree["wall_us"] = summarize(wall_times_us(lambda: fn(da, db)))
+                iree["wall_tflops"] = flop / iree["wall_us"]["median"] / 1e6
+            except Exception as exc:
+                iree["error"] = f"{type(exc).__name__}: {exc}"
+            entry["iree"] = iree
+            print(json.dumps({"size": size, "dtype": dtype, "torch_tflops": entry["torch_tflops"], "iree": {x: iree.get(x) for x in ("cupti_tflops", "pct_torch", "wall_tflops", "max_err_over_scale", "error")}}), flush=True)
+            result["rows"].append(entry)
+            a = b = c = da = db = None
+            torch.cuda.empty_cache()
+    return result
+
+
+def _nvidia_smi(field: str) -> str | None:
+    try:
+        return subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def table(result: dict) -> str:
+    lines = [
+        f"Device: {result['device']} (compute capability {result['capability']}, driver {result['driver']}), {result['date']}; "
+        f"torch {result['versions']['torch']}, cupy {result['versions']['cupy']}.",
+        "",
+        "| M=N=K | dtype | torch.matmul TFLOP/s | ours via IREE (CUPTI) TFLOP/s | % torch | IREE call (wall) TFLOP/s | max err/scale (IREE) |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        i = r["iree"]
+        if "error" in i:
+            lines.append(f"| {r['size'][0]} | {r['dtype']} | {r['torch_tflops']:.0f} | error: {i['error']} | | | |")
+            continue
+        lines.append(f"| {r['size'][0]} | {r['dtype']} | {r['torch_tflops']:.0f} | {i['cupti_tflops']:.0f} | {i['pct_torch']:.0f}% | {i['wall_tflops']:.0f} | {i['max_err_over_scale']:.1e} |")
+    lines += ["", "Objects launched by CuPy (CUDA events):", "",
+              "| M=N=K | dtype | object | TFLOP/s | % torch | max err/scale | correct |", "|---:|---|---|---:|---:|---:|---|"]
+    for r in result["rows"]:
+        for kr in r["kernels"]:
+            if "error" in kr:
+                lines.append(f"| {r['size'][0]} | {r['dtype']} | {kr['name']} | error: {kr['error']} | | | |")
+                continue
+            lines.append(f"| {r['size'][0]} | {r['dtype']} | {kr['name']} | {kr['tflops']:.0f} | {kr['pct_torch']:.0f}% | {kr['max_err_over_scale']:.1e} | {'yes' if kr['correct'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["rows"] if "error" not in r["iree"]]
+    labels = [f"{r['size'][0]}³ {r['dtype']}" for r in rows]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(max(7, 1.2 * len(rows)), 4.2))
+    ax.bar(x - 0.27, [r["torch_tflops"] for r in rows], 0.27, label="torch.matmul (cuBLAS)")
+    ax.bar(x, [r["iree"]["cupti_tflops"] for r in rows], 0.27, label="ours via IREE (CUPTI kernel time)")
+    ax.bar(x + 0.27, [r["kernels"][0].get("tflops", 0) for r in rows], 0.27, label="ours via CuPy (events)")
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"kernels/gemm.toml on {result['device']}, {result['date'][:10]}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def write(result: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gemm.json").write_text(json.dumps(result, indent=1))
+    text = table(result)
+    (out / "gemm.md").write_text(text)
+    print(text)
+    try:
+        plot(result, out / "gemm.png")
+    except ImportError as exc:
+        print(f"no plot: {exc}", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="folder of gemm.vmfb, gemm.objects/ and variants/ (--prepare)")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gemm")
+    p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    p.add_argument("--prepare", action="store_true", help="build the modules and variant objects (CPU side)")
+    p.add_argument("--replot", type=Path, help="a gemm.json to write the table and plot from")
+    args = p.parse_args(argv)
+    if args.prepare:
+        prepare(args.dir)
+        return 0
+    write(json.loads(args.replot.read_text()) if args.replot else measure(args), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,490 @@
+// Tensor-core GEMM, c[M, N] (f32) = a[M, K] @ b[K, N], a and b row-major bf16 or f16, f32 accumulation.
+//
+// One block computes a BM x BN = 128 x 256 tile of c with 384 threads; one kernel body per
+// architecture, chosen at compile time:
+//
+// - sm_90a (Hopper, __CUDA_ARCH_FEAT_SM90_ALL): warp-specialized wgmma. Warpgroup 0 loads tiles
+//   with cp.async into a ring of GEMM_STAGES shared-memory stages (128-byte swizzled, the layout
+//   wgmma reads); warpgroups 1 and 2 each multiply a 64 x 256 half of the tile with
+//   wgmma.m64n256k16 (A K-major, B N-major: b's rows are read as they lie in memory), the
+//   accumulators in registers. Full/empty mbarriers per stage hand stages between them.
+//   IREE passes only buffers and 32-bit constants, so there are no TMA tensor maps: cp.async it
+//   is. Blocks run in clusters of GEMM_CLUSTER along M that share each B tile through
+//   distributed shared memory (see gemm_sm90), cutting what each block reads from L2 by a third.
+//   Measured numbers and what limits them: docs/gemm.md.
+// - everything else (sm_80 ...): WMMA (mma.sync) on 8 warps, 64 x 64 per warp, double-buffered
+//   shared memory filled by all 384 threads. Same block size, grid and shared memory as the
+//   sm_90a body, because the module spec declares those per kernel, not per architecture.
+//
+// Any M, N, K >= 1 is correct. The fast loads need K % 8 == 0, N % 8 == 0 and 16-byte aligned a
+// and b (each 16-byte chunk of a row then lies wholly inside or outside the matrix); otherwise
+// the same kernel loads element by element with bounds checks. Out-of-range elements of a tile
+// are zero, so they add nothing; out-of-range outputs are not written.
+//
+// Launch (kernels/gemm.toml): block 384, grid (ceildiv(N, 256), 2 * ceildiv(M, 256)), dynamic
+// shared memory gemm::SMEM_BYTES = 148480. The -D options below exist for benchmarks/gemm.py,
+// which times other configurations; the spec must change with them.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+#include <stdint.h>
+
+#ifndef GEMM_BN
+#define GEMM_BN 256  // tile columns; 128 also works (measured 18-42% slower)
+#endif
+#ifndef GEMM_CLUSTER
+#define GEMM_CLUSTER 2  // sm_90a: blocks per cluster along M sharing B tiles (1, 2 or 4); grid y a multiple
+#endif
+#ifndef GEMM_STAGES
+#define GEMM_STAGES 3  // stages of the sm_90a ring: 3 x 48 KB fits sm_80's 163 KB too (4 is faster on sm_90a)
+#endif
+
+namespace gemm {
+
+constexpr int BM = 128, BN = GEMM_BN, BK = 64, STAGES = GEMM_STAGES, THREADS = 384, CLUSTER = GEMM_CLUSTER;
+constexpr int A_STAGE_BYTES = BM * BK * 2;  // 16 KB
+constexpr int B_STAGE_BYTES = BK * BN * 2;  // 32 KB at BN = 256
+constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
+// + 1024: the dynamic shared memory base is only 16-byte aligned; swizzled tiles need 1024.
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;
+static_assert(BN == 128 || BN == 256, "GEMM_BN must be 128 or 256");
+static_assert((CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4) && BN / CLUSTER >= 64, "a B part must be whole 64-column swizzle atoms");
+
+// True when every 16-byte chunk of a and b rows can be copied whole (see the header comment).
+__device__ __forceinline__ bool vector_loads_ok(const void* a, const void* b, int N, int K) {
+  return (K % 8 == 0) && (N % 8 == 0) && ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) % 16 == 0);
+}
+
+// 8 consecutive 16-bit elements of a row starting at column `col`, zero where col + i >= cols or
+// the row is out of range: the element-by-element path for unaligned shapes.
+__device__ __forceinline__ uint4 load_chunk_checked(const uint16_t* row, bool row_ok, int col, int cols) {
+  uint16_t v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = (row_ok && col + i < cols) ? row[col + i] : uint16_t(0);
+  return make_uint4(v[0] | (uint32_t(v[1]) << 16), v[2] | (uint32_t(v[3]) << 16), v[4] | (uint32_t(v[5]) << 16),
+                    v[6] | (uint32_t(v[7]) << 16));
+}
+
+}  // namespace gemm
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+namespace gemm {
+
+static_assert(THREADS == 3 * 128, "one producer and two consumer warpgroups");
+
+// d[128] += A(desc) * B(desc) for one m64n256k16 tile; TY is bf16 or f16. Generated operand lists.
+#define GEMM_DEFINE_WGMMA_N256(NAME, TY) \
+  __device__ __forceinline__ void NAME(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n" \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d)); \
+  }
+
+// d[64] += A(desc) * B(desc) for one m64n128k16 tile; TY is bf16 or f16. Generated operand lists.
+#define GEMM_DEFINE_WGMMA_N128(NAME, TY) \
+  __device__ __forceinline__ void NAME(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n" \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d)); \
+  }
+
+GEMM_DEFINE_WGMMA_N256(wgmma_n256_bf16, "bf16")
+GEMM_DEFINE_WGMMA_N256(wgmma_n256_f16, "f16")
+GEMM_DEFINE_WGMMA_N128(wgmma_n128_bf16, "bf16")
+GEMM_DEFINE_WGMMA_N128(wgmma_n128_f16, "f16")
+
+template <typename T>
+__device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if GEMM_BN == 256
+  if constexpr (__is_same(T, __nv_bfloat16)) wgmma_n256_bf16(d, desc_a, desc_b, scale_d);
+  else wgmma_n256_f16(d, desc_a, desc_b, scale_d);
+#else
+  if constexpr (__is_same(T, __nv_bfloat16)) wgmma_n128_bf16(d, desc_a, desc_b, scale_d);
+  else wgmma_n128_f16(d, desc_a, desc_b, scale_d);
+#endif
+}
+
+// Pins the accumulators in registers across the asynchronous wgmma (as CUTLASS's
+// warpgroup_fence_operand): without it ptxas may move them and serialize the wgmmas (C7515).
+__device__ __forceinline__ void fence_operands(float (&d)[BN / 2]) {
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// wgmma shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte
+// offsets in 16-byte units (PTX ISA, "Matrix Descriptor Format").
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t leading, uint32_t stride) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((leading & 0x3FFFF) >> 4) << 16) |
+         (uint64_t((stride & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+
+// Byte offsets inside a stage. Both tiles are made of 1024-byte swizzle atoms: 8 rows of 128
+// bytes, where 16-byte chunk c of row r is stored at chunk c ^ r (what wgmma's 128-byte swizzle
+// expects, XORing address bits [4:6] with [7:9]; atoms are 1024-aligned).
+// A (BM x BK, K-major): row m at m * 128; 8-row atoms 1024 apart (the descriptor's stride).
+__device__ __forceinline__ uint32_t a_offset(int m, int chunk) { return m * 128 + ((chunk ^ (m & 7)) << 4); }
+// B (BK x BN, N-major): atom (k / 8, n / 64) at ((n / 64) * BK / 8 + k / 8) * 1024, row k % 8 of
+// the atom holds b[k, n..n+63]. Atoms along K are 1024 apart (stride), along N 8 KB (leading).
+__device__ __forceinline__ uint32_t b_offset(int k, int n_chunk) {
+  return (((n_chunk >> 3) * (BK / 8) + (k >> 3)) << 10) + ((k & 7) << 7) + (((n_chunk & 7) ^ (k & 7)) << 4);
+}
+constexpr uint32_t B_LEADING = (BK / 8) * 1024, B_STRIDE = 1024;
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  // src-size 0 zero-fills the chunk without reading: tiles past the matrix edge add zeros.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// Arrives when all of this thread's earlier cp.async copies have landed (count not incremented).
+__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// Cluster helpers: the CTAs of a cluster share each B tile through distributed shared memory.
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// The shared::cluster address of `addr` (a shared::cta address) in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t peer_addr(uint32_t addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  // Not .aligned: the producer's thread 0 reaches it on its own after its last push.
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
+}
+// Arrives and raises the transaction count the phase waits for by `bytes` (bulk copies to come).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Bulk copy of `bytes` from this CTA's shared memory to a peer's; completes on the peer's mbarrier.
+__device__ __forceinline__ void push_to_peer(uint32_t peer_dst, uint32_t src, uint32_t bytes, uint32_t peer_bar) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(peer_dst),
+               "r"(src), "r"(bytes), "r"(peer_bar)
+               : "memory");
+}
+
+// The sm_90a body. A cluster of CLUSTER CTAs stacked along M (same n0) needs the same B tiles:
+// CTA r loads only part r of each B tile (BN / CLUSTER columns, a contiguous byte range of the
+// stage) and copies it into the other CTAs' shared memory, so that each CTA reads
+// 16 KB + 32 KB / CLUSTER per K step from L2 instead of 48 KB (the load path, not the tensor
+// cores, limited the unclustered kernel). Barriers per stage s:
+//   loaded[s]: this CTA's own cp.async copies (A and its B part) have landed (128 arrivals);
+//   full[s]:   everything is here: one arrival (after loaded[s]) plus the bytes the peers push;
+//   empty[s]:  every consumer warp of every CTA of the cluster is done with stage s, so this
+//              CTA may load into it and push into the peers' (8 * CLUSTER arrivals).
+template <typename T>
+__device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ __align__(8) uint64_t loaded[STAGES], full[STAGES], empty[STAGES];
+  // Same offset in every CTA: the peers' copies land at the address this CTA reads.
+  const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int k_tiles = (K + BK - 1) / BK;
+  const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
+  const uint32_t rank = cluster_rank();
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(smem_addr(&loaded[s]), 128);
+      mbar_init(smem_addr(&full[s]), 1);
+      mbar_init(smem_addr(&empty[s]), 8 * CLUSTER);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  cluster_sync();  // the peers' barriers exist before anyone arrives on them
+
+  if (warpgroup == 0) {
+    // Producer. Registers move from the producer to the consumers (needs __launch_bounds__(384, 1)):
+    // 128 x 88 + 256 x 208 = 384 x 168, all the block was given; 88 and 208 both compile without spills.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n");
+    const bool vec = vector_loads_ok(a, b, N, K);
+    const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
+    const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
+    constexpr int PART_CHUNKS = BN / CLUSTER / 8;  // 16-byte chunks per row of a B part
+    constexpr uint32_t PART_BYTES = B_STAGE_BYTES / CLUSTER;
+    // Thread 0 pushes stage j's B part to the peers once this CTA's own copies landed, one K step
+    // late, so that waiting doesn't hold up issuing the next stage's copies. (A warp of its own
+    // for this, pushing at once while three warps load, measured 12-20% slower.)
+    auto push = [&](int j) {
+      const int s = j % STAGES;
+      mbar_wait(smem_addr(&loaded[s]), (j / STAGES) & 1);
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async wrote it; the bulk copy reads it
+      const uint32_t part = smem + s * STAGE_BYTES + A_STAGE_BYTES + rank * PART_BYTES;
+      for (uint32_t p = 1; p < CLUSTER; ++p) {
+        const uint32_t peer = (rank + p) % CLUSTER;
+        push_to_peer(peer_addr(part, peer), part, PART_BYTES, peer_addr(smem_addr(&full[s]), peer));
+      }
+      mbar_arrive_expect_tx(smem_addr(&full[s]), (CLUSTER - 1) * PART_BYTES);
+    };
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int s = kt % STAGES;
+      if (kt >= STAGES) mbar_wait(smem_addr(&empty[s]), ((kt / STAGES) - 1) & 1);
+      const uint32_t sa = smem + s * STAGE_BYTES, sb = sa + A_STAGE_BYTES;
+      const int k0 = kt * BK;
+      // A: BM rows x 8 chunks; 8 consecutive threads copy one 128-byte row segment.
+#pragma unroll
+      for (int i = 0; i < BM * 8 / 128; ++i) {
+        const int id = i * 128 + t, m = id / 8, chunk = id % 8;
+        const int gm = m0 + m, gk = k0 + chunk * 8;
+        if (vec) {
+          const bool ok = gm < M && gk < K;
+          cp_async_16(sa + a_offset(m, chunk), ok ? a16 + size_t(gm) * K + gk : a16, ok);
+        } else {
+          const uint4 v = load_chunk_checked(a16 + size_t(gm < M ? gm : 0) * K, gm < M, gk, K);
+          asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sa + a_offset(m, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+        }
+      }
+      // This CTA's part of B: BK rows x PART_CHUNKS chunks.
+#pragma unroll
+      for (int i = 0; i < BK * PART_CHUNKS / 128; ++i) {
+        const int id = i * 128 + t, k = id / PART_CHUNKS, chunk = rank * PART_CHUNKS + id % PART_CHUNKS;
+        const int gk = k0 + k, gn = n0 + chunk * 8;
+        if (vec) {
+          const bool ok = gk < K && gn < N;
+          cp_async_16(sb + b_offset(k, chunk), ok ? b16 + size_t(gk) * N + gn : b16, ok);
+        } else {
+          const uint4 v = load_chunk_checked(b16 + size_t(gk < K ? gk : 0) * N, gk < K, gn, N);
+          asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + b_offset(k, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+        }
+      }
+      if (vec) mbar_arrive_cp_async(smem_addr(&loaded[s]));
+      else mbar_arrive(smem_addr(&loaded[s]));
+      if (t == 0 && kt > 0) push(kt - 1);
+    }
+    if (t == 0) push(k_tiles - 1);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n");
+    const int half = warpgroup - 1;  // rows [64 * half, 64 * half + 64) of the tile
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int s = kt % STAGES;
+      mbar_wait(smem_addr(&full[s]), (kt / STAGES) & 1);
+      // This CTA's part was written through the generic proxy (cp.async, st.shared); wgmma
+      // reads through the async proxy.
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      const uint32_t sa = smem + s * STAGE_BYTES + half * 64 * 128, sb = smem + s * STAGE_BYTES + A_STAGE_BYTES;
+      fence_operands(d);
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < BK / 16; ++ks) {
+        // K step of 16: 32 bytes along A's swizzled rows; two 8-row atoms down B.
+        wgmma_tile<T>(d, make_desc(sa + ks * 32, 16, 1024), make_desc(sb + ks * 2 * B_STRIDE, B_LEADING, B_STRIDE), 1);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      // Wait for this stage's products before releasing it; the tensor cores stay busy meanwhile
+      // with the other consumer warpgroup's wgmmas. Keeping a group in flight across iterations
+      // (wait_group 1, the first product with scale-d 0) measured no faster with 4 stages and
+      // 36% slower with 3: the producer then has a stage less to fill.
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      fence_operands(d);
+      if (t % 32 == 0) {
+        for (uint32_t r = 0; r < CLUSTER; ++r) mbar_arrive_remote(peer_addr(smem_addr(&empty[s]), r));
+      }
+    }
+
+    // Accumulator layout of m64nNk16 (PTX ISA, "wgmma D fragments"): register i of thread
+    // (warp w, lane l) holds row 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
+    const int warp = t / 32, lane = t % 32;
+    const int row0 = m0 + half * 64 + warp * 16 + lane / 4;
+    const bool pairs = (N % 2 == 0) && (reinterpret_cast<uintptr_t>(c) % 8 == 0);
+#pragma unroll
+    for (int i = 0; i < BN / 2; i += 2) {
+      const int row = row0 + 8 * ((i / 2) % 2), col = n0 + 8 * (i / 4) + 2 * (lane % 4);
+      if (row >= M) continue;
+      float* out = c + size_t(row) * N + col;
+      if (pairs && col + 1 < N) {
+        *reinterpret_cast<float2*>(out) = make_float2(d[i], d[i + 1]);
+      } else {
+        if (col < N) out[0] = d[i];
+        if (col + 1 < N) out[1] = d[i + 1];
+      }
+    }
+  }
+  // No CTA leaves while a peer may still copy into its shared memory or arrive on its barriers.
+  cluster_sync();
+}
+
+}  // namespace gemm
+#else  // not sm_90a: WMMA (mma.sync)
+namespace gemm {
+
+// Double-buffered tiles, K step 32, rows padded by 8 elements (16 bytes) against bank conflicts.
+constexpr int WK = 32, A_LD = WK + 8, B_LD = BN + 8;
+constexpr int WA_BYTES = BM * A_LD * 2, WB_BYTES = WK * B_LD * 2;
+static_assert(2 * (WA_BYTES + WB_BYTES) + 8 * 16 * 16 * 4 <= SMEM_BYTES, "WMMA tiles must fit the declared shared memory");
+
+template <typename T>
+__device__ __forceinline__ void load_tiles_wmma(const T* a, const T* b, uint8_t* sa, uint8_t* sb, int m0, int n0, int k0, int M, int N, int K, bool vec) {
+  const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
+  const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
+  // A: BM x WK = BM * 4 chunks; B: WK x BN = WK * BN / 8 chunks; spread over all threads.
+  for (int id = threadIdx.x; id < BM * (WK / 8) + WK * (BN / 8); id += THREADS) {
+    const uint16_t* row;
+    bool row_ok;
+    int col, cols;
+    uint8_t* dst;
+    if (id < BM * (WK / 8)) {
+      const int m = id / (WK / 8), chunk = id % (WK / 8);
+      row_ok = m0 + m < M, row = a16 + size_t(row_ok ? m0 + m : 0) * K, col = k0 + chunk * 8, cols = K;
+      dst = sa + (m * A_LD + chunk * 8) * 2;
+    } else {
+      const int j = id - BM * (WK / 8), k = j / (BN / 8), chunk = j % (BN / 8);
+      row_ok = k0 + k < K, row = b16 + size_t(row_ok ? k0 + k : 0) * N, col = n0 + chunk * 8, cols = N;
+      dst = sb + (k * B_LD + chunk * 8) * 2;
+    }
+    uint4 v;
+    if (vec) v = (row_ok && col < cols) ? *reinterpret_cast<const uint4*>(row + col) : make_uint4(0, 0, 0, 0);
+    else v = load_chunk_checked(row, row_ok, col, cols);
+    *reinterpret_cast<uint4*>(dst) = v;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void gemm_wmma(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+  using namespace nvcuda;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
+  uint8_t* sa[2] = {smem, smem + WA_BYTES};
+  uint8_t* sb[2] = {smem + 2 * WA_BYTES, smem + 2 * WA_BYTES + WB_BYTES};
+  float* scratch = reinterpret_cast<float*>(smem + 2 * (WA_BYTES + WB_BYTES));
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int WN = BN / 4;  // 8 computing warps as 2 x 4, each 64 x WN
+  const int wm = warp / 4, wn = warp % 4;
+  const bool vec = vector_loads_ok(a, b, N, K);
+  const int k_tiles = (K + WK - 1) / WK;
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][WN / 16];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < WN / 16; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+  load_tiles_wmma(a, b, sa[0], sb[0], m0, n0, 0, M, N, K, vec);
+  __syncthreads();
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt & 1;
+    // Loads of the next tile go to the other buffer, overlapping this tile's math.
+    if (kt + 1 < k_tiles) load_tiles_wmma(a, b, sa[s ^ 1], sb[s ^ 1], m0, n0, (kt + 1) * WK, M, N, K, vec);
+    if (warp < 8) {
+      const T* ta = reinterpret_cast<const T*>(sa[s]);
+      const T* tb = reinterpret_cast<const T*>(sb[s]);
+#pragma unroll
+      for (int kk = 0; kk < WK; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wmma::load_matrix_sync(fa[i], ta + (wm * 64 + i * 16) * A_LD + kk, A_LD);
+#pragma unroll
+        for (int j = 0; j < WN / 16; ++j) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+          wmma::load_matrix_sync(fb, tb + kk * B_LD + wn * WN + j * 16, B_LD);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) wmma::mma_sync(acc[i][j], fa[i], fb, acc[i][j]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (warp >= 8) return;
+  // Through a per-warp 16 x 16 scratch tile, so that edge tiles can be written element by element.
+  float* mine = scratch + warp * 256;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < WN / 16; ++j) {
+      wmma::store_matrix_sync(mine, acc[i][j], 16, wmma::mem_row_major);
+      __syncwarp();
+      for (int e = lane; e < 256; e += 32) {
+        const int row = m0 + wm * 64 + i * 16 + e / 16, col = n0 + wn * WN + j * 16 + e % 16;
+        if (row < M && col < N) c[size_t(row) * N + col] = mine[e];
+      }
+      __syncwarp();
+    }
+}
+
+}  // namespace gemm
+#endif
+
+// Compile-time cluster dims: a plain launch (IREE's cuLaunchKernel) then starts clusters.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && GEMM_CLUSTER > 1
+#define GEMM_CLUSTER_DIMS __cluster_dims__(1, GEMM_CLUSTER, 1)
+#else
+#define GEMM_CLUSTER_DIMS
+#endif
+
+template <typename T>
+__device__ __forceinline__ void gemm_body(const T* a, const T* b, float* c, int M, int N, int K) {
+  // A launch with less dynamic shared memory than the tiles need (a spec out of step with this
+  // file) would corrupt memory silently: fail the launch instead.
+  uint32_t dynamic_smem;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
+  if (dynamic_smem < uint32_t(gemm::SMEM_BYTES)) __trap();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  gemm::gemm_sm90<T>(a, b, c, M, N, K);
+#else
+  gemm::gemm_wmma<T>(a, b, c, M, N, K);
+#endif
+}
+
+// a: [M, K], b: [K, N], c = a @ b: [M, N], all row-major. Block 384, grid (ceildiv(N, BN), ceildiv(M, 128)),
+// dynamic shared memory gemm::SMEM_BYTES (kernels/gemm.toml).
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+  gemm_body(a, b, c, M, N, K);
+}
+
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_f16(const __half* __restrict__ a, const __half* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+  gemm_body(a, b, c, M, N, K);
+}

@@ -1,0 +1,90 @@
+"""The tensor-core GEMM (kernels/gemm.toml) on the CPU: the spec declares what the kernels
+need, the module builds for sm_90a and sm_80 (the build checks each kernel's ABI against its
+PTX entry), each arch gets the body meant for it, and a plain sm_90 build takes the mma.sync
+body. Runs on a GPU: tests/test_gpu_gemm.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+
+from iree_dispatch.cli import main
+from iree_dispatch.pipeline import build
+from iree_dispatch.spec import load_spec
+
+from .conftest import ROOT, needs_build_tools
+
+SPEC = ROOT / "kernels" / "gemm.toml"
+KERNELS = ["gemm_bf16", "gemm_f16"]
+# gemm.cu: 3 stages x (16 KB of A + 32 KB of B) + 1 KB to align the tiles to 1024 bytes.
+SHARED_MEMORY = 3 * (16384 + 32768) + 1024
+
+
+def test_spec_declares_shapes_block_grid_and_shared_memory():
+    spec = load_spec(SPEC)
+    assert spec.name == "gemm"
+    assert [a.name for a in spec.archs] == ["sm_90a", "sm_80"]
+    assert [k.function for k in spec.kernels] == KERNELS
+    for kernel, dtype in zip(spec.kernels, ["bf16", "f16"]):
+        d = kernel.describe()
+        assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [("a", dtype, ["M", "K"]), ("b", dtype, ["K", "N"])]
+        assert [(t["name"], t["dtype"], t["shape"], t["inplace"]) for t in d["outputs"]] == [("c", "f32", ["M", "N"], False)]
+        assert d["scalars"] == []  # M, N, K come from the shapes
+        assert d["block"] == [384, 1, 1]
+        assert d["grid"] == ["ceildiv(N, 256)", "(2 * ceildiv(M, 256))", "1"]
+        assert d["shared_memory"] == SHARED_MEMORY
+
+
+def test_every_kernel_has_a_float64_reference():
+    loader = importlib.util.spec_from_file_location("gemm_references", ROOT / "kernels" / "references.py")
+    references = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(references)
+    assert all(callable(getattr(references, name, None)) for name in KERNELS)
+
+
+def _entry(ptx: str, name: str) -> str:
+    """The text of `.entry name` up to its body's opening brace (params and directives)."""
+    start = ptx.index(f".entry {name}(")
+    return ptx[start : ptx.index("{", start)]
+
+
+@needs_build_tools
+def test_builds_for_sm90a_and_sm80_with_the_body_for_each(tmp_path):
+    result = build(load_spec(SPEC), tmp_path / "gemm.vmfb", emit_mlir=tmp_path / "gemm.mlir")
+    assert result.vmfb.stat().st_size > 0
+    assert sorted(p.name for p in result.objects_dir.iterdir()) == [f"gemm.{arch}.{kind}" for arch in ("sm_80", "sm_90a") for kind in ("cubin", "ptx")]
+    hopper = (result.objects_dir / "gemm.sm_90a.ptx").read_text()
+    ampere = (result.objects_dir / "gemm.sm_80.ptx").read_text()
+    for name in KERNELS:
+        assert f"func.func @{name}(" in result.mlir.read_text()
+        # Three buffers, then M, N, K as 32-bit push constants: what IREE passes.
+        for ptx in (hopper, ampere):
+            entry = _entry(ptx, name)
+            assert len(re.findall(r"\.param \.u64", entry)) == 3 and len(re.findall(r"\.param \.u32", entry)) == 3, entry
+            assert ".maxntid 384, 1, 1" in entry
+        # The grid's y dimension is a multiple of 2 because the sm_90a kernel runs in clusters of two.
+        assert ".reqnctapercluster 1, 2, 1" in _entry(hopper, name)
+        assert "reqnctapercluster" not in _entry(ampere, name)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16", hopper)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.f16\.f16", hopper)
+    assert "cp.async.bulk.shared::cluster" in hopper and "mma.sync" not in hopper
+    assert "wmma.mma.sync.aligned.row.row.m16n16k16" in ampere and "wgmma" not in ampere
+
+
+@needs_build_tools
+def test_plain_sm90_build_takes_the_mma_sync_body(tmp_path):
+    # wgmma exists only on sm_90a; a plain sm_90 object (forward-compatible PTX) must not use it.
+    result = build(load_spec(SPEC).with_archs(["sm_90"]), tmp_path / "gemm.vmfb")
+    ptx = (result.objects_dir / "gemm.sm_90.ptx").read_text()
+    assert "wgmma" not in ptx and "wmma.mma.sync.aligned.row.row.m16n16k16" in ptx
+
+
+@needs_build_tools
+def test_inspect_spec(capsys):
+    assert main(["inspect", str(SPEC)]) == 0
+    out = capsys.readouterr().out
+    assert "kernel gemm_bf16(a: bf16[M, K], b: bf16[K, N]) -> (c: f32[M, N])" in out
+    assert "kernel gemm_f16(a: f16[M, K], b: f16[K, N]) -> (c: f32[M, N])" in out
+    assert "shared memory 148480 B" in out
