@@ -595,6 +595,9 @@ def _open_iree(opts, worker: str, vmfb: Path):
         rt.flags.parse_flags(*flags)
     from iree_dispatch import runtime as idr
 
+    # The rows name their driver flags themselves: none of iree_dispatch's defaults on top.
+    os.environ[idr.DRIVER_FLAGS_ENV] = ""
+
     return rt, idr, idr.load(vmfb), flags
 
 

@@ -14,18 +14,21 @@ The program is a chain of K `simple_mul` calls (t = t * y, K = 1, 10, 100) built
     asserts fold away and IREE memoizes the command buffer: recorded once at load, replayed
     per call (`hal.device.queue.execute.indirect`).
 
-Why the "noassert" builds: every kernel's generated function checks its shape relations with
-`cf.assert`, and IREE 3.13 cuts its command buffers at every assert, so a K-call program
-records K command buffers and submits K times; without the asserts it is one command buffer
-with K dispatches and one submission (see docs/benchmarks.md, "Programs").
+Why the "noassert" builds: IREE 3.13 cuts its command buffers at every `cf.assert`. A program
+checks its inputs once, at entry, and calls the kernels' functions without per-call asserts
+(program.py), so as built it is one command buffer of K dispatches and one submission; the
+stripped build shows what the remaining entry checks cost (see docs/benchmarks.md, "Programs").
 
-Each IREE worker runs in its own process, once with IREE's default CUDA stream command
-buffers and once with `--cuda_use_streams=false` (command buffers recorded as CUDA graphs):
-runtime flags must be parsed before the device is created.
+Each IREE worker runs in its own process with its CUDA driver flags (WORKERS; runtime flags
+must be parsed before the device is created): iree_dispatch's defaults
+(runtime.DEFAULT_DRIVER_FLAGS: `--cuda_async_allocations=false`), IREE's own defaults
+(stream-ordered pool allocations), and command buffers recorded as CUDA graphs
+(`--cuda_use_streams=false`).
 
     python benchmarks/programs.py --prepare          # CPU side: build the vmfbs into build/programs/
     python benchmarks/programs.py --out DIR          # GPU side: programs.{json,md,png} in DIR
     python benchmarks/programs.py --dry-run --out DIR   # no GPU: the plumbing on no-op calls
+    python benchmarks/programs.py --async-repro --out DIR   # GPU: the async failure, scenario by scenario
 
 See benchmarks/README.md.
 """
@@ -58,8 +61,13 @@ BLOCK = 64  # kernels/samples.toml: simple_mul block = [64]
 BUILDS = ("sync", "sync_noassert", "async", "async_noassert", "static", "static_async")
 STRIP_ASSERTS = "--iree-opt-strip-assertions"
 ASYNC = "--iree-execution-model=async-external"
-WORKERS = {"cupy": [], "iree_streams": [], "iree_graphs": ["--cuda_use_streams=false"],
-           "cupti_streams": [], "cupti_graphs": ["--cuda_use_streams=false"]}
+# Worker → the CUDA driver flags iree_dispatch sets (runtime.DRIVER_FLAGS_ENV); None: its defaults.
+IREE_DEFAULTS = ["--cuda_async_allocations=true"]  # what IREE does without iree_dispatch's flags
+WORKERS: dict[str, list[str] | None] = {
+    "cupy": None, "iree_streams": None, "iree_pool": IREE_DEFAULTS,
+    "iree_graphs": ["--cuda_async_allocations=false", "--cuda_use_streams=false"],
+    "cupti_streams": None, "cupti_graphs": ["--cuda_async_allocations=false", "--cuda_use_streams=false"],
+}
 
 # Samples per measurement: synchronous calls, warm-up calls, asynchronous batches.
 REPS = dict(calls=400, warmup=40, batch=20, batches=40)
@@ -74,27 +82,27 @@ def vmfb(build: str, k: int) -> Path:
 
 
 def prepare() -> int:
-    """Builds the chain programs in the four builds, and single-kernel modules: samples (sync
+    """Builds the chain programs in the six builds, and single-kernel modules: samples (sync
     and async) and samples_out (simple_mul with its output taken as an argument)."""
     sys.path.insert(0, str(ROOT))
     from iree_dispatch.pipeline import build
     from iree_dispatch.spec import ModuleSpec, load_spec
-    from tests.gpu_artifacts import compile_with, mul_chain
+    from tests.gpu_artifacts import mul_chain
 
     spec = load_spec(ROOT / "kernels" / "samples.toml")
     BUILD.mkdir(parents=True, exist_ok=True)
     for k in KS:
-        mlir = BUILD / f"chain_mul_{k}.mlir"
-        mul_chain(spec, k, "chain").build(spec, vmfb("sync", k), emit_mlir=mlir, program_mlir=BUILD / f"chain_mul_{k}.program.mlir")
-        compile_with(mlir, vmfb("sync_noassert", k), spec, STRIP_ASSERTS)
-        compile_with(mlir, vmfb("async", k), spec, ASYNC)
-        compile_with(mlir, vmfb("async_noassert", k), spec, ASYNC, STRIP_ASSERTS)
-        static_mlir = BUILD / f"chain_mul_{k}_static.mlir"
-        mul_chain(spec, k, "chain", static=N).build(spec, vmfb("static", k), emit_mlir=static_mlir, program_mlir=BUILD / f"chain_mul_{k}_static.program.mlir")
-        compile_with(static_mlir, vmfb("static_async", k), spec, ASYNC)
+        chain = mul_chain(spec, k, "chain")
+        chain.build(spec, vmfb("sync", k), emit_mlir=BUILD / f"chain_mul_{k}.mlir")
+        chain.build(spec, vmfb("sync_noassert", k), strip_assertions=True)
+        chain.build(spec, vmfb("async", k), asynchronous=True)
+        chain.build(spec, vmfb("async_noassert", k), asynchronous=True, strip_assertions=True)
+        static = mul_chain(spec, k, "chain", static=N)
+        static.build(spec, vmfb("static", k), emit_mlir=BUILD / f"chain_mul_{k}_static.mlir")
+        static.build(spec, vmfb("static_async", k), asynchronous=True)
         print(f"built chain_mul_{k} ×6", flush=True)
     build(spec, BUILD / "samples.vmfb", emit_mlir=BUILD / "samples.mlir")
-    compile_with(BUILD / "samples.mlir", BUILD / "samples_async.vmfb", spec, ASYNC)
+    build(spec, BUILD / "samples_async.vmfb", asynchronous=True)
     out = tuple(k.with_outputs_in_place(function=f"{k.function}_out") for k in spec.kernels if k.function == "simple_mul")
     build(ModuleSpec("samples_out", out, spec.archs), BUILD / "samples_out.vmfb")
     dispatches = {k: _count_vm_calls(BUILD / f"chain_mul_{k}.mlir", BUILD / f"chain_mul_{k}_static.mlir", spec) for k in KS}
@@ -206,15 +214,21 @@ def _cupy_graphs(rec: Recorder, cp, chain, _stream) -> None:
         rec.add(f"cupy:graph_sync:{k}", time_calls(lambda: (graph.launch(capture), capture.synchronize()), REPS["calls"], REPS["warmup"]))
 
 
+def use_driver_flags(worker: str) -> None:
+    """Before the first device: the worker's flags, through iree_dispatch's own mechanism."""
+    from iree_dispatch import runtime as idr
+
+    if WORKERS[worker] is not None:
+        os.environ[idr.DRIVER_FLAGS_ENV] = " ".join(WORKERS[worker])
+
+
 def worker_iree(rec: Recorder, opts) -> None:
     import iree.runtime as rt
 
-    flags = WORKERS[rec.worker]
-    if flags:
-        rt.flags.parse_flags(*flags)
+    use_driver_flags(rec.worker)
     from iree_dispatch import runtime as idr
 
-    rec.info["iree_flags"] = flags
+    rec.info["iree_flags"] = list(idr.driver_flags())
     rec.info["device"] = idr.cuda_device_name(0)
     x_h, y_h = inputs()
     for build in BUILDS:
@@ -267,6 +281,10 @@ def _single_rows(rec: Recorder, idr, rt, x_h, y_h) -> None:
         "callers_buffer_was_nan": bool(np.isnan(before).all()),
     }
     rec.add("single:fresh", time_calls(lambda: samples.simple_mul(x, y), REPS["calls"], REPS["warmup"]))
+    # Where the fresh output's cost goes: the call with its result released outside the timer,
+    # and the release alone (IREE frees a pool allocation with a synchronous cuMemFree).
+    rec.add("single:fresh_keep", time_calls(lambda: samples.simple_mul(x, y), REPS["calls"], REPS["warmup"], keep_result=True))
+    rec.add("single:release", time_release(lambda: samples.simple_mul(x, y), REPS["calls"], REPS["warmup"]))
     rec.add("single:out", time_calls(lambda: out_module.simple_mul_out(x, y, out), REPS["calls"], REPS["warmup"]))
     rec.add("single:check", time_calls(lambda: samples.simple_mul.check(x, y), REPS["calls"], REPS["warmup"]))
     async_mod = idr.load(BUILD / "samples_async.vmfb", asynchronous=True)
@@ -278,6 +296,139 @@ def _single_rows(rec: Recorder, idr, rt, x_h, y_h) -> None:
         enqueue, total = time_batches(call, async_mod.wait, 100, REPS["batches"])
         rec.add(f"single:{name}:enqueue", enqueue, calls_per_batch=100)
         rec.add(f"single:{name}:batch", total, calls_per_batch=100)
+
+
+def time_release(call, reps: int, warmup: int) -> np.ndarray:
+    """µs to drop the (only) reference to one result of `call`."""
+    for _ in range(warmup):
+        call()
+    out = np.empty(reps)
+    clock = time.perf_counter_ns
+    for i in range(reps):
+        held = [call()]
+        t0 = clock()
+        held.clear()
+        out[i] = (clock() - t0) / 1e3
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The asynchronous failure (CUDA_ERROR_CONTEXT_IS_DESTROYED in a fence wait, docs/benchmarks.md):
+# scenarios, each in fresh processes, with the CUDA context's state along the way.
+
+REPRO_SCENARIOS = {
+    # name: (driver flags for iree_dispatch, steps); steps run in order in one process.
+    "bench_pool": (IREE_DEFAULTS, ("fresh", "inplace")),  # the benchmark's async rows, IREE's allocations
+    "exit_pending_pool": (IREE_DEFAULTS, ("fresh", "inplace", "exit_pending")),  # exits with calls queued
+    "bench": (None, ("fresh", "inplace")),  # the same, iree_dispatch's default flags
+    "exit_pending": (None, ("fresh", "inplace", "exit_pending")),
+    "fresh_pool": (IREE_DEFAULTS, ("fresh",)),
+    "inplace_pool": (IREE_DEFAULTS, ("inplace",)),
+    "inplace": (None, ("inplace",)),
+    # What iree_dispatch's default costs asynchronous calls: with plain allocations IREE's
+    # queue.alloca waits on the host for the call's wait fence (cuda_device.c), so a chain of
+    # fresh-output calls no longer runs ahead of the GPU. 16 Mi floats: ~160 µs per kernel.
+    "chain16m_pool": (IREE_DEFAULTS, ("chain16m",)),
+    "chain16m": (None, ("chain16m",)),
+}
+REPRO_RUNS = 3
+CHAIN16M = dict(n=16 * 2**20, calls=20, reps=5)
+
+
+def _context_state() -> dict:
+    """The primary context of device 0 (active?) and the calling thread's current context."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    dev, flags, active, current = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int(), ctypes.c_void_p()
+    cuda.cuDeviceGet(ctypes.byref(dev), 0)
+    rc = cuda.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active))
+    rc2 = cuda.cuCtxGetCurrent(ctypes.byref(current))
+    return {"primary_active": bool(active.value), "rc": rc, "current": hex(current.value or 0), "rc_current": rc2}
+
+
+def repro_scenario(name: str) -> int:
+    """One scenario (in this process): the async single-kernel rows of the benchmark, step by
+    step, N = 1024, gc disabled as in the workers; prints a JSON line per step."""
+    flags, steps = REPRO_SCENARIOS[name]
+    if flags is not None:
+        from iree_dispatch import runtime as idr0
+
+        os.environ[idr0.DRIVER_FLAGS_ENV] = " ".join(flags)
+    from iree_dispatch import runtime as idr
+
+    gc.disable()
+    x_h, y_h = inputs()
+    module = idr.load(BUILD / "samples_async.vmfb", asynchronous=True)
+    print(json.dumps({"step": "loaded", "flags": idr.driver_flags(), **_context_state()}), flush=True)
+    xa, ya, za = module.to_device(x_h), module.to_device(y_h), module.to_device(y_h)
+    calls = {"fresh": lambda: module.simple_mul(xa, ya), "inplace": lambda: module.simple_mul_inplace(xa, za)}
+    for step in steps:
+        t0 = time.perf_counter()
+        if step == "chain16m":
+            print(json.dumps({"step": step, **_chain16m(module), **_context_state()}), flush=True)
+            continue
+        if step == "exit_pending":
+            for _ in range(100):
+                r = calls["fresh"]()
+            print(json.dumps({"step": step, "pending": not r.done, **_context_state()}), flush=True)
+            return 0  # the interpreter tears down with calls queued and results referenced
+        try:
+            time_batches(calls[step], module.wait, 100, REPS["batches"])
+            ok = bool(np.array_equal(calls["fresh"]().to_host(), x_h * y_h))
+            error = None
+        except Exception as exc:  # noqa: BLE001 - recorded, the next step shows what follows
+            ok, error = False, f"{type(exc).__name__}: {exc}"[:600]
+        print(json.dumps({"step": step, "ok": ok, "error": error, "seconds": round(time.perf_counter() - t0, 2), **_context_state()}), flush=True)
+    module.wait()
+    return 0
+
+
+def _chain16m(module) -> dict:
+    """CHAIN16M["calls"] chained asynchronous simple_mul calls (t = t * y) on 16 Mi floats:
+    host time per call while queuing, and per call including the final wait."""
+    n, calls = CHAIN16M["n"], CHAIN16M["calls"]
+    rng = np.random.default_rng(3)
+    x_h, y_h = rng.standard_normal(n).astype(np.float32), rng.uniform(0.9, 1.1, n).astype(np.float32)
+    x, y = module.to_device(x_h), module.to_device(y_h)
+    enqueue, total = [], []
+    t = x
+    for rep in range(CHAIN16M["reps"] + 1):  # the first is warm-up
+        module.wait()
+        t0 = time.perf_counter()
+        t = x
+        for _ in range(calls):
+            t = module.simple_mul(t, y)
+        t1 = time.perf_counter()
+        t.wait()
+        t2 = time.perf_counter()
+        if rep:
+            enqueue.append((t1 - t0) * 1e6 / calls)
+            total.append((t2 - t0) * 1e6 / calls)
+    ok = bool(np.array_equal(t.to_host()[:4096], chain_reference(x_h[:4096], y_h[:4096], calls)))
+    return {"ok": ok, "enqueue_us_per_call": round(float(np.median(enqueue)), 1), "total_us_per_call": round(float(np.median(total)), 1)}
+
+
+def async_repro(out: Path, timeout: float, runs: int, scenarios: list[str]) -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(ROOT)]))
+    report: dict = {}
+    for name in scenarios:
+        results = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            try:
+                proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--repro-scenario", name], env=env, cwd=ROOT,
+                                      capture_output=True, text=True, timeout=timeout)
+                rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+            except subprocess.TimeoutExpired as exc:
+                rc, stdout, stderr = "timeout", (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout or "", ""
+            steps = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+            results.append({"exit": rc, "seconds": round(time.perf_counter() - t0, 1), "steps": steps, "stderr_tail": stderr[-1500:]})
+            print(f"[repro] {name}: exit {rc}, " + ", ".join(f"{s['step']}:{s.get('ok', '')}" for s in steps), file=sys.stderr, flush=True)
+        report[name] = results
+        (out / "async_repro.json").write_text(json.dumps(report, indent=1))  # after each: a timeout keeps the rest
+    return report
 
 
 def probe_depth(depth: int, limit: int | None) -> int:
@@ -315,11 +466,7 @@ PROFILED_CALLS = 20
 def worker_cupti(rec: Recorder, opts) -> None:
     """Where one program call's time goes: CUDA driver calls (count and total µs per call) and
     the kernels' GPU time, from CUPTI through torch.profiler, for PROFILED_CALLS calls."""
-    import iree.runtime as rt
-
-    flags = WORKERS[rec.worker]
-    if flags:
-        rt.flags.parse_flags(*flags)
+    use_driver_flags(rec.worker)
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -372,7 +519,8 @@ def worker_fake(rec: Recorder, opts) -> None:
         keys = [f"cupy:{m}:{k}" for m in ("chain_sync", "graph_sync") for k in KS] + ["cupy:enqueue", "cupy:batch"]
     else:
         keys = [f"{b}:{k}:{m}" for b in BUILDS for k in KS for m in measures(b)]
-        keys += ["single:fresh", "single:out", "single:check"] + [f"single:{n}:{m}" for n in ("async_fresh", "async_inplace") for m in ("enqueue", "batch")]
+        keys += ["single:fresh", "single:fresh_keep", "single:release", "single:out", "single:check"]
+        keys += [f"single:{n}:{m}" for n in ("async_fresh", "async_inplace") for m in ("enqueue", "batch")]
     for key in keys:
         rec.add(key, noop)
 
@@ -511,7 +659,7 @@ def plot(report: dict, path: Path) -> str | None:
         return f"no plot: {exc}"
     env, d = report["environment"], report["derived"]
     fig, ax = plt.subplots(figsize=(10, 6))
-    styles = {"cupy": (None, "-"), "iree_streams": (None, "-"), "iree_graphs": (None, "--")}
+    styles = {"cupy": (None, "-"), "iree_streams": (None, "-"), "iree_pool": (None, ":"), "iree_graphs": (None, "--")}
     colors = {"sync:call": "#DD8452", "sync_noassert:call": "#C44E52", "async_noassert:enqueue": "#55A868",
               "static:call": "#8172B3", "static_async:enqueue": "#4C72B0", "cupy:chain_sync": "black", "cupy:graph_sync": "#777777"}
     for key, v in d.items():
@@ -587,6 +735,10 @@ def main(argv=None) -> int:
     p.add_argument("--replot", metavar="JSON")
     p.add_argument("--async-depth", type=int, help="probe: this many chained async calls at 16 Mi (see probe_depth)")
     p.add_argument("--max-in-flight", type=int, help="with --async-depth: iree_dispatch's bound (default: none)")
+    p.add_argument("--async-repro", action="store_true", help="run the async failure scenarios (REPRO_SCENARIOS) into --out")
+    p.add_argument("--repro-runs", type=int, default=REPRO_RUNS, help="with --async-repro: processes per scenario")
+    p.add_argument("--scenarios", default=",".join(REPRO_SCENARIOS), help="with --async-repro: which scenarios")
+    p.add_argument("--repro-scenario", help=argparse.SUPPRESS)
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     opts = p.parse_args(argv)
@@ -596,8 +748,13 @@ def main(argv=None) -> int:
         return prepare()
     if opts.async_depth:
         return probe_depth(opts.async_depth, opts.max_in_flight)
+    if opts.repro_scenario:
+        return repro_scenario(opts.repro_scenario)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
+    if opts.async_repro:
+        async_repro(out, opts.worker_timeout, opts.repro_runs, opts.scenarios.split(","))
+        return 0
     if opts.replot:
         report = json.loads(Path(opts.replot).read_text())
     else:

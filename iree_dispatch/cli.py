@@ -34,6 +34,7 @@ def _cmd_build(args) -> int:
     result = build(
         spec, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects,
         asynchronous=args.asynchronous, strip_assertions=args.strip_assertions, progress=_progress, cache=not args.no_cache,
+        toolchain=args.toolchain,
     )
     if args.depfile:
         write_depfile(args.depfile, result.vmfb, [Path(args.spec).absolute(), *result.dependencies])
@@ -126,8 +127,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--objects", choices=("cubin", "ptx", "fatbin"), help="objects per arch (overrides the spec; default cubin + PTX fallback)")
     b.add_argument("--embed-objects", action="store_true", help="write the object bytes into the MLIR (compiles anywhere with plain iree-compile)")
     b.add_argument("--async", dest="asynchronous", action="store_true", help="functions take wait/signal fences and return at once (experimental)")
-    b.add_argument("--strip-assertions", action="store_true", help="drop the generated shape checks (faster multi-kernel programs; Python still checks calls)")
+    b.add_argument("--strip-assertions", action="store_true", help="drop the generated shape checks (Python still checks calls; callers that skip Python are unchecked)")
     b.add_argument("--no-cache", action="store_true", help="build from scratch, neither reading nor writing the build cache")
+    b.add_argument("--toolchain", choices=("auto", "nvcc", "nvrtc"), default="auto",
+                   help="CUDA compiler (default auto: nvcc if found, incl. the nvidia-cuda-nvcc wheel, else NVRTC)")
     b.add_argument("--program", help="MLIR program calling the kernels via func.func private @<module>.<kernel> declarations")
     b.add_argument("--depfile", metavar="PATH", help="also write a Makefile-style depfile: the .vmfb and every file it was built from (spec, sources, headers, program)")
     b.set_defaults(func=_cmd_build)

@@ -59,9 +59,9 @@ def compile_flags(codegen_arch: Arch, object_search_path: Path | None, *, asynch
 
     asynchronous: functions take wait/signal fences (coarse-fences ABI) and return without
     waiting (runtime.load(..., asynchronous=True) calls them).
-    strip_assertions: drop the generated shape/range checks. Between the dispatches of a program
-    each check ends IREE's command buffer, so a K-kernel program costs K submissions; stripped,
-    one (docs/benchmarks.md). The Python runtime still checks every call's arguments.
+    strip_assertions: drop the generated shape/range checks (IREE ends a command buffer at each;
+    programs already check once at entry, so this no longer changes their submissions:
+    docs/benchmarks.md). The Python runtime still checks every call's arguments.
     """
     # IREE demotes f64 to f32 by default, which would hand a `double*` kernel a buffer of
     # floats (and a double argument its low half). Hand-written kernels get the types they declare.

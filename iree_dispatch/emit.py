@@ -33,6 +33,8 @@ _OBJECT_EMBEDDED = '#hal.executable.object<{{path = "{path}", data = dense<"0x{h
 _QUERY = '%{name}.ok, %{name} = hal.device.query<%device : !hal.device> key("cuda.device" :: "compute_capability_{name}") : i1, i32'
 _EXPORT_OPEN = "hal.executable.export public @{entry} ordinal({ordinal}) layout(#layout_{layout}) count(%device: !hal.device{workloads}) -> (index, index, index) {{"
 _EXPORT_CLOSE = "}} <{{workgroup_size = [{x} : index, {y} : index, {z} : index]{shared}}}>"
+# Appended to a kernel's linkable wrapper name for its form without cf.assert (see emit_module).
+UNCHECKED_SUFFIX = ".unchecked"
 
 
 @dataclass(frozen=True)
@@ -75,26 +77,32 @@ def emit_module(
     must carry because IREE looks kernels up by export name.
 
     for_linking: name the wrappers `@<module>.<kernel>` and make them private, the form a
-    program's `func.func private @<module>.<kernel>` declarations are resolved against.
+    program's `func.func private @<module>.<kernel>` declarations are resolved against; also
+    emit `@<module>.<kernel>.unchecked` (UNCHECKED_SUFFIX), the same wrapper without its
+    `cf.assert`s, for programs that check every call's relations once at entry (program.py):
+    IREE 3.13 ends its command buffer at each assert, so per-call asserts between dispatches
+    cost one submission per call. Unused wrappers are dropped by iree-compile.
     object_data: object path → bytes, to embed the objects in the IR (hermetic: compiles with
     plain iree-compile and no object files).
     """
     symbols = executable_symbols(module)
-    variants = module.variants
     executables = [
-        Executable(symbols[src], tuple(k for k in module.kernels if k.source == src), {v.name: object_paths[(src, v.name)] for v in variants})
+        Executable(symbols[src], tuple(k for k in module.kernels if k.source == src), {v.name: object_paths[(src, v.name)] for v in module.variants_for(src)})
         for src in module.sources
     ]
     lines = [f"// {line}" for line in header.splitlines()]
-    target_archs = dict.fromkeys(v.target_arch.name for v in variants)
+    target_archs = dict.fromkeys(v.target_arch.name for src in module.sources for v in module.variants_for(src))
     lines += [f"#target_{a} = " + _TARGET.format(arch=a) for a in target_archs]
     lines += [f"#layout_{k.function} = " + _layout(k) for k in module.kernels]
     lines.append(f"module @{module.name} {{")
-    for exe in executables:
-        lines += _indent(_executable(exe, variants, entries, object_data or {}), 1)
+    for src, exe in zip(module.sources, executables):
+        lines += _indent(_executable(exe, module.variants_for(src), entries, object_data or {}), 1)
     for k in module.kernels:
         function = f"private @{module.name}.{k.function}" if for_linking else f"@{k.function}"
         lines += _indent(_wrapper(k, symbols[k.source], module, entries[k.name], function), 1)
+        if for_linking:
+            unchecked = f"private @{module.name}.{k.function}{UNCHECKED_SUFFIX}"
+            lines += _indent(_wrapper(k, symbols[k.source], module, entries[k.name], unchecked, checked=False), 1)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -177,10 +185,12 @@ def _tensor_type(t: TensorParam) -> str:
 
 
 class _Body:
-    """Builds a wrapper function body: fresh SSA names, constants and runtime checks."""
+    """Builds a wrapper function body: fresh SSA names, constants and runtime checks
+    (left out when not `checked`: the caller has checked the same relations itself)."""
 
-    def __init__(self, kernel: str):
+    def __init__(self, kernel: str, checked: bool = True):
         self.kernel = kernel
+        self.checked = checked
         self.lines: list[str] = []
         self._counter = 0
         self._constants: dict[tuple[int, str], str] = {}
@@ -205,6 +215,8 @@ class _Body:
 
     def check(self, predicate: str, lhs: str, rhs: str, message: str, type_: str = "index") -> None:
         """Fails the call (before any launch) unless `lhs <predicate> rhs`."""
+        if not self.checked:
+            return
         ok = self.op(f"arith.cmpi {predicate}, {lhs}, {rhs} : {type_}")
         self.lines.append(f"cf.assert {ok}, {mlir_string(f'{self.kernel}: {message}')}")
 
@@ -215,8 +227,8 @@ class _Body:
         return [low, self.op(f"arith.trunci {shifted} : i64 to i32")]
 
 
-def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, function: str) -> list[str]:
-    b = _Body(k.name)
+def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, function: str, checked: bool = True) -> list[str]:
+    b = _Body(k.name, checked)
     symbols: dict[str, str] = {}
     dim_values: dict[tuple[str, int], str] = {}
 
@@ -276,7 +288,7 @@ def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, fun
     operand_types += ["i32"] * len(constants)
 
     workloads = ", ".join(symbols[w] for w in k.workloads)
-    targets = ", ".join(f"@{exe_symbol}::@{v.name}::@{entry}" for v in module.variants)
+    targets = ", ".join(f"@{exe_symbol}::@{v.name}::@{entry}" for v in module.variants_for(k.source))
     # Names with a "." can't collide with the C parameter names used for the arguments.
     lhs = "%dispatch.result" if len(results) == 1 else f"%dispatch.results:{len(results)}"
     rhs_results = results[0] if len(results) == 1 else f"({', '.join(results)})"
@@ -289,7 +301,9 @@ def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, fun
 
     args = [f"%{t.name}: {_tensor_type(t)}" for t in k.inputs] + [f"%{s.name}: {s.stype.func_arg}" for s in k.scalar_args]
     ret = out_types[0] if len(out_types) == 1 else f"({', '.join(out_types)})"
-    description = dict(k.describe(), archs=[a.name for a in module.archs], objects=module.objects)
+    # A prebuilt kernel runs on its objects' archs, not the module's.
+    archs = list(dict.fromkeys(a.name for v in module.variants_for(k.source) for a in v.archs)) if k.objects else [a.name for a in module.archs]
+    description = dict(k.describe(), archs=archs, objects="+".join(o.kind for o in k.objects) if k.objects else module.objects)
     reflection = mlir_string(encode(description))
     # Only public wrappers are called from outside and need their description at run time.
     attributes = "" if function.startswith("private") else f" attributes {{iree.reflection = {{{REFLECTION_KEY} = {reflection}}}}}"

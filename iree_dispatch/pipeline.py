@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import __version__
-from .abi import check_adapted, check_entry, resolve_entry
+from .abi import check_adapted, check_entry, check_machine_code, resolve_entry
 from .archs import Arch
 from .cache import ENTRY_FILES, ENTRY_META, Cache, digest, file_digest
 from .compile import compile_flags, compile_vmfb, iree_compiler_version, link_program, parse_check
-from .emit import emit_module
+from .emit import emit_module, executable_symbols
 from .errors import AbiError
 from .ptx_adapt import adapt_module
 from .spec import ModuleSpec
-from .toolchain import assemble_cubin, compile_all, find_nvcc, make_fatbin, object_filename
+from .toolchain import PtxObject, Toolchain, object_filename, select_toolchain
 from .variants import Variant
 
 Progress = Callable[[str], None]
@@ -56,6 +56,7 @@ def build(
     strip_assertions: bool = False,
     progress: Progress | None = None,
     cache: Cache | bool = True,
+    toolchain: str | Toolchain | None = None,
 ) -> BuildResult:
     """Builds `spec` into the .vmfb `output`.
 
@@ -68,6 +69,7 @@ def build(
     plain iree-compile (no object files, no search path).
     asynchronous, strip_assertions: iree-compile options, see compile.compile_flags.
     cache: reuse and record builds in the build cache (cache.py); False builds from scratch.
+    toolchain: "nvcc", "nvrtc", a toolchain.Toolchain, or None for nvcc if one is found, else NVRTC.
     """
     options = {"asynchronous": asynchronous, "strip_assertions": strip_assertions}
     output = Path(output).absolute()
@@ -81,7 +83,9 @@ def build(
     objects_home.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
-        manifest_key = _manifest_key(spec, program, f"embed={embed_objects} {options}", compile_name) if store else ""
+        # Prebuilt objects need no compiler: a module of only those builds without one.
+        tc = select_toolchain(toolchain) if any(not k.objects for k in spec.kernels) else None
+        manifest_key = _manifest_key(spec, program, f"embed={embed_objects} {options}", compile_name, tc) if store else ""
         with store.lock(manifest_key) if store else contextlib.nullcontext():
             hit = store.lookup(store.entry_key(manifest_key)) if store else None
             if hit is not None:
@@ -94,7 +98,7 @@ def build(
                 say(f"{output.name}: up to date (build cache)")
             else:
                 timings = {}
-                dependencies = _stage(spec, tmp, compile_name, program, embed_objects, options, say, timings)
+                dependencies = _stage(spec, tmp, compile_name, program, embed_objects, options, say, timings, tc)
                 if store:
                     staged = {name: tmp / name for name in (objects_dirname(spec.name), compile_name, _STAGED_VMFB)}
                     store.store(manifest_key, dependencies, staged, {"dependencies": [str(d) for d in dependencies]})
@@ -115,37 +119,50 @@ def build(
 _STAGED_VMFB = "module.vmfb"
 
 
-def _manifest_key(spec: ModuleSpec, program: str | Path | None, options: str, compile_name: str) -> str:
+def _manifest_key(spec: ModuleSpec, program: str | Path | None, options: str, compile_name: str, tc: Toolchain | None) -> str:
     """Everything known before building that decides the artifacts' bytes (see cache.py)."""
-    nvcc = find_nvcc()
-    stat = nvcc.stat()
     parts = [
         f"iree_dispatch {__version__}",
         f"iree-base-compiler {iree_compiler_version()}",
-        f"nvcc {nvcc} {stat.st_size} {stat.st_mtime_ns}",
+        f"toolchain {tc.identity() if tc else 'none'}",
         spec.fingerprint(),
         f"{options} name={compile_name}",
     ]
     parts += [f"{src.absolute()}\0{file_digest(src)}" for src in spec.sources]
+    parts += [f"{o.path.absolute()}\0{file_digest(o.path)}" for k in spec.kernels for o in k.objects]
     if program is not None:
         parts.append(f"program {Path(program).absolute()}\0{file_digest(Path(program))}")
     return digest(*parts)
 
 
 def _stage(
-    spec: ModuleSpec, tmp: Path, compile_name: str, program, embed_objects: bool, options: dict[str, bool], say: Progress, timings: dict[str, float]
+    spec: ModuleSpec, tmp: Path, compile_name: str, program, embed_objects: bool, options: dict[str, bool], say: Progress, timings: dict[str, float],
+    tc: Toolchain | None,
 ) -> list[Path]:
     """Runs every stage in `tmp`, leaving the objects folder, `compile_name` and the vmfb there.
     Returns every file the build read (sources, included headers, the program)."""
     objects_rel = objects_dirname(spec.name)
     (tmp / objects_rel).mkdir()
-    jobs = [(src, arch, tmp / objects_rel / object_filename(src.stem, arch)) for src in spec.sources for arch in spec.archs]
+    prebuilt = {k.source: k.objects for k in spec.kernels if k.objects}
+    symbols = executable_symbols(spec)
+    jobs = [(src, arch, tmp / objects_rel / object_filename(src.stem, arch)) for src in spec.sources if src not in prebuilt for arch in spec.archs]
     started = time.perf_counter()
-    objects = compile_all(jobs, spec.nvcc_flags, say)
-    timings["nvcc"] = time.perf_counter() - started
+    objects = tc.compile_all(jobs, spec.nvcc_flags, say) if tc and jobs else []
+    timings[tc.name if tc else "compile"] = time.perf_counter() - started
+    # Prebuilt PTX is checked and adapted below exactly like nvcc's; machine code is checked here.
+    for src, objs in prebuilt.items():
+        kernels = [k for k in spec.kernels if k.source == src]
+        for obj in objs:
+            if obj.kind == "ptx":
+                staged = tmp / objects_rel / f"{symbols[src]}.{obj.variant.name}.ptx"
+                shutil.copyfile(obj.path, staged)
+                objects.append(PtxObject(src, obj.variant.target_arch, staged, (obj.path.absolute(),)))
+            else:
+                check_machine_code(kernels, obj)
 
     started = time.perf_counter()
-    entries: dict[str, str] = {}  # kernel name → PTX entry name (mangled for C++ kernels)
+    # kernel name → PTX entry name (mangled for C++ kernels; a prebuilt kernel's name is its entry)
+    entries: dict[str, str] = {k.name: k.name for k in spec.kernels if k.objects}
     for o in objects:
         kernels = [k for k in spec.kernels if k.source == o.source]
         text = o.text()
@@ -161,10 +178,17 @@ def _stage(
             o.path.write_text(adapted, encoding="utf-8")
     ptx_paths = {(o.source, o.arch): o.path for o in objects}
     paths = {
-        (src, variant.name): f"{objects_rel}/{_make_object(variant, src, ptx_paths, tmp / objects_rel, tmp).name}"
+        (src, variant.name): f"{objects_rel}/{_make_object(variant, src, ptx_paths, tmp / objects_rel, tmp, tc).name}"
         for src in spec.sources
+        if src not in prebuilt
         for variant in spec.variants
     }
+    for src, objs in prebuilt.items():
+        for obj in objs:
+            staged = ptx_paths[(src, obj.variant.target_arch)] if obj.kind == "ptx" else tmp / objects_rel / f"{symbols[src]}.{obj.variant.name}.{obj.kind}"
+            if obj.kind != "ptx":
+                shutil.copyfile(obj.path, staged)
+            paths[(src, obj.variant.name)] = f"{objects_rel}/{staged.name}"
     timings["ptxas+checks"] = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -190,19 +214,20 @@ def _stage(
     say(f"iree-compile {to_compile.name}")
     compile_vmfb(to_compile, tmp / _STAGED_VMFB, spec.archs[-1], **options)
     timings["iree-compile"] = time.perf_counter() - started
-    dependencies = [d for o in objects for d in o.dependencies] + ([Path(program).absolute()] if program is not None else [])
+    dependencies = [d for o in objects for d in o.dependencies] + [o.path.absolute() for objs in prebuilt.values() for o in objs]
+    dependencies += [Path(program).absolute()] if program is not None else []
     return list(dict.fromkeys(dependencies))
 
 
-def _make_object(variant: Variant, source: Path, ptx_paths: dict[tuple[Path, Arch], Path], objects_dir: Path, scratch: Path) -> Path:
+def _make_object(variant: Variant, source: Path, ptx_paths: dict[tuple[Path, Arch], Path], objects_dir: Path, scratch: Path, tc: Toolchain) -> Path:
     """The object `variant` carries for `source`, made from the checked, adapted PTX."""
     target = objects_dir / variant.object_filename(source.stem)
     if variant.kind == "ptx":
         return ptx_paths[(source, variant.target_arch)]
     if variant.kind == "cubin":
-        return assemble_cubin(ptx_paths[(source, variant.target_arch)], variant.target_arch, target)
-    cubins = {a: assemble_cubin(ptx_paths[(source, a)], a, scratch / f"{source.stem}.{a.name}.cubin") for a in variant.archs}
-    return make_fatbin(cubins, (variant.target_arch, ptx_paths[(source, variant.target_arch)]), target)
+        return tc.assemble_cubin(ptx_paths[(source, variant.target_arch)], variant.target_arch, target)
+    cubins = {a: tc.assemble_cubin(ptx_paths[(source, a)], a, scratch / f"{source.stem}.{a.name}.cubin") for a in variant.archs}
+    return tc.make_fatbin(cubins, (variant.target_arch, ptx_paths[(source, variant.target_arch)]), target)
 
 
 def write_depfile(path: str | Path, target: Path, prerequisites: Sequence[Path]) -> None:

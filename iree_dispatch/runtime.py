@@ -22,6 +22,7 @@ without `asynchronous`, such a module's calls wait for their results, like synch
 from __future__ import annotations
 
 import ctypes
+import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any, Callable, Sequence
 import iree.runtime as rt
 import numpy as np
 
+from . import expr as ex
 from .archs import parse_arch
 from .dtypes import ELEMENT_TYPES
 from .errors import DeviceError
@@ -83,10 +85,44 @@ def cuda_device_name(ordinal: int = 0) -> str | None:
     return name.value.decode()
 
 
+# IREE CUDA driver flags set before iree_dispatch opens its first device (IREE reads them when
+# it creates the driver, process-wide; DRIVER_FLAGS_ENV replaces them, "" sets none).
+#
+# --cuda_async_allocations=false: with IREE's default (true), a function's fresh output comes
+# from a stream-ordered pool (cuMemAllocFromPoolAsync), and when Python drops the result the
+# buffer is freed by IREE's release callback with a synchronous cuMemFree
+# (iree/hal/drivers/cuda/memory_pools.c), which synchronizes with the device: a synchronous
+# call with a fresh output took 152 µs with the pool and 55 µs without it in one process pair on
+# an H100, 233 and 81 µs in another, of which dropping the result alone 48-74 µs vs 4-5 µs
+# (docs/benchmarks.md, "Where the +100 µs went"). 100-dispatch programs and asynchronous calls
+# cost about the same either way (IREE's queue.alloca waits on the host for its wait fence in
+# both modes).
+DRIVER_FLAGS_ENV = "IREE_DISPATCH_CUDA_FLAGS"
+DEFAULT_DRIVER_FLAGS = ("--cuda_async_allocations=false",)
+_driver_flags_set = False
+
+
+def driver_flags() -> tuple[str, ...]:
+    """The IREE runtime flags open_device sets: DEFAULT_DRIVER_FLAGS, or DRIVER_FLAGS_ENV's."""
+    text = os.environ.get(DRIVER_FLAGS_ENV)
+    return DEFAULT_DRIVER_FLAGS if text is None else tuple(text.split())
+
+
+def _set_driver_flags() -> None:
+    global _driver_flags_set
+    if not _driver_flags_set:
+        flags = driver_flags()
+        if flags:
+            rt.flags.parse_flags(*flags)
+        _driver_flags_set = True
+
+
 def open_device(device: str = "cuda") -> rt.HalDevice:
-    """The IREE device for a URI such as "cuda" or "cuda://0"; DeviceError if there is none."""
+    """The IREE device for a URI such as "cuda" or "cuda://0"; DeviceError if there is none.
+    The first call sets driver_flags() (no effect if iree.runtime created a CUDA device before)."""
     if not device.startswith("cuda"):
         raise DeviceError(f"device {device!r}: iree_dispatch kernels run on CUDA devices only (use 'cuda' or 'cuda://N')")
+    _set_driver_flags()
     try:
         return rt.get_device(device)
     except (RuntimeError, ValueError) as exc:
@@ -120,6 +156,9 @@ class KernelFunction:
         self._inputs = [_Tensor(t["name"], _numpy_dtype(t["dtype"]), t["dtype"], tuple(t["shape"])) for t in description["inputs"]]
         self._scalars = description["scalars"]
         self.parameters = [t.name for t in self._inputs] + [s["name"] for s in self._scalars]
+        # A program's relations between sizes beyond equal names (program.py), which its
+        # function checks at entry too: checked here first, so a bad call fails before launch.
+        self._relations = [(ex.parse(c["lhs"], "lhs"), c["op"], ex.parse(c["rhs"], "rhs"), c["message"]) for c in description.get("checks", ())]
 
     def __repr__(self) -> str:
         return f"<iree_dispatch kernel {self.name}({', '.join(self.parameters)})>"
@@ -133,7 +172,22 @@ class KernelFunction:
             converted.append(self._check_tensor(spec, value, sizes))
         for scalar, value in zip(self._scalars, values[len(self._inputs) :]):
             converted.append(_check_scalar(self.name, scalar, value))
+        if self._relations:
+            self._check_relations(sizes, values)
         return converted
+
+    def _check_relations(self, sizes: dict[str, tuple[int, str]], values: list) -> None:
+        env = {name: size for name, (size, _) in sizes.items()}
+        for scalar, value in zip(self._scalars, values[len(self._inputs) :]):
+            if scalar["kind"] in ("int", "uint", "bool"):
+                env.setdefault(scalar["name"], int(value))
+        for lhs, op, rhs, message in self._relations:
+            try:
+                a, b = ex.evaluate(lhs, env), ex.evaluate(rhs, env)
+            except ZeroDivisionError as exc:
+                raise ValueError(f"{self.name}(): {message}: {exc}") from None
+            if not (a == b if op == "eq" else a >= b if op == "sge" else a <= b):
+                raise ValueError(f"{self.name}(): {message}; " + (f"{lhs} = {a}, but {rhs} = {b}" if op == "eq" else f"{lhs} = {a}"))
 
     def __call__(self, *args, **kwargs):
         converted = self.check(*args, **kwargs)
@@ -262,8 +316,10 @@ class Timeline:
     The timeline keeps every queued call's arguments and results referenced until the call has
     completed, so that the host releases nothing the GPU may still read or write. max_in_flight
     bounds how many calls are queued ahead of the GPU: the next call waits for the oldest first.
-    (Asynchronous calls failed intermittently inside IREE 3.13's CUDA HAL, with and without
-    these measures: docs/benchmarks.md.)
+    (Asynchronous calls fail intermittently inside IREE 3.13's CUDA HAL, with and without
+    these measures: a call queued behind a pending one fails with CUDA_ERROR_CONTEXT_IS_DESTROYED
+    from the cuStreamWaitEvent by which IREE's work queue waits for the previous call's
+    semaphore event (cuda_device.c:239), while the CUDA context is alive; docs/benchmarks.md.)
     """
 
     def __init__(self, device: rt.HalDevice, max_in_flight: int = 32):

@@ -20,7 +20,8 @@ from . import expr as ex
 from .archs import DEFAULT_ARCHS, Arch, parse_archs
 from .dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
 from .errors import SpecError
-from .signature import KernelSignature, Param, find_kernel
+from .prebuilt import PrebuiltObject, is_object_source, read_objects
+from .signature import KernelSignature, Param, find_kernel, parse_signature, signature_text
 from .variants import POLICIES, Variant, plan_variants
 
 # IREE's CUDA HAL limits per export (IREE_CUDA_FACTS.md).
@@ -72,9 +73,12 @@ class KernelSpec:
     scalars: tuple[ScalarParam, ...]
     shared_memory: int = 0  # bytes of dynamic shared memory per block
     function: str = ""  # the generated function's name
+    objects: tuple[PrebuiltObject, ...] = ()  # prebuilt objects (no .cu source), in variant order
 
     @property
     def source(self) -> Path:
+        """The .cu file, or for a prebuilt kernel its first object: kernels of one source share
+        an executable."""
         return self.signature.source
 
     @property
@@ -132,8 +136,14 @@ class KernelSpec:
         readonly: Sequence[str] = (),
         shared_memory: str | int = 0,
         function: str | None = None,
+        signature: str | None = None,
     ) -> "KernelSpec":
         """Reads kernel `name` from `source` and completes it with what the signature can't say.
+
+        source: a .cu file, or prebuilt objects: a .ptx, .cubin or .fatbin file or a list of them
+        (one variant each, the arch read from the file). A prebuilt kernel needs `signature`, its
+        C declaration (`"void k(const float* x, int n)"`), since machine code can't tell a pointer
+        from a 64-bit integer or an input from an output; `name` is its entry name.
 
         block: threads per block, 1-3 ints. grid: blocks per grid, 1-3 expressions.
         shape: the shape of every pointer param not in `shapes` (dims: symbol names or ints).
@@ -146,7 +156,16 @@ class KernelSpec:
         export, not per launch), so it can't depend on sizes.
         function: name of the generated function (default: `name`, with `scale<float>` → `scale_float`).
         """
-        signature = find_kernel(Path(source), name)
+        objects: tuple[PrebuiltObject, ...] = ()
+        if is_object_source(source):
+            objects = read_objects(source, f"kernel {name}")
+            if signature is None:
+                raise SpecError(f"{objects[0].path}: kernel {name}: a prebuilt object needs signature = \"void {name}(...)\" (its C declaration)")
+            signature = parse_signature(signature, objects[0].path, name)
+        elif signature is not None:
+            raise SpecError(f"{source}: kernel {name}: signature is only for prebuilt objects (.ptx/.cubin/.fatbin); a .cu source declares its own")
+        else:
+            signature = find_kernel(Path(source), name)
         where = f"{signature.where}: kernel {name}"
         function = function or re.sub(r"\W+", "_", name).strip("_")
         if not function.isidentifier():
@@ -215,6 +234,13 @@ class KernelSpec:
                 if stype.integer:
                     bound.setdefault(p.name, f"argument {p.name}")
             scalar_list.append(ScalarParam(p, stype, value))
+            machine_code = [o.path.name for o in objects if o.kind != "ptx"]
+            if stype.nbytes != 4 and machine_code:
+                raise SpecError(
+                    f"{where}: scalar {p.name!r} is a {stype.nbytes}-byte {p.ctype}, but IREE passes each scalar as one 32-bit push "
+                    f"constant; PTX is rewritten to match (64-bit values split in two, narrow ones widened), machine code "
+                    f"({', '.join(machine_code)}) can't be: give PTX instead, or make the parameter 32-bit"
+                )
 
         for s in scalar_list:
             if s.value is not None:
@@ -237,7 +263,7 @@ class KernelSpec:
         slots = sum(s.stype.slots for s in scalar_list)
         if slots > MAX_CONSTANTS:
             raise SpecError(f"{where}: the scalar parameters need {slots} 32-bit push constants (64-bit values take two), but IREE allows at most {MAX_CONSTANTS} per dispatch")
-        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function)
+        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects)
 
     def with_outputs_in_place(self, function: str | None = None) -> "KernelSpec":
         """The same kernel with every fresh output declared in place: its generated function
@@ -261,8 +287,9 @@ class KernelSpec:
                         f"integers (declare shapes.{t.name} with a name, or keep the output allocated by IREE)"
                     )
         return KernelSpec.declare(
-            self.source,
+            [o.path for o in self.objects] if self.objects else self.source,
             self.name,
+            signature=signature_text(self.signature) if self.objects else None,
             block=list(self.block),
             grid=[_dim_json(g) for g in self.grid],
             shapes={t.name: [_dim_json(d) for d in t.shape] for t in self.tensors},
@@ -368,6 +395,12 @@ class ModuleSpec:
     def variants(self) -> tuple[Variant, ...]:
         return plan_variants(self.archs, self.objects)
 
+    def variants_for(self, source: Path) -> tuple[Variant, ...]:
+        """The variants of `source`'s executable: the policy's for a .cu file, one per object
+        for prebuilt objects (their archs are the objects', not the module's)."""
+        kernel = next(k for k in self.kernels if k.source == source)
+        return tuple(o.variant for o in kernel.objects) if kernel.objects else self.variants
+
     def __post_init__(self) -> None:
         if self.objects not in POLICIES:
             raise SpecError(f"module {self.name}: objects = {self.objects!r}; choose one of {', '.join(POLICIES)}")
@@ -385,10 +418,13 @@ class ModuleSpec:
                     f"{k.function}); put the second declaration (e.g. an out= form) in another module"
                 )
             entries[(k.source, k.name)] = k
+            other = next((o for o in self.kernels if o.source == k.source and o.objects != k.objects), None)
+            if other is not None:
+                raise SpecError(f"module {self.name}: kernels {other.name} and {k.name} both come from {k.source.name} but list different objects; list the same objects for both")
             if k.function in seen:
                 raise SpecError(f"module {self.name}: two kernels generate function {k.function!r} ({seen[k.function].name}, {k.name}); set function = ... on one")
             seen[k.function] = k
-            for arch in self.archs:
+            for arch in {a for o in k.objects for a in o.variant.archs} if k.objects else self.archs:
                 if k.shared_memory > arch.max_shared_memory:
                     raise SpecError(
                         f"{k.signature.where}: kernel {k.name}: shared_memory {k.shared_memory} bytes exceeds the {arch.max_shared_memory} bytes "
@@ -414,7 +450,8 @@ class ModuleSpec:
 
 
 _MODULE_KEYS = {"name", "archs", "nvcc_flags", "objects"}
-_KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "shared_memory", "function"}
+_TRITON_KEYS = {"constexprs", "num_warps", "num_stages", "aligned"}  # for a .py source: a @triton.jit function
+_KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "shared_memory", "function", "signature", *_TRITON_KEYS}
 
 
 def load_spec(path: str | Path) -> ModuleSpec:
@@ -434,6 +471,10 @@ def load_spec(path: str | Path) -> ModuleSpec:
     kernels_raw = data.get("kernel", [])
     if not isinstance(kernels_raw, list) or not kernels_raw:
         raise SpecError(f"{path}: no [[kernel]] tables; declare at least one kernel")
+    try:
+        archs = parse_archs(module.get("archs", DEFAULT_ARCHS))
+    except SpecError as exc:
+        raise SpecError(f"{path}: [module] archs: {exc}") from None
     kernels = []
     for i, k in enumerate(kernels_raw, start=1):
         label = f"{path}: [[kernel]] #{i}" + (f" ({k['name']})" if isinstance(k.get("name"), str) else "")
@@ -441,25 +482,35 @@ def load_spec(path: str | Path) -> ModuleSpec:
         for required in ("name", "source"):
             if required not in k:
                 raise SpecError(f"{label}: missing {required!r}")
-        kernels.append(
-            KernelSpec.declare(
-                path.parent / k["source"],
-                k["name"],
-                block=k.get("block"),
-                grid=k.get("grid"),
-                shape=k.get("shape"),
-                shapes=k.get("shapes"),
-                scalars=k.get("scalars"),
-                inplace=k.get("inplace", ()),
-                readonly=k.get("readonly", ()),
-                shared_memory=k.get("shared_memory", 0),
-                function=k.get("function"),
-            )
-        )
-    try:
-        archs = parse_archs(module.get("archs", DEFAULT_ARCHS))
-    except SpecError as exc:
-        raise SpecError(f"{path}: [module] archs: {exc}") from None
+        source = k["source"]
+        if isinstance(source, list) and all(isinstance(s, str) for s in source):
+            source = [path.parent / s for s in source]  # prebuilt objects, one variant each
+        elif isinstance(source, str):
+            source = path.parent / source
+        else:
+            raise SpecError(f"{label}: source must be a file name, or a list of object files, got {source!r}")
+        options = {
+            "grid": k.get("grid"),
+            "shape": k.get("shape"),
+            "shapes": k.get("shapes"),
+            "scalars": k.get("scalars"),
+            "inplace": k.get("inplace", ()),
+            "readonly": k.get("readonly", ()),
+            "function": k.get("function"),
+        }
+        if isinstance(source, Path) and source.suffix == ".py":
+            from .triton import load_triton_kernel  # imports triton: only for Triton kernels
+
+            derived = sorted({"block", "shared_memory"} & set(k))
+            if derived:
+                raise SpecError(f"{label}: {derived} of a Triton kernel come from its compilation (block = 32 * num_warps); drop them")
+            triton = {key: k[key] for key in _TRITON_KEYS if key in k}
+            kernels.append(load_triton_kernel(source, k["name"], k.get("signature"), archs=[a.name for a in archs], **triton, **options))
+            continue
+        misplaced = sorted(_TRITON_KEYS & set(k))
+        if misplaced:
+            raise SpecError(f"{label}: {misplaced} are for Triton kernels (source = \"file.py\"), not {Path(str(source if isinstance(source, Path) else source[0])).name}")
+        kernels.append(KernelSpec.declare(source, k["name"], signature=k.get("signature"), block=k.get("block"), shared_memory=k.get("shared_memory", 0), **options))
     flags = module.get("nvcc_flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise SpecError(f"{path}: [module] nvcc_flags must be a list of strings")

@@ -147,9 +147,13 @@ def shared_memory_beyond_every_gpu(cxx):
 
 if __name__ == "__main__":
     # Everything every GPU test module needs, in the folders their fixtures read.
-    from . import library_artifacts, object_artifacts
+    from . import gemm_artifacts, library_artifacts, object_artifacts, prebuilt_artifacts, toolchain_artifacts, transformer_artifacts
 
     target = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests")
     built = {**build_all(target), **object_artifacts.build_all(target / "objects"), **library_artifacts.build_all(target / "library")}
+    built.update({f"transformer/{name}": path for name, path in transformer_artifacts.build_all(target / "transformer").items()})
+    built.update({f"prebuilt/{name}": path for name, path in prebuilt_artifacts.build_all(target / "prebuilt").items()})
+    built.update({f"toolchains/{name}": path for name, path in toolchain_artifacts.build_all(target / "toolchains").items()})
+    built.update({f"gemm/{name}": path for name, path in gemm_artifacts.build_all(target / "gemm").items()})
     for name, path in built.items():
         print(f"{name}: {path}")

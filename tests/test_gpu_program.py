@@ -58,6 +58,22 @@ def test_program_calls_are_checked_before_launch(artifacts):
         program.chain_mul_10(np.ones(4, np.float64), np.ones(4, np.float32))
 
 
+def test_program_checks_its_inputs_in_the_ir_too(artifacts):
+    """A caller that bypasses the Python checks (VmContext.invoke, as iree-run-module does)
+    meets the program's entry checks, which fail the call before the first dispatch; the
+    same module then still computes correctly."""
+    program = runtime.load(artifacts["chain_mul_10"])
+    function = program.vm_module.lookup_function("chain_mul_10")
+    args = runtime.rt.VmVariantList(2)
+    for array in (program.to_device(np.ones(4, np.float32)), program.to_device(np.ones(3, np.float32))):
+        args.push_ref(array._buffer_view)
+    with pytest.raises(RuntimeError, match=r"program chain_mul_10: input 'y' dim 0 must equal n \(the size of input 'x' dim 0\)"):
+        program.context.vm_context.invoke(function, args, runtime.rt.VmVariantList(1))
+    rng = np.random.default_rng()
+    x, y = fresh(rng, 4099), near_one(rng, 4099)
+    np.testing.assert_array_equal(program.chain_mul_10(x, y), mul_chain_reference(x, y, 10))
+
+
 def test_axpby_chain_with_scalar_argument_and_in_place_kernel(artifacts):
     program = runtime.load(artifacts["chain_axpby"])
     rng = np.random.default_rng()

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from iree_dispatch import runtime
+from iree_dispatch.archs import parse_arch
 from iree_dispatch.errors import SpecError
 from iree_dispatch.program import Program
 from iree_dispatch.reflection import REFLECTION_KEY, encode
@@ -48,10 +49,11 @@ def chain(spec: ModuleSpec, k: int, name: str = "chain") -> Program:
 def test_program_text_calls_each_kernel_in_order(samples):
     p = chain(samples, 3)
     text = p.mlir(samples)
-    assert text.count("func.call @samples.axpby(") == 3
-    assert "func.func private @samples.axpby(tensor<?xf32>, tensor<?xf32>, f32, f32) -> tensor<?xf32>" in text
+    # The kernels' functions without per-call asserts: the program checks at entry.
+    assert text.count("func.call @samples.axpby.unchecked(") == 3
+    assert "func.func private @samples.axpby.unchecked(tensor<?xf32>, tensor<?xf32>, f32, f32) -> tensor<?xf32>" in text
     # Outputs feed the next call; the constant 0.5 is written as its f32 bits, once.
-    assert "@samples.axpby(%r.0, %y, %alpha, %c.0)" in text and "@samples.axpby(%r.1, %y, %alpha, %c.0)" in text
+    assert "@samples.axpby.unchecked(%r.0, %y, %alpha, %c.0)" in text and "@samples.axpby.unchecked(%r.1, %y, %alpha, %c.0)" in text
     assert text.count("arith.constant 0x3F000000 : f32") == 1
     assert re.search(r"func.func @chain\(%x: tensor<\?xf32>, %y: tensor<\?xf32>, %alpha: f32\) -> tensor<\?xf32> attributes", text)
 
@@ -133,26 +135,131 @@ def test_build_needs_outputs_and_the_kernels_module(samples, cu):
         Program("a-b")
 
 
-@needs_build_tools
-def test_k_calls_build_into_k_dispatches(samples, tmp_path):
-    """The linked program holds K calls, and IREE turns them into K dispatches of one function."""
+def compile_to(phase: str, mlir: Path, spec: ModuleSpec) -> str:
     from iree.compiler.tools.binaries import find_tool
 
     from iree_dispatch.compile import compile_flags
 
+    return subprocess.run(
+        [find_tool("iree-compile"), *compile_flags(spec.archs[-1], Path(".")), f"--compile-to={phase}", mlir.name, "-o", "-"],
+        capture_output=True, text=True, cwd=mlir.parent, check=True,
+    ).stdout
+
+
+def vm_calls(vm_text: str, op: str) -> int:
+    return len(re.findall(rf"vm\.call(?:\.variadic)? @hal\.{re.escape(op)}\(", vm_text))
+
+
+@needs_build_tools
+def test_k_calls_build_into_k_dispatches(samples, tmp_path):
+    """The linked program holds K calls, and IREE turns them into K dispatches of one function."""
     k = 5
     result = chain(samples, k).build(samples, tmp_path / "chain.vmfb", emit_mlir=tmp_path / "chain.mlir")
     assert result.vmfb.is_file() and (tmp_path / "chain.program.mlir").is_file()
-    assert len(re.findall(r"= (?:func\.)?call @samples\.axpby\(", result.mlir.read_text())) == k
-    flow = subprocess.run(
-        [find_tool("iree-compile"), *compile_flags(samples.archs[-1], Path(".")), "--compile-to=flow", "chain.mlir", "-o", "-"],
-        capture_output=True, text=True, cwd=tmp_path, check=True,
-    ).stdout
-    assert flow.count("flow.dispatch {") == k
+    assert len(re.findall(r"= (?:func\.)?call @samples\.axpby\.unchecked\(", result.mlir.read_text())) == k
+    assert compile_to("flow", result.mlir, samples).count("flow.dispatch {") == k
     instance = runtime.rt.VmInstance()
     described = runtime._descriptions(runtime.rt.VmModule.mmap(instance, str(result.vmfb)))["chain"]
     assert described["program"] and described["calls"] == k
     assert [t["name"] for t in described["inputs"]] == ["x", "y"] and described["scalars"][0]["name"] == "alpha"
+
+
+@needs_build_tools
+def test_k_call_program_checks_once_at_entry_and_records_one_command_buffer(samples, tmp_path):
+    """As built (checks on), a 100-call chain checks its inputs once, before the first dispatch,
+    and IREE records the 100 dispatches into one command buffer with one submission. (With an
+    assert in every call, IREE 3.13 cut it into 100 command buffers: docs/benchmarks.md.)"""
+    k = 100
+    p = chain(samples, k)
+    result = p.build(samples, tmp_path / "chain.vmfb", emit_mlir=tmp_path / "chain.mlir")
+    body = result.mlir.read_text().split("func.func @chain(", 1)[1].split("\n  }", 1)[0]
+    first_call = body.index("call @samples.axpby.unchecked(")
+    asserts = [m.start() for m in re.finditer(r"cf\.assert ", body)]
+    # y's size equals x's (both "n"); n fits axpby's `int n`: each once, whatever K.
+    assert len(asserts) == 2 and all(a < first_call for a in asserts)
+    assert "input 'y' dim 0 must equal n (the size of input 'x' dim 0)" in body
+    assert p.entry_checks() == ["n <= 2147483647: program chain: call 0 to axpby: scalar n exceeds the range of int (2147483647)"]
+    # The unchecked functions the program calls have no asserts of their own.
+    unchecked = re.search(r"func\.func private @samples\.axpby\.unchecked\(.*?\n  \}", result.mlir.read_text(), re.S)
+    assert unchecked and "cf.assert" not in unchecked.group(0)
+    vm = compile_to("vm", result.mlir, samples)
+    assert vm_calls(vm, "command_buffer.dispatch") == k
+    assert vm_calls(vm, "command_buffer.create") == 1 and vm_calls(vm, "device.queue.execute") == 1
+
+
+FLATTEN_CU = (
+    'extern "C" __global__ void flatten(const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {}\n'
+    'extern "C" __global__ void mul(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, int n) {}\n'
+    'extern "C" __global__ void head(const float* __restrict__ a, float* __restrict__ out, int n, int keep) {}\n'
+    'extern "C" __global__ void fill(int* __restrict__ out, short value, int n) {}\n'
+)
+
+
+@pytest.fixture
+def relations(cu):
+    """Kernels whose sizes relate through expressions: flatten [rows, cols] → [rows * cols],
+    mul (all [n]), head [n] → [n - keep]."""
+    source = cu(FLATTEN_CU)
+    flatten = KernelSpec.declare(source, "flatten", block=64, grid="ceildiv(rows * cols, 64)", shapes={"in": ["rows", "cols"], "out": ["rows * cols"]})
+    mul = KernelSpec.declare(source, "mul", block=64, grid="ceildiv(n, 64)", shape=["n"])
+    head = KernelSpec.declare(source, "head", block=64, grid="ceildiv(n, 64)", shapes={"a": ["n"], "out": ["n - keep"]})
+    fill = KernelSpec.declare(source, "fill", block=32, grid="ceildiv(n, 32)", shape=["n"])
+    return flatten, mul, head, fill
+
+
+def test_relations_between_sizes_are_checked_at_entry_and_before_launch(relations):
+    """flatten(m) * y needs rows * cols == n: unknown until the program runs, so it is checked
+    once at entry (IR) and by runtime.load's Python checks before anything is launched."""
+    flatten, mul, head, _ = relations
+    p = Program("rel")
+    m, y = p.input("m", "f32", ["rows", "cols"]), p.input("y", "f32", ["n"])
+    keep = p.scalar("keep", "int")
+    flat = p.call(flatten, m)
+    assert flat.shape == (None,) and str(flat.dims[0]) == "(rows * cols)"
+    product = p.call(mul, flat, y)
+    again = p.call(mul, product, flat)  # the same relation again: checked once
+    p.output(p.call(head, again, keep))
+    module = ModuleSpec("rel", relations, (parse_arch("sm_90"),))
+    text = p.mlir(module)
+    body = text.split("func.func @rel(", 1)[1]
+    first_call = body.index("func.call @rel.flatten.unchecked(")
+    messages = re.findall(r'cf\.assert %[\w.]+, "([^"]*)"', body)
+    assert all(m.start() < first_call for m in re.finditer(r"cf\.assert ", body))
+    assert "program rel: call 1 to mul: argument 'b' dim 0 (input 'y' dim 0) must equal n (from result 'out' of call 0 to flatten dim 0)" in messages
+    assert "program rel: call 3 to head: output out dim 0 = (n - keep) is negative" in messages
+    assert sum("must equal" in msg for msg in messages) == 1
+    description = p.describe(["sm_90"])
+    assert [(c["op"], c["lhs"], c["rhs"]) for c in description["checks"] if c["op"] == "eq"] == [("eq", "n", "(rows * cols)")]
+
+    # runtime.KernelFunction checks the same relations in Python, before invoking anything.
+    launched = []
+    fn = runtime.KernelFunction(description, lambda *args: launched.append(args), None)
+    with pytest.raises(ValueError, match=r"rel\(\): program rel: call 1 to mul: argument 'b' dim 0 .* must equal n .*; n = 7, but \(rows \* cols\) = 6"):
+        fn(np.ones((2, 3), np.float32), np.ones(7, np.float32), 1)
+    with pytest.raises(ValueError, match=r"output out dim 0 = \(n - keep\) is negative; \(\(rows \* cols\) - keep\) = -1"):
+        fn(np.ones((2, 3), np.float32), np.ones(6, np.float32), 7)
+    assert not launched
+    fn(np.ones((2, 3), np.float32), np.ones(6, np.float32), 2)
+    assert len(launched) == 1
+
+
+def test_relations_that_cannot_hold_are_refused_when_built(relations):
+    flatten, mul, head, fill = relations
+    p = Program("bad")
+    flat = p.call(flatten, p.input("m", "f32", [2, 3]))
+    assert flat.shape == (6,) and flat.type == "tensor<6xf32>"
+    with pytest.raises(ValueError, match=r"program bad: call 1 to mul: argument 'b' dim 0 is 5, but n = 6 \(from result 'out' of call 0 to flatten dim 0\)"):
+        p.call(mul, flat, p.input("y", "f32", [5]))
+    with pytest.raises(ValueError, match=r"program bad: call 1 to head: output 'out' dim 0 = \(n - keep\) is -1 with this call's sizes; sizes can't be negative"):
+        p.call(head, flat, 7)
+    assert p._calls == 1 and not p._checks  # refused calls leave nothing behind
+    with pytest.raises(ValueError, match=r"scalar 'n' has the name of a size \(input 'm2' dim 0\)"):
+        p.input("m2", "f32", ["n"]) and p.scalar("n", "int")
+    # A program scalar of a narrow type is checked at entry (iree-run-module passes any i32).
+    p = Program("narrow")
+    p.output(p.call(fill, p.scalar("value", "short"), 8))
+    body = p.mlir(ModuleSpec("rel", relations, (parse_arch("sm_90"),))).split("func.func @narrow(", 1)[1]
+    assert body.index('"program narrow: scalar value exceeds the range of short (32767)"') < body.index("func.call @rel.fill.unchecked(")
 
 
 def test_with_outputs_in_place_takes_the_output_as_an_argument(samples, cu):
@@ -176,6 +283,19 @@ def test_with_outputs_in_place_takes_the_output_as_an_argument(samples, cu):
     expr_out = KernelSpec.declare(source, "k", block=1, grid="rows", shapes={"table": ["rows", "cols"], "out": ["rows * cols"]})
     with pytest.raises(SpecError, match=r"kernel k: output 'out' dim 0 is \(rows \* cols\); a caller-provided output needs dims"):
         expr_out.with_outputs_in_place()
+
+
+def test_driver_flags_default_and_override(monkeypatch):
+    monkeypatch.delenv(runtime.DRIVER_FLAGS_ENV, raising=False)
+    assert runtime.driver_flags() == runtime.DEFAULT_DRIVER_FLAGS == ("--cuda_async_allocations=false",)
+    monkeypatch.setenv(runtime.DRIVER_FLAGS_ENV, "--cuda_async_allocations=true --cuda_use_streams=false")
+    assert runtime.driver_flags() == ("--cuda_async_allocations=true", "--cuda_use_streams=false")
+    monkeypatch.setenv(runtime.DRIVER_FLAGS_ENV, "")
+    assert runtime.driver_flags() == ()
+    # Every flag is one IREE's runtime knows (an unknown flag fails to parse).
+    runtime.rt.flags.parse_flags(*runtime.DEFAULT_DRIVER_FLAGS)
+    with pytest.raises(ValueError, match="not recognized"):
+        runtime.rt.flags.parse_flags("--cuda_no_such_flag=1")
 
 
 # --------------------------------------------------------------------------------------------
