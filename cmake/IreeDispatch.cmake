@@ -4,18 +4,26 @@
 #   iree_dispatch_add_module(NAME <target> SPEC <spec.toml>
 #                            [SOURCES <a.cu>...] [ARCHS <80 90 | sm_80 sm_90>...]
 #                            [PROGRAM <program.mlir>] [OUTPUT_DIR <dir>]
+#                            [OBJECTS cubin|ptx|fatbin] [EMBED_OBJECTS]
 #                            [OUTPUT_VMFB <var>] [OUTPUT_MLIR <var>] [EXCLUDE_FROM_ALL])
+#
+# EMBED_OBJECTS writes the kernels' object bytes into the .mlir, so that it compiles with plain
+# iree-compile anywhere, without the <module>.objects/ folder.
 #
 # Each module is one `iree-dispatch build` run (the package's command line, so CMake and the
 # CLI can't disagree). Including this file checks, at configure time, that the Python of
-# IREE_DISPATCH_PYTHON imports iree_dispatch and the IREE compiler, and that nvcc exists.
+# IREE_DISPATCH_PYTHON imports iree_dispatch and the IREE compiler, and that the CUDA compiler
+# of IREE_DISPATCH_TOOLCHAIN is there.
 #
 # Cache variables:
 #   IREE_DISPATCH_PYTHON  the Python that has iree_dispatch installed (default: the .venv of
 #                         this checkout if there is one, else the Python 3 that CMake finds)
-#   IREE_DISPATCH_NVCC    nvcc for every build (default: what the package finds: $NVCC, PATH,
-#                         $CUDA_HOME, $CUDA_PATH, /usr/local/cuda); fixed at configure time so a
-#                         later build from another shell uses the same one
+#   IREE_DISPATCH_TOOLCHAIN  auto (default), nvcc or nvrtc: as `iree-dispatch build --toolchain`;
+#                         auto is nvcc where one is found, else NVRTC (pip install iree-dispatch[nvrtc])
+#   IREE_DISPATCH_NVCC    nvcc for every build with nvcc (default: what the package finds: $NVCC,
+#                         PATH, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda, the nvidia-cuda-nvcc
+#                         wheel); fixed at configure time so a later build from another shell
+#                         uses the same one
 
 include_guard(GLOBAL)
 
@@ -107,27 +115,51 @@ if(NOT _rc EQUAL 0)
 endif()
 set(IREE_DISPATCH_IREE_COMPILE "${_out}" CACHE INTERNAL "iree-compile of IREE_DISPATCH_PYTHON")
 
-# nvcc, found the way the package finds it unless given.
-if(NOT IREE_DISPATCH_NVCC)
-  _iree_dispatch_python([=[
+# The CUDA compiler: the toolchain the package would select, fixed at configure time
+# (IREE_DISPATCH_NVCC, given or found before, means nvcc unless nvrtc is asked for).
+set(IREE_DISPATCH_TOOLCHAIN "auto" CACHE STRING "CUDA compiler of iree_dispatch builds: auto, nvcc or nvrtc")
+set_property(CACHE IREE_DISPATCH_TOOLCHAIN PROPERTY STRINGS auto nvcc nvrtc)
+if(NOT IREE_DISPATCH_TOOLCHAIN MATCHES "^(auto|nvcc|nvrtc)$")
+  _iree_dispatch_unavailable("iree_dispatch: IREE_DISPATCH_TOOLCHAIN=${IREE_DISPATCH_TOOLCHAIN}: use auto, nvcc or nvrtc")
+endif()
+set(_toolchain "${IREE_DISPATCH_TOOLCHAIN}")
+if(IREE_DISPATCH_NVCC AND NOT _toolchain STREQUAL "nvrtc")
+  set(_toolchain nvcc)
+else()
+  # Prints the toolchain's name, then nvcc's path (empty for NVRTC).
+  _iree_dispatch_python("
 import sys
 from iree_dispatch.errors import ToolchainError
-from iree_dispatch.toolchain import find_nvcc
+from iree_dispatch.toolchain import select_toolchain
 try:
-    print(find_nvcc())
+    toolchain = select_toolchain('${_toolchain}')
 except ToolchainError as exc:
     sys.exit(str(exc))
-]=])
+print(toolchain.name)
+print(getattr(toolchain, 'nvcc', ''))
+")
   if(NOT _rc EQUAL 0)
-    _iree_dispatch_unavailable("iree_dispatch: ${_err}, or pass -DIREE_DISPATCH_NVCC=/path/to/nvcc")
+    _iree_dispatch_unavailable("iree_dispatch: ${_err}; or pass -DIREE_DISPATCH_NVCC=/path/to/nvcc")
   endif()
-  set(IREE_DISPATCH_NVCC "${_out}" CACHE FILEPATH "nvcc used by iree_dispatch builds" FORCE)
+  string(REPLACE "\n" ";" _found "${_out}")
+  list(GET _found 0 _toolchain)
+  if(_toolchain STREQUAL "nvcc")
+    list(GET _found 1 _nvcc)
+    set(IREE_DISPATCH_NVCC "${_nvcc}" CACHE FILEPATH "nvcc used by iree_dispatch builds" FORCE)
+  endif()
 endif()
-if(NOT EXISTS "${IREE_DISPATCH_NVCC}" OR IS_DIRECTORY "${IREE_DISPATCH_NVCC}")
-  _iree_dispatch_unavailable(
-    "iree_dispatch: IREE_DISPATCH_NVCC=${IREE_DISPATCH_NVCC} is not an nvcc executable; "
-    "install the CUDA toolkit or pass -DIREE_DISPATCH_NVCC=/path/to/nvcc")
+if(_toolchain STREQUAL "nvcc")
+  if(NOT EXISTS "${IREE_DISPATCH_NVCC}" OR IS_DIRECTORY "${IREE_DISPATCH_NVCC}")
+    _iree_dispatch_unavailable(
+      "iree_dispatch: IREE_DISPATCH_NVCC=${IREE_DISPATCH_NVCC} is not an nvcc executable; "
+      "install the CUDA toolkit or pass -DIREE_DISPATCH_NVCC=/path/to/nvcc")
+  endif()
+  set(_IREE_DISPATCH_BUILD_ENV "NVCC=${IREE_DISPATCH_NVCC}" CACHE INTERNAL "")
+else()
+  set(_IREE_DISPATCH_BUILD_ENV "" CACHE INTERNAL "")
 endif()
+set(_IREE_DISPATCH_TOOLCHAIN_ARGS --toolchain ${_toolchain} CACHE INTERNAL "")
+message(STATUS "iree_dispatch: CUDA compiler ${_toolchain} ${IREE_DISPATCH_NVCC}")
 
 # Prints the spec's module name, then its sources (absolute), one a line. Only what CMake needs
 # to name outputs and dependencies: the build itself validates the spec and says what is wrong.
@@ -145,8 +177,8 @@ for kernel in data.get("kernel", []):
 ]=])
 
 function(iree_dispatch_add_module)
-  cmake_parse_arguments(PARSE_ARGV 0 arg "EXCLUDE_FROM_ALL"
-    "NAME;SPEC;PROGRAM;OUTPUT_DIR;OUTPUT_VMFB;OUTPUT_MLIR" "SOURCES;ARCHS")
+  cmake_parse_arguments(PARSE_ARGV 0 arg "EXCLUDE_FROM_ALL;EMBED_OBJECTS"
+    "NAME;SPEC;PROGRAM;OUTPUT_DIR;OUTPUT_VMFB;OUTPUT_MLIR;OBJECTS" "SOURCES;ARCHS")
   set(where "iree_dispatch_add_module(${arg_NAME})")
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "${where}: unknown arguments ${arg_UNPARSED_ARGUMENTS}")
@@ -204,6 +236,16 @@ function(iree_dispatch_add_module)
   if(archs)
     set(arch_args --arch "${archs}")
   endif()
+  set(object_args "")
+  if(arg_OBJECTS)
+    if(NOT arg_OBJECTS MATCHES "^(cubin|ptx|fatbin)$")
+      message(FATAL_ERROR "${where}: OBJECTS ${arg_OBJECTS}: use cubin, ptx or fatbin")
+    endif()
+    set(object_args --objects "${arg_OBJECTS}")
+  endif()
+  if(arg_EMBED_OBJECTS)
+    list(APPEND object_args --embed-objects)
+  endif()
 
   # Modules of one spec in one folder share its `<module>.objects/` folder, which each build
   # replaces: they are built one after the other, and must agree on what goes in it.
@@ -215,20 +257,21 @@ function(iree_dispatch_add_module)
     list(GET previous 0 previous_target)
     list(GET previous 1 previous_vmfb)
     list(GET previous 2 previous_inputs)
-    if(NOT previous_inputs STREQUAL "${spec}|${archs}")
+    if(NOT previous_inputs STREQUAL "${spec}|${archs}|${arg_OBJECTS}")
       message(FATAL_ERROR
         "${where}: module '${module}' would write ${objects_dir}/, as target ${previous_target} does, "
-        "from another spec or for other ARCHS; give one of them its own OUTPUT_DIR")
+        "from another spec or for other ARCHS or OBJECTS; give one of them its own OUTPUT_DIR")
     endif()
     set(after "${previous_vmfb}")
   endif()
-  set_property(GLOBAL PROPERTY "_iree_dispatch_objects_${key}" "${arg_NAME};${vmfb};${spec}|${archs}")
+  set_property(GLOBAL PROPERTY "_iree_dispatch_objects_${key}" "${arg_NAME};${vmfb};${spec}|${archs}|${arg_OBJECTS}")
 
   add_custom_command(
     OUTPUT "${vmfb}" "${mlir}"
-    COMMAND "${CMAKE_COMMAND}" -E env "NVCC=${IREE_DISPATCH_NVCC}"
+    COMMAND "${CMAKE_COMMAND}" -E env ${_IREE_DISPATCH_BUILD_ENV}
             "${IREE_DISPATCH_PYTHON}" -m iree_dispatch.cli build "${spec}"
-            -o "${vmfb}" --emit-mlir "${mlir}" --depfile "${depfile}" ${arch_args} ${program_args}
+            -o "${vmfb}" --emit-mlir "${mlir}" --depfile "${depfile}" ${_IREE_DISPATCH_TOOLCHAIN_ARGS}
+            ${arch_args} ${object_args} ${program_args}
     # Headers come from the depfile, written by the previous build.
     DEPENDS "${spec}" ${sources} ${program} ${after}
     DEPFILE "${depfile}"

@@ -200,3 +200,40 @@ def test_find_package_reports_not_found(tmp_path):
     )
     proc = configure(src, tmp_path / "build", f"-DIreeDispatch_DIR={ROOT / 'cmake'}", "-DIREE_DISPATCH_NVCC=/nonexistent/nvcc")
     assert "found=0" in proc.stdout and "is not an nvcc executable" in " ".join(proc.stderr.split()), proc.stdout + proc.stderr
+
+
+def _nvrtc_available() -> bool:
+    from iree_dispatch.errors import ToolchainError
+    from iree_dispatch.toolchain import select_toolchain
+
+    try:
+        select_toolchain("nvrtc")
+    except ToolchainError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _nvrtc_available(), reason="needs NVRTC: pip install 'iree-dispatch[nvrtc]'")
+def test_nvrtc_toolchain_and_embedded_objects(tmp_path):
+    """IREE_DISPATCH_TOOLCHAIN=nvrtc builds without nvcc; EMBED_OBJECTS + OBJECTS ptx writes an
+    .mlir that plain iree-compile compiles in an empty folder (no objects beside it)."""
+    src = consumer(tmp_path, f'include("{ROOT.as_posix()}/cmake/IreeDispatch.cmake")')
+    with (src / "CMakeLists.txt").open("a") as cmake_lists:
+        cmake_lists.write("iree_dispatch_add_module(NAME hermetic SPEC a.toml ARCHS 90 OBJECTS ptx EMBED_OBJECTS OUTPUT_DIR hermetic)\n")
+    build = tmp_path / "build"
+    out = configure(src, build, "-DIREE_DISPATCH_TOOLCHAIN=nvrtc").stdout
+    assert "iree_dispatch: CUDA compiler nvrtc" in out
+    commands = ninja(build, "-t", "commands", "hermetic")
+    assert "--toolchain nvrtc" in commands and "--embed-objects" in commands and "--objects ptx" in commands
+    ninja(build, "hermetic")
+    mlir = build / "hermetic" / "mod_a.mlir"
+    assert 'data = dense<"0x' in mlir.read_text()
+    alone = tmp_path / "empty"
+    alone.mkdir()
+    (alone / "mod_a.mlir").write_bytes(mlir.read_bytes())
+    from iree_dispatch.archs import parse_arch
+    from iree_dispatch.compile import compile_flags
+
+    iree_compile = subprocess.run([sys.executable, "-c", "from iree.compiler.tools.binaries import find_tool; print(find_tool('iree-compile'))"], capture_output=True, text=True).stdout.strip()
+    proc = subprocess.run([iree_compile, "mod_a.mlir", "-o", "mod_a.vmfb", *compile_flags(parse_arch("sm_80"), None)], cwd=alone, capture_output=True, text=True)
+    assert proc.returncode == 0 and (alone / "mod_a.vmfb").stat().st_size > 0, proc.stderr
