@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+import iree_dispatch
 from iree_dispatch.errors import DispatchError
 from iree_dispatch.runtime import KernelFunction
 from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
@@ -43,10 +45,10 @@ def _declare(folder: Path, source: str | bytes, name: str = "mul", **kw) -> Kern
     return KernelSpec.declare(_cu(folder, source), name, **kw)
 
 
-def _build(folder: Path, source: str, name: str = "mul", flags: tuple[str, ...] = (), **kw) -> None:
+def _build(folder: Path, source: str, name: str = "mul", flags: tuple[str, ...] = (), toolchain: str | None = None, **kw) -> None:
     from iree_dispatch.pipeline import build
 
-    build(ModuleSpec("m", (_declare(folder, source, name, **kw),), nvcc_flags=flags), folder / "m.vmfb")
+    build(ModuleSpec("m", (_declare(folder, source, name, **kw),), nvcc_flags=flags), folder / "m.vmfb", toolchain=toolchain)
 
 
 def _spec_file(folder: Path, text: str) -> None:
@@ -83,6 +85,8 @@ CASES = [
     Case("empty .cu file", lambda d: _declare(d, "\n"), DispatchError),
     Case("non-UTF-8 source", lambda d: _declare(d, b"// caf\xe9\n" + MUL.encode()), DispatchError),
     Case("nvcc compile error", lambda d: _build(d, 'extern "C" __global__ void mul(float* out, int n) {\n  out[0] = oops;\n}'), DispatchError, True),
+    Case("NVRTC compile error", lambda d: _build(d, 'extern "C" __global__ void mul(float* out, int n) {\n  out[0] = oops;\n}', toolchain="nvrtc"), DispatchError, True),
+    Case("NVRTC: a C++ header it doesn't have", lambda d: _build(d, "#include <cmath>\n" + MUL, toolchain="nvrtc"), DispatchError, True),
     Case("nvcc warnings as errors", lambda d: _build(d, 'extern "C" __global__ void mul(float* out, int n) { int unused; }', flags=("-Werror", "all-warnings")), DispatchError, True),
     Case("__launch_bounds__ violated by the block size", lambda d: _build(d, 'extern "C" __global__ void __launch_bounds__(128) mul(float* out, int n) {}', block=256), DispatchError, True),
     Case("signature changed after the spec was written", lambda d: _changed_signature(d), DispatchError, True),
@@ -148,6 +152,8 @@ def message(case: Case) -> str:
             case.run(folder)
         except case.error as exc:
             text = str(exc).replace(str(folder), "<dir>")
+            # Install locations differ between machines (NVRTC's messages list its include folders).
+            text = text.replace(str(Path(iree_dispatch.__file__).parent), "<iree_dispatch>").replace(sysconfig.get_paths()["purelib"], "<site-packages>")
             return re.sub(r"/tmp/[\w./-]+\.cubin\.cu|\S*/nvcc", "<nvcc>", text)
     raise AssertionError(f"{case.title}: no {case.error.__name__} raised")
 
