@@ -10,8 +10,8 @@ For each size (M = N = K = 2048, 4096, 8192) and dtype (bf16, f16), on the same 
     its duration read from CUPTI through torch.profiler: the kernel alone;
   * `iree_wall`: median wall time of the synchronous IREE call (kernel + call overhead + the
     allocation of c).
-Other configurations of gemm.cu (built by --prepare: clusters of 1 or 4 blocks, 4 stages,
-BN 128; and the sm_80 mma.sync body as PTX JIT-compiled for this GPU) are timed like `cupy`.
+Other configurations of gemm.cu (built by --prepare: -D options, see VARIANTS; and the sm_80
+mma.sync body as PTX JIT-compiled for this GPU) are timed like `cupy`.
 TFLOP/s = 2 M N K / time. Every timed object's result is checked against torch's float32
 product of the same inputs on a sample of rows, relative to |a| @ |b| (ours must be within
 1e-5; torch's own bf16/f16-rounded output is not checked).
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -39,14 +40,18 @@ DEFAULT_DIR = ROOT / "build" / "gpu-tests" / "gemm"
 SIZES = (2048, 4096, 8192)
 DTYPES = ("bf16", "f16")
 BM, THREADS = 128, 384
-# Other tile configurations: (name, nvcc -D flags, dynamic shared memory bytes, BN, CTAs per cluster);
-# shared memory = stages * (16 KB + BN * 128) + 1024.
+# Other configurations of the sm_90a body: (name, nvcc -D flags, dynamic shared memory bytes, BN,
+# CTAs per cluster); shared memory = stages * BK * (128 + BN) * 2 + 1024. The spec's: 4 stages of
+# BK = 64, BN = 256, clusters of 2, push lag 1, no L2 prefetch hint, one wgmma group at a time.
 VARIANTS = [
-    ("cluster1_s3", ["-DGEMM_CLUSTER=1"], 3 * 49152 + 1024, 256, 1),  # no B sharing
-    ("cluster4_s3", ["-DGEMM_CLUSTER=4"], 3 * 49152 + 1024, 256, 4),
-    # 4 stages: 193 KB, more than sm_80's 163 KB, so not the spec's (one shared_memory per kernel)
-    ("cluster2_s4", ["-DGEMM_STAGES=4"], 4 * 49152 + 1024, 256, 2),
-    ("bn128_s4", ["-DGEMM_BN=128", "-DGEMM_STAGES=4"], 4 * 32768 + 1024, 128, 2),
+    ("L2 prefetch hint", ["-DGEMM_L2_PREFETCH=1"], 4 * 49152 + 1024, 256, 2),
+    ("push lag 2", ["-DGEMM_PUSH_LAG=2"], 4 * 49152 + 1024, 256, 2),
+    ("push lag 3", ["-DGEMM_PUSH_LAG=3"], 4 * 49152 + 1024, 256, 2),
+    ("wgmma group in flight", ["-DGEMM_WGMMA_IN_FLIGHT=1"], 4 * 49152 + 1024, 256, 2),
+    ("3 stages (fits sm_80's 163 KB)", ["-DGEMM_STAGES=3"], 3 * 49152 + 1024, 256, 2),
+    ("clusters of 1", ["-DGEMM_CLUSTER=1"], 4 * 49152 + 1024, 256, 1),
+    ("BK 32, 8 stages, lag 4", ["-DGEMM_BK=32", "-DGEMM_STAGES=8", "-DGEMM_PUSH_LAG=4"], 8 * 24576 + 1024, 256, 2),
+    ("BN 128, 4 stages", ["-DGEMM_BN=128"], 4 * 32768 + 1024, 128, 2),
 ]
 RTOL = 1e-5
 BATCH, BATCHES, CUPTI_CALLS, WALL_CALLS = 10, 10, 10, 10
@@ -63,7 +68,7 @@ def prepare(out: Path) -> None:
     variants.mkdir(parents=True, exist_ok=True)
     manifest = []
     for name, flags, smem, bn, cluster in VARIANTS:
-        cubin = variants / f"gemm.{name}.sm_90a.cubin"
+        cubin = variants / f"gemm.{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')}.sm_90a.cubin"
         cmd = [str(find_nvcc()), "-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", *flags,
                str(ROOT / "kernels" / "gemm.cu"), "-o", str(cubin)]
         subprocess.run(cmd, check=True)
@@ -145,8 +150,9 @@ def measure(args) -> dict:
     arch = "sm_90a" if (major, minor) == (9, 0) else "sm_80" if major == 8 else None
     objects = args.dir / "gemm.objects"
     spec = module.functions["gemm_bf16"].description
+    shared = spec["shared_memory"]  # {arch: bytes} (kernels/gemm.toml sizes each arch's variant)
     kernels_under_test = [{"name": "gemm.toml", "path": objects / (f"gemm.{arch}.cubin" if arch else "gemm.sm_80.ptx"),
-                           "shared_memory": spec["shared_memory"], "grid": spec["grid"]}]
+                           "shared_memory": shared[arch or "sm_80"], "grid": spec["grid"]}]
     if arch == "sm_90a":
         manifest = args.dir / "variants" / "manifest.json"
         if manifest.exists():
@@ -155,7 +161,7 @@ def measure(args) -> dict:
                 kernels_under_test.append({"name": v["name"], "path": args.dir / "variants" / v["object"], "shared_memory": v["shared_memory"], "grid": grid})
         # The sm_80 body (mma.sync), JIT-compiled from PTX for this GPU, for comparison.
         kernels_under_test.append({"name": "sm_80 mma.sync (PTX JIT)", "path": objects / "gemm.sm_80.ptx",
-                                   "shared_memory": spec["shared_memory"], "grid": spec["grid"]})
+                                   "shared_memory": shared["sm_80"], "grid": spec["grid"]})
     loaded = {}
     for k in kernels_under_test:
         raw = cp.RawModule(path=str(k["path"]))

@@ -50,6 +50,7 @@ CALLS, WARMUP, WALL_CALLS = 20, 3, 30
 # op → (codegen function, hand-written kernels, torch equivalent); shapes are the block's.
 OPS = {
     "bias_gelu [8192x4096]": ("bias_gelu", ["bias_gelu_f32"], "gelu"),
+    "bias_gelu + bf16 cast [8192x4096]": ("bias_gelu_bf16", ["bias_gelu_f32_bf16"], "gelu_bf16"),
     "layernorm [8192x1024]": ("layernorm", ["layernorm_warp_f32", "layernorm_f32"], "layer_norm"),
     "softmax [8192x1024]": ("softmax", ["softmax_warp_f32", "softmax_f32"], "softmax"),
     "matmul 8192x1024 @ 1024x4096": ("matmul_up", ["gemm_bf16"], "matmul"),
@@ -159,6 +160,8 @@ def torch_op(kind: str, t: list):
 
     if kind == "gelu":
         return lambda: F.gelu(t[0] + t[1], approximate="tanh")
+    if kind == "gelu_bf16":
+        return lambda: F.gelu(t[0] + t[1], approximate="tanh").to(torch.bfloat16)
     if kind == "layer_norm":
         return lambda: F.layer_norm(t[0], (D,), t[1], t[2], EPS)
     if kind == "softmax":
@@ -226,8 +229,9 @@ def measure(args) -> dict:
                 if kernel not in modules["kernels"].functions:
                     continue
                 kfn = modules["kernels"][kernel]
-                got = kfn(*k_args).to_host()
-                row["kernels"][kernel] = {**measure_call(lambda: kfn(*k_args)), "max_rel_diff_vs_codegen": float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-3)))}
+                got = kfn(*k_args).to_host().astype(np.float64)
+                ref = want.astype(np.float64)
+                row["kernels"][kernel] = {**measure_call(lambda: kfn(*k_args)), "max_rel_diff_vs_codegen": float(np.max(np.abs(got - ref) / np.maximum(np.abs(ref), 1e-3)))}
             row["torch"] = torch_time_us(torch_op(torch_kind, t_args))
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"

@@ -21,23 +21,23 @@ def _cmd_build(args) -> int:
     from .pipeline import build, write_depfile
     from .spec import load_spec
 
-    spec = load_spec(args.spec)
+    specs = [load_spec(path) for path in args.spec]
     if args.arch:
-        spec = spec.with_archs([a for item in args.arch for a in item.split(",")])
+        specs = [s.with_archs([a for item in args.arch for a in item.split(",")]) for s in specs]
     if args.objects:
-        spec = spec.with_objects(args.objects)
-    stem = Path(args.program).stem if args.program else spec.name
+        specs = [s.with_objects(args.objects) for s in specs]
+    stem = Path(args.program).stem if args.program else specs[0].name
     output = Path(args.output or Path("build") / f"{stem}.vmfb")
     emit = None
     if args.emit_mlir is not None:
         emit = Path(args.emit_mlir) if args.emit_mlir else output.with_suffix(".mlir")
     result = build(
-        spec, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects,
+        specs[0] if len(specs) == 1 else specs, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects,
         asynchronous=args.asynchronous, strip_assertions=args.strip_assertions, progress=_progress, cache=not args.no_cache,
         toolchain=args.toolchain,
     )
     if args.depfile:
-        write_depfile(args.depfile, result.vmfb, [Path(args.spec).absolute(), *result.dependencies])
+        write_depfile(args.depfile, result.vmfb, [*(Path(path).absolute() for path in args.spec), *result.dependencies])
     stages = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
     print(f"wrote {result.vmfb}" + (f" and {result.mlir}" if result.mlir else "") + f" ({stages})")
     return 0
@@ -91,7 +91,10 @@ def _cmd_inspect(args) -> int:
         outs = ", ".join(f"{t['name']}: {t['dtype']}[{', '.join(map(str, t['shape']))}]{' (in place)' if t['inplace'] else ''}" for t in d["outputs"])
         print(f"  kernel {name}({ins}{scal}) -> ({outs})")
         entry = f"  ({d['kernel']})" if d.get("kernel", name) != name else ""
-        shared = f"  shared memory {d['shared_memory']} B" if d.get("shared_memory") else ""
+        sizes = d.get("shared_memory")
+        if isinstance(sizes, dict):  # per arch (spec.py)
+            sizes = ", ".join(f"{arch} {n}" for arch, n in sizes.items())
+        shared = f"  shared memory {sizes} B" if sizes else ""
         print(f"    source {d['source']}{entry}  block {d['block']}  grid {d['grid']}{shared}")
     return 0
 
@@ -120,7 +123,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("build", help="spec (.toml) + .cu sources -> .vmfb")
-    b.add_argument("spec", help="kernel spec file (TOML)")
+    b.add_argument("spec", nargs="+", help="kernel spec file(s) (TOML); several only with --program, which calls @<module>.<kernel> of each")
     b.add_argument("-o", "--output", help="output .vmfb (default: build/<module>.vmfb)")
     b.add_argument("--emit-mlir", nargs="?", const="", metavar="PATH", help="also keep the generated MLIR (default: next to the .vmfb)")
     b.add_argument("--arch", action="append", help="CUDA archs, e.g. sm_80,sm_90 (repeatable; overrides the spec)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Sequence
 
 from .archs import Arch
 from .errors import CompileError
@@ -85,13 +86,17 @@ def compile_vmfb(mlir: Path, out: Path, codegen_arch: Arch, **options: bool) -> 
     _run_tool("iree-compile", [*flags, mlir.name, "-o", str(out.absolute())], f"iree-compile of {mlir.name}", cwd=mlir.parent)
 
 
-def link_program(program: Path, kernels_mlir_text: str, module_name: str, kernel_names: list[str]) -> str:
+def link_program(program: Path, modules: Sequence[tuple[str, str, Sequence[str]]]) -> str:
     """Resolves the program's `func.func private @<module>.<kernel>(...)` declarations.
 
-    `kernels_mlir_text` is the kernels module emitted `for_linking`. Its executables and
-    wrappers are copied into the program, replacing the declarations; the program's other
-    functions are untouched. (iree-link would do this, but in IREE 3.13 it renames the nested
-    `@exe::@variant::@kernel` references together with the wrapper and breaks them.)
+    `modules` holds (module name, kernels module emitted `for_linking`, kernel names) for each
+    module the program calls, several when it calls kernels of several specs. Each module's
+    executables and wrappers are copied into the program, replacing the declarations; the
+    program's other functions are untouched. An executable whose symbol is already taken (two
+    modules built from a source of the same name, or the program's own symbol) is renamed
+    `<module>_<symbol>` together with its uses. (iree-link would do this, but in IREE 3.13 it
+    renames the nested `@exe::@variant::@kernel` references together with the wrapper and
+    breaks them.)
     """
     from iree.compiler import ir
 
@@ -102,29 +107,49 @@ def link_program(program: Path, kernels_mlir_text: str, module_name: str, kernel
         except ir.MLIRError as exc:
             details = "\n".join(f"{program}{_line_col(str(d.location))}: {d.message}" for d in exc.error_diagnostics)
             raise CompileError(f"program does not parse:\n{details}") from None
-        kernels = ir.Module.parse(kernels_mlir_text)
-        wrappers = {}
-        for op in kernels.body.operations:
-            if op.operation.name == "func.func":
-                wrappers[ir.StringAttr(op.attributes["sym_name"]).value] = op
-        prefix = f"{module_name}."
-        for op in list(prog.body.operations):
-            if op.operation.name != "func.func":
-                continue
-            name = ir.StringAttr(op.attributes["sym_name"]).value
-            if not name.startswith(prefix) or len(op.regions[0].blocks) != 0:
-                continue
-            where = f"{program}{_line_col(str(op.location))}"
-            if name not in wrappers:
-                raise CompileError(f"{where}: declares @{name}, but module {module_name} has no kernel {name[len(prefix):]!r} (kernels: {', '.join(kernel_names)})")
-            declared = str(op.attributes["function_type"])
-            generated = str(wrappers[name].attributes["function_type"])
-            if declared != generated:
-                raise CompileError(f"{where}: @{name} is declared as {declared}, but the kernel's function is {generated}")
-            op.operation.erase()
-        with ir.InsertionPoint(prog.body):
+        taken = {ir.StringAttr(op.attributes["sym_name"]).value for op in prog.body.operations if "sym_name" in op.attributes}
+        for module_name, kernels_mlir_text, kernel_names in modules:
+            kernels = ir.Module.parse(kernels_mlir_text)
+            _declarations_to_wrappers(program, prog, kernels, module_name, kernel_names)
             for op in kernels.body.operations:
-                op.operation.clone()
+                if "sym_name" not in op.attributes:
+                    continue
+                symbol = ir.StringAttr(op.attributes["sym_name"]).value
+                if op.operation.name != "func.func" and symbol in taken:
+                    renamed = f"{module_name}_{symbol}"
+                    ir.SymbolTable.replace_all_symbol_uses(symbol, renamed, kernels.operation)
+                    op.attributes["sym_name"] = ir.StringAttr.get(renamed)
+                    symbol = renamed
+                taken.add(symbol)
+            with ir.InsertionPoint(prog.body):
+                for op in kernels.body.operations:
+                    op.operation.clone()
         if not prog.operation.verify():
             raise CompileError(f"{program}: the linked program does not verify")
         return prog.operation.get_asm(enable_debug_info=False)
+
+
+def _declarations_to_wrappers(program: Path, prog, kernels, module_name: str, kernel_names: Sequence[str]) -> None:
+    """Checks each `@<module_name>.<kernel>` declaration of `prog` against the wrapper of that
+    name in `kernels` and erases it (the wrapper takes its place)."""
+    from iree.compiler import ir
+
+    wrappers = {}
+    for op in kernels.body.operations:
+        if op.operation.name == "func.func":
+            wrappers[ir.StringAttr(op.attributes["sym_name"]).value] = op
+    prefix = f"{module_name}."
+    for op in list(prog.body.operations):
+        if op.operation.name != "func.func":
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if not name.startswith(prefix) or len(op.regions[0].blocks) != 0:
+            continue
+        where = f"{program}{_line_col(str(op.location))}"
+        if name not in wrappers:
+            raise CompileError(f"{where}: declares @{name}, but module {module_name} has no kernel {name[len(prefix):]!r} (kernels: {', '.join(kernel_names)})")
+        declared = str(op.attributes["function_type"])
+        generated = str(wrappers[name].attributes["function_type"])
+        if declared != generated:
+            raise CompileError(f"{where}: @{name} is declared as {declared}, but the kernel's function is {generated}")
+        op.operation.erase()

@@ -155,14 +155,15 @@ def _executable(exe: Executable, variants: tuple[Variant, ...], entries: dict[st
         obj = _OBJECT.format(path=path) if data is None else _OBJECT_EMBEDDED.format(path=path, hex=data.hex().upper(), size=len(data))
         variant = [_VARIANT_OPEN.format(name=v.name, arch=v.target_arch.name, object=obj), *_indent(_condition(v), 1)]
         for ordinal, k in enumerate(exe.kernels):
-            variant += _indent(_export(k, entries[k.name], ordinal), 1)
+            variant += _indent(_export(k, entries[k.name], ordinal, k.shared_memory_for(v)), 1)
         variant.append("}")
         lines += _indent(variant, 1)
     lines.append("}")
     return lines
 
 
-def _export(k: KernelSpec, entry: str, ordinal: int) -> list[str]:
+def _export(k: KernelSpec, entry: str, ordinal: int, shared_memory: int) -> list[str]:
+    # shared_memory: this variant's size (per-arch specs give each variant its own).
     # "%w." keeps workload names apart from %device whatever the user calls them.
     workloads = "".join(f", %w.{w}: index" for w in k.workloads)
     body: list[str] = []
@@ -171,7 +172,7 @@ def _export(k: KernelSpec, entry: str, ordinal: int) -> list[str]:
     grid = [ex.lower_to_arith(g, values, lambda: f"%t.{next(counter)}", body) for g in k.grid]
     body.append(f"hal.return {', '.join(grid)} : index, index, index")
     x, y, z = k.block
-    shared = f", workgroup_local_memory = {k.shared_memory} : index" if k.shared_memory else ""
+    shared = f", workgroup_local_memory = {shared_memory} : index" if shared_memory else ""
     return [
         _EXPORT_OPEN.format(entry=entry, ordinal=ordinal, layout=k.function, workloads=workloads),
         *_indent(body, 1),

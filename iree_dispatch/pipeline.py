@@ -23,7 +23,7 @@ from .archs import Arch
 from .cache import ENTRY_FILES, ENTRY_META, Cache, digest, file_digest
 from .compile import compile_flags, compile_vmfb, iree_compiler_version, link_program, parse_check
 from .emit import emit_module, executable_symbols
-from .errors import AbiError
+from .errors import AbiError, SpecError
 from .ptx_adapt import adapt_module
 from .spec import ModuleSpec
 from .toolchain import PtxObject, Toolchain, object_filename, select_toolchain
@@ -36,9 +36,10 @@ Progress = Callable[[str], None]
 class BuildResult:
     vmfb: Path
     mlir: Path | None  # the emitted (or linked) IR, if asked for
-    objects_dir: Path  # the PTX files the IR refers to
+    objects_dir: Path  # the PTX files the IR refers to (the first module's, when a program links several)
     timings: dict[str, float]  # seconds per stage
     dependencies: tuple[Path, ...]  # every file read, absolute: sources, the headers they include, the program
+    objects_dirs: tuple[Path, ...] = ()  # every module's objects folder, in the order the specs were given
 
 
 def objects_dirname(module_name: str) -> str:
@@ -46,7 +47,7 @@ def objects_dirname(module_name: str) -> str:
 
 
 def build(
-    spec: ModuleSpec,
+    spec: ModuleSpec | Sequence[ModuleSpec],
     output: str | Path,
     *,
     emit_mlir: str | Path | None = None,
@@ -60,6 +61,9 @@ def build(
 ) -> BuildResult:
     """Builds `spec` into the .vmfb `output`.
 
+    spec: one ModuleSpec, or several for a `program` that calls kernels of several modules
+    (`@<moduleA>.<kernel>` and `@<moduleB>.<kernel>`): each module keeps its name and its own
+    objects folder; module names must differ.
     emit_mlir: also write the IR there (objects go beside it, in `<module>.objects/`, and the
     IR refers to them by that relative path).
     program: an MLIR file whose functions call the kernels through declarations like
@@ -71,6 +75,7 @@ def build(
     cache: reuse and record builds in the build cache (cache.py); False builds from scratch.
     toolchain: "nvcc", "nvrtc", a toolchain.Toolchain, or None for nvcc if one is found, else NVRTC.
     """
+    specs = _module_specs(spec, program)
     options = {"asynchronous": asynchronous, "strip_assertions": strip_assertions}
     output = Path(output).absolute()
     mlir_out = Path(emit_mlir).absolute() if emit_mlir else None
@@ -78,14 +83,14 @@ def build(
     say = progress or (lambda _msg: None)
     store = Cache() if cache is True else (cache or None)
     # The vmfb records the compiled file's name in its debug locations: name it as the user sees it.
-    compile_name = mlir_out.name if mlir_out else f"{Path(program).stem if program is not None else spec.name}.mlir"
+    compile_name = mlir_out.name if mlir_out else f"{Path(program).stem if program is not None else specs[0].name}.mlir"
     output.parent.mkdir(parents=True, exist_ok=True)
     objects_home.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
         # Prebuilt objects need no compiler: a module of only those builds without one.
-        tc = select_toolchain(toolchain) if any(not k.objects for k in spec.kernels) else None
-        manifest_key = _manifest_key(spec, program, f"embed={embed_objects} {options}", compile_name, tc) if store else ""
+        tc = select_toolchain(toolchain) if any(not k.objects for s in specs for k in s.kernels) else None
+        manifest_key = _manifest_key(specs, program, f"embed={embed_objects} {options}", compile_name, tc) if store else ""
         with store.lock(manifest_key) if store else contextlib.nullcontext():
             hit = store.lookup(store.entry_key(manifest_key)) if store else None
             if hit is not None:
@@ -98,20 +103,21 @@ def build(
                 say(f"{output.name}: up to date (build cache)")
             else:
                 timings = {}
-                dependencies = _stage(spec, tmp, compile_name, program, embed_objects, options, say, timings, tc)
+                dependencies = _stage(specs, tmp, compile_name, program, embed_objects, options, say, timings, tc)
                 if store:
-                    staged = {name: tmp / name for name in (objects_dirname(spec.name), compile_name, _STAGED_VMFB)}
+                    staged = {name: tmp / name for name in (*(objects_dirname(s.name) for s in specs), compile_name, _STAGED_VMFB)}
                     store.store(manifest_key, dependencies, staged, {"dependencies": [str(d) for d in dependencies]})
 
         # Every stage passed: move the artifacts into place.
-        final_objects = objects_home / objects_dirname(spec.name)
-        if final_objects.exists():
-            os.replace(final_objects, tmp / "stale-objects")
-        os.replace(tmp / objects_dirname(spec.name), final_objects)
+        final_objects = tuple(objects_home / objects_dirname(s.name) for s in specs)
+        for i, (s, final) in enumerate(zip(specs, final_objects)):
+            if final.exists():
+                os.replace(final, tmp / f"stale-objects-{i}")
+            os.replace(tmp / objects_dirname(s.name), final)
         if mlir_out:
             os.replace(tmp / compile_name, mlir_out)
         os.replace(tmp / _STAGED_VMFB, output)
-        return BuildResult(output, mlir_out, final_objects, timings, tuple(dependencies))
+        return BuildResult(output, mlir_out, final_objects[0], timings, tuple(dependencies), final_objects)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -119,28 +125,93 @@ def build(
 _STAGED_VMFB = "module.vmfb"
 
 
-def _manifest_key(spec: ModuleSpec, program: str | Path | None, options: str, compile_name: str, tc: Toolchain | None) -> str:
+def _module_specs(spec: ModuleSpec | Sequence[ModuleSpec], program: str | Path | None) -> tuple[ModuleSpec, ...]:
+    """`spec` as a tuple of modules, checked: one module, or several linked into one program."""
+    specs = (spec,) if isinstance(spec, ModuleSpec) else tuple(spec)
+    if not specs:
+        raise SpecError("build: no module spec given")
+    if len(specs) > 1 and program is None:
+        # Without a program, each module is its own vmfb (its functions are named by kernel
+        # alone, so two modules could clash): several specs only make sense linked into one.
+        raise SpecError(f"build: {len(specs)} module specs ({', '.join(s.name for s in specs)}) but no program; several specs build one --program that calls their kernels")
+    names = [s.name for s in specs]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise SpecError(
+            f"build: module name {', '.join(clashes)} given by more than one spec; a program calls @<module>.<kernel>, so every module needs its own name "
+            "(rename one in its spec's [module] name)"
+        )
+    return specs
+
+
+def codegen_arch(specs: Sequence[ModuleSpec]) -> Arch:
+    """The arch IREE generates a program's own ops for: the oldest arch of any module, whose PTX
+    the driver JIT-compiles forward for newer GPUs (archs are kept newest first)."""
+    return min((s.archs[-1] for s in specs), key=lambda a: (a.major, a.minor))
+
+
+def _manifest_key(specs: Sequence[ModuleSpec], program: str | Path | None, options: str, compile_name: str, tc: Toolchain | None) -> str:
     """Everything known before building that decides the artifacts' bytes (see cache.py)."""
     parts = [
         f"iree_dispatch {__version__}",
         f"iree-base-compiler {iree_compiler_version()}",
         f"toolchain {tc.identity() if tc else 'none'}",
-        spec.fingerprint(),
+        *(s.fingerprint() for s in specs),
         f"{options} name={compile_name}",
     ]
-    parts += [f"{src.absolute()}\0{file_digest(src)}" for src in spec.sources]
-    parts += [f"{o.path.absolute()}\0{file_digest(o.path)}" for k in spec.kernels for o in k.objects]
+    parts += [f"{src.absolute()}\0{file_digest(src)}" for s in specs for src in s.sources]
+    parts += [f"{o.path.absolute()}\0{file_digest(o.path)}" for s in specs for k in s.kernels for o in k.objects]
     if program is not None:
         parts.append(f"program {Path(program).absolute()}\0{file_digest(Path(program))}")
     return digest(*parts)
 
 
 def _stage(
-    spec: ModuleSpec, tmp: Path, compile_name: str, program, embed_objects: bool, options: dict[str, bool], say: Progress, timings: dict[str, float],
+    specs: Sequence[ModuleSpec], tmp: Path, compile_name: str, program, embed_objects: bool, options: dict[str, bool], say: Progress, timings: dict[str, float],
     tc: Toolchain | None,
 ) -> list[Path]:
-    """Runs every stage in `tmp`, leaving the objects folder, `compile_name` and the vmfb there.
-    Returns every file the build read (sources, included headers, the program)."""
+    """Runs every stage in `tmp`, leaving each module's objects folder, `compile_name` and the
+    vmfb there. Returns every file the build read (sources, included headers, the program)."""
+    arch = codegen_arch(specs)
+    staged = [_stage_objects(spec, tmp, say, timings, tc) for spec in specs]
+
+    started = time.perf_counter()
+    header = (
+        f"Generated by iree_dispatch {__version__} for iree-base-compiler {iree_compiler_version()}; do not edit.\n"
+        f"Compile: iree-compile {' '.join(compile_flags(arch, Path('<dir holding ' + ', '.join(objects_dirname(s.name) for s in specs) + '/>')))} <this file>"
+    )
+    linkables = []
+    for spec, (paths, entries, _) in zip(specs, staged):
+        data = {rel: (tmp / rel).read_bytes() for rel in paths.values()} if embed_objects else None
+        mlir_text = emit_module(spec, paths, entries, header, object_data=data)
+        kernels_mlir = tmp / (compile_name if program is None else f".{spec.name}.kernels.mlir")
+        kernels_mlir.write_text(mlir_text, encoding="utf-8")
+        parse_check(mlir_text, compile_name)
+        if program is not None:
+            linkables.append((spec.name, emit_module(spec, paths, entries, for_linking=True, object_data=data), [k.name for k in spec.kernels]))
+    to_compile = tmp / compile_name
+    if program is not None:
+        names = " and ".join(f"module {s.name}" for s in specs)
+        say(f"link {Path(program).name} with {names}")
+        linked = link_program(Path(program), linkables)
+        to_compile.write_text(f"// {header.splitlines()[0]}\n// Linked from {Path(program).name} and {names}.\n{linked}", encoding="utf-8")
+    timings["emit+check"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    say(f"iree-compile {to_compile.name}")
+    compile_vmfb(to_compile, tmp / _STAGED_VMFB, arch, **options)
+    timings["iree-compile"] = time.perf_counter() - started
+    dependencies = [d for _, _, deps in staged for d in deps]
+    dependencies += [Path(program).absolute()] if program is not None else []
+    return list(dict.fromkeys(dependencies))
+
+
+def _stage_objects(
+    spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str, float], tc: Toolchain | None
+) -> tuple[dict[tuple[Path, str], str], dict[str, str], list[Path]]:
+    """Compiles, checks and adapts one module's objects into `tmp/<module>.objects/`.
+    Returns (object path per (source, variant name), PTX entry per kernel, files read);
+    stage times add up over modules."""
     objects_rel = objects_dirname(spec.name)
     (tmp / objects_rel).mkdir()
     prebuilt = {k.source: k.objects for k in spec.kernels if k.objects}
@@ -148,7 +219,8 @@ def _stage(
     jobs = [(src, arch, tmp / objects_rel / object_filename(src.stem, arch)) for src in spec.sources if src not in prebuilt for arch in spec.archs]
     started = time.perf_counter()
     objects = tc.compile_all(jobs, spec.nvcc_flags, say) if tc and jobs else []
-    timings[tc.name if tc else "compile"] = time.perf_counter() - started
+    stage = tc.name if tc else "compile"
+    timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - started
     # Prebuilt PTX is checked and adapted below exactly like nvcc's; machine code is checked here.
     for src, objs in prebuilt.items():
         kernels = [k for k in spec.kernels if k.source == src]
@@ -189,34 +261,9 @@ def _stage(
             if obj.kind != "ptx":
                 shutil.copyfile(obj.path, staged)
             paths[(src, obj.variant.name)] = f"{objects_rel}/{staged.name}"
-    timings["ptxas+checks"] = time.perf_counter() - started
-
-    started = time.perf_counter()
-    header = (
-        f"Generated by iree_dispatch {__version__} for iree-base-compiler {iree_compiler_version()}; do not edit.\n"
-        f"Compile: iree-compile {' '.join(compile_flags(spec.archs[-1], Path('<dir holding ' + objects_rel + '/>')))} <this file>"
-    )
-    data = {rel: (tmp / rel).read_bytes() for rel in paths.values()} if embed_objects else None
-    mlir_text = emit_module(spec, paths, entries, header, object_data=data)
-    kernels_mlir = tmp / (compile_name if program is None else f".{spec.name}.kernels.mlir")
-    kernels_mlir.write_text(mlir_text, encoding="utf-8")
-    parse_check(mlir_text, compile_name)
-    to_compile = kernels_mlir
-    if program is not None:
-        say(f"link {Path(program).name} with module {spec.name}")
-        linkable = emit_module(spec, paths, entries, for_linking=True, object_data=data)
-        linked = link_program(Path(program), linkable, spec.name, [k.name for k in spec.kernels])
-        to_compile = tmp / compile_name
-        to_compile.write_text(f"// {header.splitlines()[0]}\n// Linked from {Path(program).name} and module {spec.name}.\n{linked}", encoding="utf-8")
-    timings["emit+check"] = time.perf_counter() - started
-
-    started = time.perf_counter()
-    say(f"iree-compile {to_compile.name}")
-    compile_vmfb(to_compile, tmp / _STAGED_VMFB, spec.archs[-1], **options)
-    timings["iree-compile"] = time.perf_counter() - started
+    timings["ptxas+checks"] = timings.get("ptxas+checks", 0.0) + time.perf_counter() - started
     dependencies = [d for o in objects for d in o.dependencies] + [o.path.absolute() for objs in prebuilt.values() for o in objs]
-    dependencies += [Path(program).absolute()] if program is not None else []
-    return list(dict.fromkeys(dependencies))
+    return paths, entries, dependencies
 
 
 def _make_object(variant: Variant, source: Path, ptx_paths: dict[tuple[Path, Arch], Path], objects_dir: Path, scratch: Path, tc: Toolchain) -> Path:

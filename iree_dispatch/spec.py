@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
 from . import expr as ex
-from .archs import DEFAULT_ARCHS, Arch, parse_archs
+from .archs import DEFAULT_ARCHS, Arch, parse_arch, parse_archs
 from .dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
 from .errors import SpecError
 from .prebuilt import PrebuiltObject, is_object_source, read_objects
@@ -71,9 +71,26 @@ class KernelSpec:
     grid: tuple[ex.Expr, ex.Expr, ex.Expr]
     tensors: tuple[TensorParam, ...]
     scalars: tuple[ScalarParam, ...]
-    shared_memory: int = 0  # bytes of dynamic shared memory per block
+    shared_memory: int = 0  # bytes of dynamic shared memory per block (with a per-arch table: its largest entry)
     function: str = ""  # the generated function's name
     objects: tuple[PrebuiltObject, ...] = ()  # prebuilt objects (no .cu source), in variant order
+    # Per-arch sizes (`shared_memory = { sm_90a = ..., sm_80 = ... }`), newest arch first; empty
+    # when one size serves every arch. Each variant's export gets its own size.
+    shared_memory_by_arch: tuple[tuple[Arch, int], ...] = ()
+
+    def shared_memory_for(self, variant: Variant) -> int:
+        """Bytes of dynamic shared memory the export of `variant` declares. A variant carrying
+        several archs (a fatbin) needs the largest of theirs: IREE sets one size per export."""
+        if not self.shared_memory_by_arch:
+            return self.shared_memory
+        table = dict(self.shared_memory_by_arch)
+        missing = [a.name for a in variant.archs if a not in table]
+        if missing:
+            raise SpecError(
+                f"{self.signature.where}: kernel {self.name}: shared_memory has no size for {missing[0]} "
+                f"(given for {', '.join(a.name for a in table)}); add {missing[0]} = <bytes> to the table"
+            )
+        return max(table[a] for a in variant.archs)
 
     @property
     def source(self) -> Path:
@@ -108,7 +125,8 @@ class KernelSpec:
             "kernel": self.name,
             "function": self.function,
             "source": self.source.name,
-            "shared_memory": self.shared_memory,
+            # An int, or {arch: bytes} as declared per arch.
+            "shared_memory": {a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory,
             "block": list(self.block),
             "grid": [str(g) for g in self.grid],
             "inputs": [
@@ -134,7 +152,7 @@ class KernelSpec:
         scalars: Mapping[str, str | int] | None = None,
         inplace: Sequence[str] = (),
         readonly: Sequence[str] = (),
-        shared_memory: str | int = 0,
+        shared_memory: str | int | Mapping[str, str | int] = 0,
         function: str | None = None,
         signature: str | None = None,
     ) -> "KernelSpec":
@@ -153,7 +171,9 @@ class KernelSpec:
         readonly: non-const pointers the kernel only reads.
         shared_memory: bytes of dynamic shared memory (`extern __shared__`), an integer or an
         expression of block_x, block_y, block_z. It is fixed per kernel (IREE sets it on the
-        export, not per launch), so it can't depend on sizes.
+        export, not per launch), so it can't depend on sizes. A mapping arch → size
+        (`{"sm_90a": 197632, "sm_80": 62592}`) sizes each arch's variant on its own (each has its
+        own export); the module must then build only archs the mapping names.
         function: name of the generated function (default: `name`, with `scale<float>` → `scale_float`).
         """
         objects: tuple[PrebuiltObject, ...] = ()
@@ -251,7 +271,11 @@ class KernelSpec:
                     _check_bound(d, bound, f"{where}: output {t.name!r} dim {i}")
 
         block_dims = _parse_block(block, where)
-        shared_bytes = _parse_shared_memory(shared_memory, block_dims, where)
+        if isinstance(shared_memory, Mapping):
+            by_arch = _parse_shared_memory_table(shared_memory, block_dims, where)
+            shared_bytes = max(n for _, n in by_arch)
+        else:
+            by_arch, shared_bytes = (), _parse_shared_memory(shared_memory, block_dims, where)
         grid_exprs = _parse_grid(grid, where)
         for i, g in enumerate(grid_exprs):
             _check_bound(g, bound, f"{where}: grid[{i}]")
@@ -263,7 +287,7 @@ class KernelSpec:
         slots = sum(s.stype.slots for s in scalar_list)
         if slots > MAX_CONSTANTS:
             raise SpecError(f"{where}: the scalar parameters need {slots} 32-bit push constants (64-bit values take two), but IREE allows at most {MAX_CONSTANTS} per dispatch")
-        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects)
+        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects, by_arch)
 
     def with_outputs_in_place(self, function: str | None = None) -> "KernelSpec":
         """The same kernel with every fresh output declared in place: its generated function
@@ -296,7 +320,7 @@ class KernelSpec:
             scalars={s.name: _dim_json(s.value) for s in self.scalars if s.value is not None and s.value != ex.Sym(s.name)},
             inplace=[t.name for t in self.tensors if t.writable],
             readonly=[t.name for t in self.tensors if t.role == "input" and not t.param.const],
-            shared_memory=self.shared_memory,
+            shared_memory={a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory,
             function=function or self.function,
         )
 
@@ -367,6 +391,21 @@ def _parse_shared_memory(value, block: tuple[int, int, int], where: str) -> int:
     return size
 
 
+def _parse_shared_memory_table(table: Mapping, block: tuple[int, int, int], where: str) -> tuple[tuple[Arch, int], ...]:
+    if not table:
+        raise SpecError(f"{where}: shared_memory is an empty table; give bytes per arch, e.g. {{ sm_90a = 197632, sm_80 = 98304 }}")
+    sizes: dict[Arch, int] = {}
+    for key, value in table.items():
+        try:
+            arch = parse_arch(key)
+        except SpecError as exc:
+            raise SpecError(f"{where}: shared_memory key {key!r}: {exc}") from None
+        if arch in sizes:
+            raise SpecError(f"{where}: shared_memory gives {arch.name} twice")
+        sizes[arch] = _parse_shared_memory(value, block, f"{where}: shared_memory.{key}")
+    return tuple(sorted(sizes.items(), key=lambda item: (item[0].major, item[0].minor, item[0].suffix != ""), reverse=True))
+
+
 def _parse_grid(grid, where) -> tuple[ex.Expr, ex.Expr, ex.Expr]:
     if grid is None:
         raise SpecError(f"{where}: missing grid; add grid = [\"ceildiv(n, 256)\"] (expressions over shape symbols)")
@@ -424,12 +463,15 @@ class ModuleSpec:
             if k.function in seen:
                 raise SpecError(f"module {self.name}: two kernels generate function {k.function!r} ({seen[k.function].name}, {k.name}); set function = ... on one")
             seen[k.function] = k
-            for arch in {a for o in k.objects for a in o.variant.archs} if k.objects else self.archs:
-                if k.shared_memory > arch.max_shared_memory:
-                    raise SpecError(
-                        f"{k.signature.where}: kernel {k.name}: shared_memory {k.shared_memory} bytes exceeds the {arch.max_shared_memory} bytes "
-                        f"a block can have on {arch.name}"
-                    )
+            # Each variant's export declares its own size, which every arch it carries must allow.
+            for variant in self.variants_for(k.source):
+                size = k.shared_memory_for(variant)
+                for arch in variant.archs:
+                    if size > arch.max_shared_memory:
+                        raise SpecError(
+                            f"{k.signature.where}: kernel {k.name}: shared_memory {size} bytes exceeds the {arch.max_shared_memory} bytes "
+                            f"a block can have on {arch.name}"
+                        )
 
     @property
     def sources(self) -> tuple[Path, ...]:
@@ -510,7 +552,12 @@ def load_spec(path: str | Path) -> ModuleSpec:
         misplaced = sorted(_TRITON_KEYS & set(k))
         if misplaced:
             raise SpecError(f"{label}: {misplaced} are for Triton kernels (source = \"file.py\"), not {Path(str(source if isinstance(source, Path) else source[0])).name}")
-        kernels.append(KernelSpec.declare(source, k["name"], signature=k.get("signature"), block=k.get("block"), shared_memory=k.get("shared_memory", 0), **options))
+        shared = k.get("shared_memory", 0)
+        kernels.append(KernelSpec.declare(source, k["name"], signature=k.get("signature"), block=k.get("block"), shared_memory=shared, **options))
+        # A per-arch table may name only archs the module builds: anything else is a typo (sm_90 for sm_90a).
+        extra = [a.name for a, _ in kernels[-1].shared_memory_by_arch if a not in archs]
+        if extra:
+            raise SpecError(f"{label}: shared_memory gives a size for {extra[0]}, which the module doesn't build (archs: {', '.join(a.name for a in archs)})")
     flags = module.get("nvcc_flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise SpecError(f"{path}: [module] nvcc_flags must be a list of strings")

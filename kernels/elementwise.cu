@@ -5,10 +5,12 @@
 // expf and saturates cleanly: for very negative x the exp overflows to inf and x / inf is -0.
 //
 // Memory-bound (the arithmetic per element is a dozen flops), so each thread moves 16-byte
-// vectors: 4 floats or 8 halves / bfloat16s. The vector path needs the three pointers 16-byte aligned (IREE
-// bindings are only element-aligned) and cols a multiple of the vector width, so that a
-// vector never straddles two rows and bias is read as aligned vectors too; otherwise the scalar
-// path gives the same result. Arithmetic is in float for every storage type.
+// vectors: a group of 16 bytes of the narrower of input and output type (4 floats, 8 halves /
+// bfloat16s; bias_gelu_f32_bf16 reads 8 floats as two vectors and writes 8 bfloat16s as one).
+// The vector path needs the three pointers 16-byte aligned (IREE bindings are only
+// element-aligned) and cols a multiple of the group, so that a group never straddles two rows
+// and bias is read as aligned vectors too; otherwise the scalar path gives the same result.
+// Arithmetic is in float for every storage type.
 
 #include <cstdint>
 #include <cuda_bf16.h>
@@ -41,12 +43,16 @@ __device__ __forceinline__ int mod(long long a, int m) {
 }
 
 // Each thread starts at column tid % cols and advances by a fixed step per grid-stride
-// iteration: a compare-and-subtract instead of a modulo per element.
-template <typename T>
-__device__ __forceinline__ void bias_gelu(const T* __restrict__ x, const T* __restrict__ bias,
-                                          T* __restrict__ out, int rows, int cols) {
-  constexpr int kVec = 16 / sizeof(T);
-  constexpr bool kFast = sizeof(T) < 4;
+// iteration: a compare-and-subtract instead of a modulo per element. x and bias are Tin, out is
+// Tout (bias_gelu_f32_bf16 writes the bf16 a following bf16 matmul reads, saving the separate
+// cast pass that would read the f32 result again).
+template <typename Tin, typename Tout>
+__device__ __forceinline__ void bias_gelu(const Tin* __restrict__ x, const Tin* __restrict__ bias,
+                                          Tout* __restrict__ out, int rows, int cols) {
+  constexpr int kVec = 16 / (sizeof(Tin) < sizeof(Tout) ? sizeof(Tin) : sizeof(Tout));  // elements per group
+  constexpr int kIn = kVec * sizeof(Tin) / 16;    // 16-byte vectors of x (and bias) per group
+  constexpr int kOut = kVec * sizeof(Tout) / 16;  // 16-byte vectors of out per group
+  constexpr bool kFast = sizeof(Tout) < 4;
   const long long n = static_cast<long long>(rows) * cols;
   const long long threads = static_cast<long long>(gridDim.x) * blockDim.x;
   const long long tid = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -60,13 +66,18 @@ __device__ __forceinline__ void bias_gelu(const T* __restrict__ x, const T* __re
     int c = mod(tid, col_vecs);
     const int step = mod(threads, col_vecs);
     for (long long i = tid; i < n / kVec; i += threads) {
-      alignas(16) T xv[kVec];
-      alignas(16) T bv[kVec];
-      *reinterpret_cast<uint4*>(xv) = x4[i];
-      *reinterpret_cast<uint4*>(bv) = b4[c];
+      alignas(16) Tin xv[kVec];
+      alignas(16) Tin bv[kVec];
+      alignas(16) Tout ov[kVec];
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) xv[k] = from_float<T>(gelu_tanh<kFast>(to_float(xv[k]) + to_float(bv[k])));
-      out4[i] = *reinterpret_cast<const uint4*>(xv);
+      for (int j = 0; j < kIn; ++j) {
+        reinterpret_cast<uint4*>(xv)[j] = x4[i * kIn + j];
+        reinterpret_cast<uint4*>(bv)[j] = b4[c * kIn + j];
+      }
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) ov[k] = from_float<Tout>(gelu_tanh<kFast>(to_float(xv[k]) + to_float(bv[k])));
+#pragma unroll
+      for (int j = 0; j < kOut; ++j) out4[i * kOut + j] = reinterpret_cast<const uint4*>(ov)[j];
       c += step;
       if (c >= col_vecs) c -= col_vecs;
     }
@@ -74,7 +85,7 @@ __device__ __forceinline__ void bias_gelu(const T* __restrict__ x, const T* __re
     int c = mod(tid, cols);
     const int step = mod(threads, cols);
     for (long long i = tid; i < n; i += threads) {
-      out[i] = from_float<T>(gelu_tanh<kFast>(to_float(x[i]) + to_float(bias[c])));
+      out[i] = from_float<Tout>(gelu_tanh<kFast>(to_float(x[i]) + to_float(bias[c])));
       c += step;
       if (c >= cols) c -= cols;
     }
@@ -98,5 +109,12 @@ bias_gelu_f16(const __half* __restrict__ x, const __half* __restrict__ bias, __h
 extern "C" __global__ void __launch_bounds__(256)
 bias_gelu_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ bias, __nv_bfloat16* __restrict__ out,
                int rows, int cols) {
+  bias_gelu(x, bias, out, rows, cols);
+}
+
+// f32 in (a matmul's f32 accumulator), bf16 out (the next bf16 matmul's operand).
+extern "C" __global__ void __launch_bounds__(256)
+bias_gelu_f32_bf16(const float* __restrict__ x, const float* __restrict__ bias, __nv_bfloat16* __restrict__ out,
+                   int rows, int cols) {
   bias_gelu(x, bias, out, rows, cols);
 }

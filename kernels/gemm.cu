@@ -13,8 +13,8 @@
 //   distributed shared memory (see gemm_sm90), cutting what each block reads from L2 by a third.
 //   Measured numbers and what limits them: docs/gemm.md.
 // - everything else (sm_80 ...): WMMA (mma.sync) on 8 warps, 64 x 64 per warp, double-buffered
-//   shared memory filled by all 384 threads. Same block size, grid and shared memory as the
-//   sm_90a body, because the module spec declares those per kernel, not per architecture.
+//   shared memory filled by all 384 threads. Same block size and grid as the sm_90a body (the
+//   spec declares those per kernel); its own, smaller shared memory (the spec's is per arch).
 //
 // Any M, N, K >= 1 is correct. The fast loads need K % 8 == 0, N % 8 == 0 and 16-byte aligned a
 // and b (each 16-byte chunk of a row then lies wholly inside or outside the matrix); otherwise
@@ -22,8 +22,9 @@
 // are zero, so they add nothing; out-of-range outputs are not written.
 //
 // Launch (kernels/gemm.toml): block 384, grid (ceildiv(N, 256), 2 * ceildiv(M, 256)), dynamic
-// shared memory gemm::SMEM_BYTES = 148480. The -D options below exist for benchmarks/gemm.py,
-// which times other configurations; the spec must change with them.
+// shared memory gemm::SMEM_BYTES of the arch: 197632 on sm_90a (4 stages of 48 KB), 62592
+// otherwise. The -D options below exist for benchmarks/gemm.py, which times other
+// configurations; the spec must change with them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -35,19 +36,30 @@
 #ifndef GEMM_CLUSTER
 #define GEMM_CLUSTER 2  // sm_90a: blocks per cluster along M sharing B tiles (1, 2 or 4); grid y a multiple
 #endif
+#ifndef GEMM_BK
+#define GEMM_BK 64  // sm_90a: K per stage; 64 (A rows of 128 bytes, 128-byte swizzle) or 32 (64-byte swizzle)
+#endif
 #ifndef GEMM_STAGES
-#define GEMM_STAGES 3  // stages of the sm_90a ring: 3 x 48 KB fits sm_80's 163 KB too (4 is faster on sm_90a)
+#define GEMM_STAGES 4  // stages of the sm_90a ring: 4 x 48 KB at BK = 64 (sm_90a has 227 KB per block)
+#endif
+#ifndef GEMM_PUSH_LAG
+#define GEMM_PUSH_LAG 1  // sm_90a: K steps between issuing a B part's copies and pushing it to the peer (see gemm_sm90)
+#endif
+#ifndef GEMM_WGMMA_IN_FLIGHT
+#define GEMM_WGMMA_IN_FLIGHT 0  // 1: consumers keep one stage's wgmma group in flight (measured 40% slower)
+#endif
+#ifndef GEMM_L2_PREFETCH
+#define GEMM_L2_PREFETCH 0  // 1: cp.async with the .L2::256B prefetch hint (measured -2% to +3%: noise)
 #endif
 
 namespace gemm {
 
-constexpr int BM = 128, BN = GEMM_BN, BK = 64, STAGES = GEMM_STAGES, THREADS = 384, CLUSTER = GEMM_CLUSTER;
-constexpr int A_STAGE_BYTES = BM * BK * 2;  // 16 KB
-constexpr int B_STAGE_BYTES = BK * BN * 2;  // 32 KB at BN = 256
+constexpr int BM = 128, BN = GEMM_BN, BK = GEMM_BK, STAGES = GEMM_STAGES, THREADS = 384, CLUSTER = GEMM_CLUSTER;
+constexpr int A_STAGE_BYTES = BM * BK * 2;  // 16 KB at BK = 64
+constexpr int B_STAGE_BYTES = BK * BN * 2;  // 32 KB at BK = 64, BN = 256
 constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
-// + 1024: the dynamic shared memory base is only 16-byte aligned; swizzled tiles need 1024.
-constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;
 static_assert(BN == 128 || BN == 256, "GEMM_BN must be 128 or 256");
+static_assert(BK == 64 || BK == 32, "GEMM_BK must be 64 or 32");
 static_assert((CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4) && BN / CLUSTER >= 64, "a B part must be whole 64-column swizzle atoms");
 
 // True when every 16-byte chunk of a and b rows can be copied whole (see the header comment).
@@ -71,6 +83,13 @@ __device__ __forceinline__ uint4 load_chunk_checked(const uint16_t* row, bool ro
 namespace gemm {
 
 static_assert(THREADS == 3 * 128, "one producer and two consumer warpgroups");
+// + 1024: the dynamic shared memory base is only 16-byte aligned; swizzled tiles need 1024.
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;  // 197632 at the defaults
+constexpr int PUSH_LAG = GEMM_PUSH_LAG;
+// Stage j is pushed in producer iteration j + PUSH_LAG, which must come before the iteration
+// that waits for stage j's consumers to release it (j + STAGES; with a wgmma group in flight
+// they release it one stage later, so j + STAGES - 1).
+static_assert(PUSH_LAG >= 1 && PUSH_LAG < STAGES - GEMM_WGMMA_IN_FLIGHT, "GEMM_PUSH_LAG too large: the pipeline would deadlock");
 
 // d[128] += A(desc) * B(desc) for one m64n256k16 tile; TY is bf16 or f16. Generated operand lists.
 #define GEMM_DEFINE_WGMMA_N256(NAME, TY) \
@@ -141,16 +160,23 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cas
 
 // wgmma shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte
 // offsets in 16-byte units (PTX ISA, "Matrix Descriptor Format").
-__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t leading, uint32_t stride) {
+// swizzle: 1 = 128-byte, 2 = 64-byte (bits 62-63).
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t leading, uint32_t stride, uint64_t swizzle = 1) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((leading & 0x3FFFF) >> 4) << 16) |
-         (uint64_t((stride & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+         (uint64_t((stride & 0x3FFFF) >> 4) << 32) | (swizzle << 62);
 }
 
-// Byte offsets inside a stage. Both tiles are made of 1024-byte swizzle atoms: 8 rows of 128
-// bytes, where 16-byte chunk c of row r is stored at chunk c ^ r (what wgmma's 128-byte swizzle
-// expects, XORing address bits [4:6] with [7:9]; atoms are 1024-aligned).
-// A (BM x BK, K-major): row m at m * 128; 8-row atoms 1024 apart (the descriptor's stride).
-__device__ __forceinline__ uint32_t a_offset(int m, int chunk) { return m * 128 + ((chunk ^ (m & 7)) << 4); }
+// Byte offsets inside a stage. B is made of 1024-byte swizzle atoms: 8 rows of 128 bytes, where
+// 16-byte chunk c of row r is stored at chunk c ^ r (what wgmma's 128-byte swizzle expects,
+// XORing address bits [4:6] with [7:9]; atoms are 1024-aligned).
+// A (BM x BK, K-major): row m at m * A_ROW bytes. At BK = 64 (128-byte rows) the same 128-byte
+// swizzle, 8-row atoms 1024 apart (the descriptor's stride); at BK = 32 (64-byte rows) the 64-byte
+// swizzle (bits [4:5] ^= [7:8]: chunk c of row m at c ^ ((m / 2) % 4)), 8-row atoms 512 apart.
+constexpr int A_ROW = BK * 2, A_ATOM = 8 * A_ROW;
+constexpr uint64_t A_SWIZZLE = BK == 64 ? 1 : 2;
+__device__ __forceinline__ uint32_t a_offset(int m, int chunk) {
+  return m * A_ROW + ((chunk ^ (((m * A_ROW) >> 7) & (A_ROW / 16 - 1))) << 4);
+}
 // B (BK x BN, N-major): atom (k / 8, n / 64) at ((n / 64) * BK / 8 + k / 8) * 1024, row k % 8 of
 // the atom holds b[k, n..n+63]. Atoms along K are 1024 apart (stride), along N 8 KB (leading).
 __device__ __forceinline__ uint32_t b_offset(int k, int n_chunk) {
@@ -160,7 +186,11 @@ constexpr uint32_t B_LEADING = (BK / 8) * 1024, B_STRIDE = 1024;
 
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
   // src-size 0 zero-fills the chunk without reading: tiles past the matrix edge add zeros.
+#if GEMM_L2_PREFETCH
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#endif
 }
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -251,9 +281,13 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
     const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
     constexpr int PART_CHUNKS = BN / CLUSTER / 8;  // 16-byte chunks per row of a B part
     constexpr uint32_t PART_BYTES = B_STAGE_BYTES / CLUSTER;
-    // Thread 0 pushes stage j's B part to the peers once this CTA's own copies landed, one K step
-    // late, so that waiting doesn't hold up issuing the next stage's copies. (A warp of its own
-    // for this, pushing at once while three warps load, measured 12-20% slower.)
+    // Thread 0 pushes stage j's B part to the peers once this CTA's own copies landed, PUSH_LAG K
+    // steps late, so that waiting for them doesn't hold up issuing the next stage's copies. The
+    // push is on the critical path: once the ring is full, iteration j + PUSH_LAG starts only
+    // when the consumers release stage j + PUSH_LAG - STAGES, and they need stage j (both halves)
+    // STAGES - PUSH_LAG - 1 stages later. Measured at 4 stages: lag 2 is 7% slower than lag 1,
+    // lag 3 (no slack) half as fast; polling for landed stages while waiting 20% slower; a warp
+    // of its own for pushing, while three warps load, 12-20% slower (at 3 stages).
     auto push = [&](int j) {
       const int s = j % STAGES;
       mbar_wait(smem_addr(&loaded[s]), (j / STAGES) & 1);
@@ -270,10 +304,10 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
       if (kt >= STAGES) mbar_wait(smem_addr(&empty[s]), ((kt / STAGES) - 1) & 1);
       const uint32_t sa = smem + s * STAGE_BYTES, sb = sa + A_STAGE_BYTES;
       const int k0 = kt * BK;
-      // A: BM rows x 8 chunks; 8 consecutive threads copy one 128-byte row segment.
+      // A: BM rows x BK / 8 chunks; consecutive threads copy one row segment.
 #pragma unroll
-      for (int i = 0; i < BM * 8 / 128; ++i) {
-        const int id = i * 128 + t, m = id / 8, chunk = id % 8;
+      for (int i = 0; i < BM * (BK / 8) / 128; ++i) {
+        const int id = i * 128 + t, m = id / (BK / 8), chunk = id % (BK / 8);
         const int gm = m0 + m, gk = k0 + chunk * 8;
         if (vec) {
           const bool ok = gm < M && gk < K;
@@ -298,40 +332,61 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
       }
       if (vec) mbar_arrive_cp_async(smem_addr(&loaded[s]));
       else mbar_arrive(smem_addr(&loaded[s]));
-      if (t == 0 && kt > 0) push(kt - 1);
+      if (t == 0 && kt >= PUSH_LAG) push(kt - PUSH_LAG);
     }
-    if (t == 0) push(k_tiles - 1);
+    if (t == 0) {
+      for (int j = k_tiles > PUSH_LAG ? k_tiles - PUSH_LAG : 0; j < k_tiles; ++j) push(j);
+    }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n");
     const int half = warpgroup - 1;  // rows [64 * half, 64 * half + 64) of the tile
     float d[BN / 2];
+#if GEMM_WGMMA_IN_FLIGHT
+    // No zero-fill: the first product overwrites d (scale-d 0). A move into d while a group is in
+    // flight would make ptxas serialize the wgmmas (C7515).
+#else
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+#endif
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = kt % STAGES;
       mbar_wait(smem_addr(&full[s]), (kt / STAGES) & 1);
       // This CTA's part was written through the generic proxy (cp.async, st.shared); wgmma
       // reads through the async proxy.
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      const uint32_t sa = smem + s * STAGE_BYTES + half * 64 * 128, sb = smem + s * STAGE_BYTES + A_STAGE_BYTES;
+      const uint32_t sa = smem + s * STAGE_BYTES + half * 64 * A_ROW, sb = smem + s * STAGE_BYTES + A_STAGE_BYTES;
       fence_operands(d);
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
       for (int ks = 0; ks < BK / 16; ++ks) {
         // K step of 16: 32 bytes along A's swizzled rows; two 8-row atoms down B.
-        wgmma_tile<T>(d, make_desc(sa + ks * 32, 16, 1024), make_desc(sb + ks * 2 * B_STRIDE, B_LEADING, B_STRIDE), 1);
+        wgmma_tile<T>(d, make_desc(sa + ks * 32, 16, A_ATOM, A_SWIZZLE), make_desc(sb + ks * 2 * B_STRIDE, B_LEADING, B_STRIDE),
+                      GEMM_WGMMA_IN_FLIGHT ? (kt > 0 || ks > 0) : 1);
       }
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       // Wait for this stage's products before releasing it; the tensor cores stay busy meanwhile
       // with the other consumer warpgroup's wgmmas. Keeping a group in flight across iterations
       // (wait_group 1, the first product with scale-d 0) measured no faster with 4 stages and
       // 36% slower with 3: the producer then has a stage less to fill.
+#if GEMM_WGMMA_IN_FLIGHT
+      // This stage's group stays in flight; the previous stage's is done and its stage released.
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      fence_operands(d);
+      if (t % 32 == 0 && kt > 0) {
+        for (uint32_t r = 0; r < CLUSTER; ++r) mbar_arrive_remote(peer_addr(smem_addr(&empty[(kt - 1) % STAGES]), r));
+      }
+#else
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       fence_operands(d);
       if (t % 32 == 0) {
         for (uint32_t r = 0; r < CLUSTER; ++r) mbar_arrive_remote(peer_addr(smem_addr(&empty[s]), r));
       }
+#endif
     }
+#if GEMM_WGMMA_IN_FLIGHT
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    fence_operands(d);
+#endif
 
     // Accumulator layout of m64nNk16 (PTX ISA, "wgmma D fragments"): register i of thread
     // (warp w, lane l) holds row 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
@@ -362,7 +417,10 @@ namespace gemm {
 // Double-buffered tiles, K step 32, rows padded by 8 elements (16 bytes) against bank conflicts.
 constexpr int WK = 32, A_LD = WK + 8, B_LD = BN + 8;
 constexpr int WA_BYTES = BM * A_LD * 2, WB_BYTES = WK * B_LD * 2;
-static_assert(2 * (WA_BYTES + WB_BYTES) + 8 * 16 * 16 * 4 <= SMEM_BYTES, "WMMA tiles must fit the declared shared memory");
+// Two buffers of each tile, a 16 x 16 float scratch tile per computing warp, + 128 to align the
+// base: 62592 bytes, under the 99 KB of sm_86/sm_89, so the sm_80 PTX JIT-compiles and runs on
+// every GPU from sm_80 on.
+constexpr int SMEM_BYTES = 2 * (WA_BYTES + WB_BYTES) + 8 * 16 * 16 * 4 + 128;
 
 template <typename T>
 __device__ __forceinline__ void load_tiles_wmma(const T* a, const T* b, uint8_t* sa, uint8_t* sb, int m0, int n0, int k0, int M, int N, int K, bool vec) {

@@ -41,6 +41,7 @@ def bias_gelu_f32(x: np.ndarray, bias: np.ndarray) -> np.ndarray:
 
 bias_gelu_f16 = bias_gelu_f32
 bias_gelu_bf16 = bias_gelu_f32
+bias_gelu_f32_bf16 = bias_gelu_f32  # the kernel rounds this to bf16
 
 
 def row_sum_f32(x: np.ndarray) -> np.ndarray:

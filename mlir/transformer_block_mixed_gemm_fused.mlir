@@ -1,15 +1,15 @@
 // The transformer block of mlir/transformer_block_codegen.mlir (same function, same sizes:
 // T = 8192, D = 1024, H = 4096) with the hand-written GEMM for both matmuls and hand-written
 // LayerNorm and softmax, but bias + GELU + the bf16 cast left to IREE, which generates them as
-// one elementwise dispatch (f32 in, bf16 out) instead of mlir/transformer_block_mixed_gemm.mlir's
-// two (the bias_gelu_f32 kernel writing f32, then IREE's cast): docs/transformer_block.md.
-//
-// Built like mlir/transformer_block_mixed_gemm.mlir, against module `transformer` with both
-// specs' kernels (tests/transformer_artifacts.py).
+// one elementwise dispatch (f32 in, bf16 out), where mlir/transformer_block_mixed_gemm.mlir calls
+// the bias_gelu_f32_bf16 kernel: IREE's elementwise code against the kernel, the rest equal
+// (docs/transformer_block.md). Built like mlir/transformer_block_mixed_gemm.mlir:
+//   iree-dispatch build kernels/transformer.toml kernels/gemm.toml \
+//       --program mlir/transformer_block_mixed_gemm_fused.mlir -o build/transformer_block_mixed_gemm_fused.vmfb
 #rc = affine_map<(r, c) -> (r, c)>
 #c = affine_map<(r, c) -> (c)>
 module @transformer_block_mixed_gemm_fused {
-  func.func private @transformer.gemm_bf16(tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  func.func private @gemm.gemm_bf16(tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xf32>
   func.func private @transformer.layernorm_warp_f32(tensor<?x?xf32>, tensor<?xf32>, tensor<?xf32>, f32) -> tensor<?x?xf32>
   func.func private @transformer.softmax_warp_f32(tensor<?x?xf32>) -> tensor<?x?xf32>
 
@@ -34,7 +34,7 @@ module @transformer_block_mixed_gemm_fused {
     // a1 = bf16(x) @ W1: hand-written GEMM
     %xb_dyn = tensor.cast %xb : tensor<8192x1024xbf16> to tensor<?x?xbf16>
     %w1_dyn = tensor.cast %w1 : tensor<1024x4096xbf16> to tensor<?x?xbf16>
-    %a1_dyn = func.call @transformer.gemm_bf16(%xb_dyn, %w1_dyn) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+    %a1_dyn = func.call @gemm.gemm_bf16(%xb_dyn, %w1_dyn) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xf32>
     %a1 = tensor.cast %a1_dyn : tensor<?x?xf32> to tensor<8192x4096xf32>
 
     // h = bf16(gelu_tanh(a1 + b1)): IREE, one elementwise dispatch (as in the codegen program)
@@ -59,7 +59,7 @@ module @transformer_block_mixed_gemm_fused {
     // a2 = h @ W2: hand-written GEMM; y = a2 + b2 + x: IREE
     %h_dyn = tensor.cast %h : tensor<8192x4096xbf16> to tensor<?x?xbf16>
     %w2_dyn = tensor.cast %w2 : tensor<4096x1024xbf16> to tensor<?x?xbf16>
-    %a2_dyn = func.call @transformer.gemm_bf16(%h_dyn, %w2_dyn) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+    %a2_dyn = func.call @gemm.gemm_bf16(%h_dyn, %w2_dyn) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xf32>
     %a2 = tensor.cast %a2_dyn : tensor<?x?xf32> to tensor<8192x1024xf32>
     %y_init = tensor.empty() : tensor<8192x1024xf32>
     %y = linalg.generic {indexing_maps = [#rc, #c, #rc, #rc], iterator_types = ["parallel", "parallel"]}

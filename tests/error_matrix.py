@@ -105,6 +105,8 @@ CASES = [
     Case("output dim with no input defining it", lambda d: _declare(d, MUL, shapes={"out": ["m"]}), DispatchError),
     Case("shared memory over the limit", lambda d: ModuleSpec("m", (_declare(d, MUL, shared_memory=200 * 1024),)), DispatchError),
     Case("shared memory depending on a size", lambda d: _declare(d, MUL, shared_memory="n * 4"), DispatchError),
+    Case("per-arch shared memory missing a built arch", lambda d: ModuleSpec("m", (_declare(d, MUL, shared_memory={"sm_90": 65536}),)), DispatchError),
+    Case("per-arch shared memory for an arch not built", lambda d: _spec_file(d, "[module]\narchs = ['sm_90a', 'sm_80']\n[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblock = [64]\ngrid = ['n']\nshape = ['n']\nshared_memory = { sm_90 = 200000, sm_80 = 65536 }\n"), DispatchError),
     Case("malformed arch", lambda d: _spec_file(d, "[module]\narchs = ['sm8']\n[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblock = [64]\ngrid = ['n']\nshape = ['n']\n"), DispatchError),
     Case("misspelled spec key", lambda d: _spec_file(d, "[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblok = [64]\n"), DispatchError),
     Case("call: wrong dtype", lambda d: _call(_f32(4).astype(np.float64), _f32(4), 1.0, 2), TypeError),

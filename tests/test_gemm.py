@@ -5,12 +5,15 @@ body. Runs on a GPU: tests/test_gpu_gemm.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 
 import pytest
 
+from iree_dispatch.archs import parse_arch
 from iree_dispatch.cli import main
+from iree_dispatch.errors import SpecError
 from iree_dispatch.pipeline import build
 from iree_dispatch.spec import load_spec
 
@@ -18,8 +21,10 @@ from .conftest import ROOT, needs_build_tools
 
 SPEC = ROOT / "kernels" / "gemm.toml"
 KERNELS = ["gemm_bf16", "gemm_f16"]
-# gemm.cu: 3 stages x (16 KB of A + 32 KB of B) + 1 KB to align the tiles to 1024 bytes.
-SHARED_MEMORY = 3 * (16384 + 32768) + 1024
+# gemm.cu, per arch: sm_90a 4 stages x (16 KB of A + 32 KB of B) + 1 KB to align the tiles to
+# 1024 bytes; sm_80 two buffers of A (128 x 40) and B (32 x 264) bf16 tiles + 8 warps' 16 x 16
+# float scratch tiles + 128 for alignment, under the 99 KB of sm_86/sm_89.
+SHARED_MEMORY = {"sm_90a": 4 * (16384 + 32768) + 1024, "sm_80": 2 * (128 * 40 + 32 * 264) * 2 + 8 * 1024 + 128}
 
 
 def test_spec_declares_shapes_block_grid_and_shared_memory():
@@ -35,6 +40,7 @@ def test_spec_declares_shapes_block_grid_and_shared_memory():
         assert d["block"] == [384, 1, 1]
         assert d["grid"] == ["ceildiv(N, 256)", "(2 * ceildiv(M, 256))", "1"]
         assert d["shared_memory"] == SHARED_MEMORY
+    assert SHARED_MEMORY["sm_80"] <= 99 * 1024
 
 
 def test_every_kernel_has_a_float64_reference():
@@ -57,8 +63,13 @@ def test_builds_for_sm90a_and_sm80_with_the_body_for_each(tmp_path):
     assert sorted(p.name for p in result.objects_dir.iterdir()) == [f"gemm.{arch}.{kind}" for arch in ("sm_80", "sm_90a") for kind in ("cubin", "ptx")]
     hopper = (result.objects_dir / "gemm.sm_90a.ptx").read_text()
     ampere = (result.objects_dir / "gemm.sm_80.ptx").read_text()
+    mlir = result.mlir.read_text()
+    # Each variant's exports declare that arch's shared memory (sm_90a PTX: the sm_90a size).
+    for variant, arch in (("sm_90a_cubin", "sm_90a"), ("sm_80_cubin", "sm_80"), ("sm_90a", "sm_90a")):
+        text = mlir.split(f"hal.executable.variant public @{variant} ", 1)[1].split("hal.executable.variant", 1)[0]
+        assert re.findall(r"workgroup_local_memory = (\d+) : index", text) == [str(SHARED_MEMORY[arch])] * 2, variant
     for name in KERNELS:
-        assert f"func.func @{name}(" in result.mlir.read_text()
+        assert f"func.func @{name}(" in mlir
         # Three buffers, then M, N, K as 32-bit push constants: what IREE passes.
         for ptx in (hopper, ampere):
             entry = _entry(ptx, name)
@@ -76,7 +87,13 @@ def test_builds_for_sm90a_and_sm80_with_the_body_for_each(tmp_path):
 @needs_build_tools
 def test_plain_sm90_build_takes_the_mma_sync_body(tmp_path):
     # wgmma exists only on sm_90a; a plain sm_90 object (forward-compatible PTX) must not use it.
-    result = build(load_spec(SPEC).with_archs(["sm_90"]), tmp_path / "gemm.vmfb")
+    spec = load_spec(SPEC)
+    # The spec sizes shared memory for its own archs only; sm_90 compiles the mma.sync body, sm_80's size.
+    with pytest.raises(SpecError, match="shared_memory has no size for sm_90"):
+        spec.with_archs(["sm_90"])
+    sm90 = (parse_arch("sm_90"), SHARED_MEMORY["sm_80"])
+    spec = dataclasses.replace(spec, kernels=tuple(dataclasses.replace(k, shared_memory_by_arch=(sm90, *k.shared_memory_by_arch)) for k in spec.kernels))
+    result = build(spec.with_archs(["sm_90"]), tmp_path / "gemm.vmfb")
     ptx = (result.objects_dir / "gemm.sm_90.ptx").read_text()
     assert "wgmma" not in ptx and "wmma.mma.sync.aligned.row.row.m16n16k16" in ptx
 
@@ -87,4 +104,4 @@ def test_inspect_spec(capsys):
     out = capsys.readouterr().out
     assert "kernel gemm_bf16(a: bf16[M, K], b: bf16[K, N]) -> (c: f32[M, N])" in out
     assert "kernel gemm_f16(a: f16[M, K], b: f16[K, N]) -> (c: f32[M, N])" in out
-    assert "shared memory 148480 B" in out
+    assert f"shared memory sm_90a {SHARED_MEMORY['sm_90a']}, sm_80 {SHARED_MEMORY['sm_80']} B" in out

@@ -15,8 +15,8 @@ RTOL = 1e-5 (~170 float32 ulps of the absolute sum). A dropped, doubled or mispl
 shows as ~1/K of that sum per element: at least 2.4e-4 (K = 4097), 24x above RTOL.
 
 The tests also cover the cluster launch (the sm_90a kernel runs in clusters of 2 blocks
-declared in the kernel, launched by IREE's plain cuLaunchKernel) and 145 KB of dynamic shared
-memory through IREE (the export's workgroup_local_memory, above the 48 KB default).
+declared in the kernel, launched by IREE's plain cuLaunchKernel) and per-arch dynamic shared
+memory through IREE (the sm_90a export's workgroup_local_memory, 193 KB, above the 48 KB default).
 """
 
 from __future__ import annotations

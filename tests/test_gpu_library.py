@@ -12,8 +12,9 @@ except for row sums (scale = sum |x| of the row, the sum's condition):
 - float32 results: rtol 1e-5 (float accumulation over up to 12288 terms, expf, rsqrtf);
   max and transpose are exact.
 - float16 results (bias_gelu_f16): rtol 1e-3, about two f16 roundings (2^-11 each).
-- bfloat16 results (bias_gelu_bf16): rtol 4e-3, about two bf16 roundings (2^-9 each); the
-  reference starts from the same bf16-rounded inputs, so only the result's rounding counts.
+- bfloat16 results (bias_gelu_bf16, bias_gelu_f32_bf16): rtol 4e-3, about two bf16 roundings
+  (2^-9 each); the reference starts from the same (rounded) inputs, so only the result's
+  rounding counts.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ BOUNDS = {
     "bias_gelu_f32": (1e-5, 1e-6),
     "bias_gelu_f16": (1e-3, 1e-6),
     "bias_gelu_bf16": (4e-3, 1e-6),
+    "bias_gelu_f32_bf16": (4e-3, 1e-6),
     "row_sum_f32": (1e-5, 0.0),
     "row_max_f32": (0.0, 0.0),
     "softmax_f32": (1e-5, 1e-12),

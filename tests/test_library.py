@@ -15,7 +15,7 @@ from iree_dispatch.spec import load_spec
 from .conftest import ROOT, needs_build_tools
 
 SPEC = ROOT / "kernels" / "library.toml"
-KERNELS = ["bias_gelu_f32", "bias_gelu_f16", "bias_gelu_bf16", "row_sum_f32", "row_max_f32", "softmax_f32", "layernorm_f32", "rmsnorm_f32", "softmax_warp_f32", "layernorm_warp_f32", "transpose_f32"]
+KERNELS = ["bias_gelu_f32", "bias_gelu_f16", "bias_gelu_bf16", "bias_gelu_f32_bf16", "row_sum_f32", "row_max_f32", "softmax_f32", "layernorm_f32", "rmsnorm_f32", "softmax_warp_f32", "layernorm_warp_f32", "transpose_f32"]
 
 
 def test_every_kernel_has_a_reference():

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from .conftest import ROOT, needs_build_tools
-from .transformer_artifacts import BLOCKS, NEEDS_GEMM, PROGRAMS, SPEC, build_all, codegen_flags, have_gemm
+from .transformer_artifacts import BLOCKS, GEMM_SPEC, NEEDS_GEMM, PROGRAMS, SPEC, build_all, codegen_flags, have_gemm
 
 pytestmark = needs_build_tools
 
@@ -43,7 +43,7 @@ def test_codegen_programs_compile_with_plain_iree_compile(tmp_path, name):
     out = tmp_path / f"{name}.vmfb"
     proc = subprocess.run([find_tool("iree-compile"), *codegen_flags(), str(PROGRAMS[name]), "-o", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    want = {"transformer_block"} if name == "codegen" else {"bias_gelu", "layernorm", "softmax", "matmul_up", "matmul_down"}
+    want = {"transformer_block"} if name == "codegen" else {"bias_gelu", "bias_gelu_bf16", "layernorm", "softmax", "matmul_up", "matmul_down"}
     assert exported_functions(out) == want
 
 
@@ -53,17 +53,17 @@ def test_every_program_builds(artifacts):
     for name in BLOCKS:
         if name in artifacts:
             assert exported_functions(artifacts[name]) == {"transformer_block"}, name
-    kernels = {"bias_gelu_f32", "layernorm_f32", "softmax_f32", "layernorm_warp_f32", "softmax_warp_f32"} | ({"gemm_bf16"} if have_gemm() else set())
+    kernels = {"bias_gelu_f32", "bias_gelu_f32_bf16", "layernorm_f32", "softmax_f32", "layernorm_warp_f32", "softmax_warp_f32"} | ({"gemm_bf16"} if have_gemm() else set())
     assert exported_functions(artifacts["kernels"]) == kernels
     assert exported_functions(artifacts["kernels_poisonable"]) == kernels
 
 
-# program → the kernels it declares
+# program → the kernels it declares, as module.kernel
 MIXED_KERNELS = {
-    "mixed": ["bias_gelu_f32", "layernorm_warp_f32", "softmax_warp_f32"],
-    "mixed_gemm": ["gemm_bf16", "bias_gelu_f32", "layernorm_warp_f32", "softmax_warp_f32"],
-    "mixed_rows": ["layernorm_warp_f32", "softmax_warp_f32"],
-    "mixed_gemm_fused": ["gemm_bf16", "layernorm_warp_f32", "softmax_warp_f32"],
+    "mixed": ["transformer.bias_gelu_f32_bf16", "transformer.layernorm_warp_f32", "transformer.softmax_warp_f32"],
+    "mixed_gemm": ["gemm.gemm_bf16", "transformer.bias_gelu_f32_bf16", "transformer.layernorm_warp_f32", "transformer.softmax_warp_f32"],
+    "mixed_rows": ["transformer.layernorm_warp_f32", "transformer.softmax_warp_f32"],
+    "mixed_gemm_fused": ["gemm.gemm_bf16", "transformer.layernorm_warp_f32", "transformer.softmax_warp_f32"],
 }
 
 
@@ -75,14 +75,22 @@ def test_mixed_programs_dispatch_the_kernels(artifacts, name):
         pytest.skip("kernels/gemm.toml is not there yet")
     linked = artifacts[name].with_suffix(".mlir").read_text(encoding="utf-8")
     for kernel in MIXED_KERNELS[name]:
-        assert f"::@{kernel}" in linked and f"call @transformer.{kernel}(" in linked, kernel
+        assert f"::@{kernel.split('.')[1]}" in linked and f"call @{kernel}(" in linked, kernel
     assert function_type(PROGRAMS[name], "transformer_block") == function_type(PROGRAMS["codegen"], "transformer_block")
 
 
-def test_mixed_program_builds_from_the_command_line(tmp_path):
-    out = tmp_path / "transformer_block_mixed.vmfb"
+@pytest.mark.parametrize("name", ["mixed", "mixed_gemm"])
+def test_mixed_program_builds_from_the_command_line(tmp_path, name):
+    """mixed from one spec; mixed_gemm from two (transformer.toml and gemm.toml), each module
+    keeping its name and its objects folder beside the vmfb."""
+    if name in NEEDS_GEMM and not have_gemm():
+        pytest.skip("kernels/gemm.toml is not there yet")
+    out = tmp_path / f"transformer_block_{name}.vmfb"
     cli = ROOT / ".venv" / "bin" / "iree-dispatch"
     cmd = [str(cli)] if cli.exists() else ["iree-dispatch"]
-    proc = subprocess.run([*cmd, "build", str(SPEC), "--program", str(PROGRAMS["mixed"]), "-o", str(out)], capture_output=True, text=True)
+    specs = [str(SPEC), str(GEMM_SPEC)] if name in NEEDS_GEMM else [str(SPEC)]
+    proc = subprocess.run([*cmd, "build", *specs, "--program", str(PROGRAMS[name]), "-o", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert exported_functions(out) == {"transformer_block"}
+    modules = ["transformer", "gemm"] if name in NEEDS_GEMM else ["transformer"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted(f"{m}.objects" for m in modules)
