@@ -74,12 +74,12 @@ def references():
 
 def arguments(name: str, rows: int, cols: int, rng) -> tuple[list[np.ndarray], list[float]]:
     """Inputs and scalar arguments of the IREE function (random, nonzero)."""
-    if name.endswith("bf16") and name != "bias_gelu_f32_bf16":  # its inputs are f32
+    if name == "bias_gelu_bf16":
         import ml_dtypes  # numpy has no bfloat16
 
         dtype = np.dtype(ml_dtypes.bfloat16)
-    else:
-        dtype = np.float16 if name.endswith("f16") else np.float32
+    else:  # bias_gelu_f32_bf16 takes f32 and writes bf16
+        dtype = np.float16 if name == "bias_gelu_f16" else np.float32
     x = rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
     vec = rng.uniform(0.5, 1.5, cols).astype(dtype)
     if name.startswith("bias_gelu"):

@@ -160,7 +160,9 @@ def test_gpu_program_of_two_modules(tmp_path):
     for n in (1, 127, 1000, 100_003):
         x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
         s = float(rng.uniform(0.5, 2.0))
-        got = module.scale_add(x, y, s)
+        # A hand-written program's function has no kernel description: IREE's own invoker
+        # calls it and returns an IREE device array.
+        got = np.asarray(module.scale_add(x, y, s))
         want = np.float32(s) * x.astype(np.float64) + y
         err = np.abs(got.astype(np.float64) - want)
         # two f32 roundings (the product, the sum): 2^-23 of each magnitude
