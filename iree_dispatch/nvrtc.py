@@ -22,6 +22,7 @@ not evaluated), so the build cache sees every header's bytes.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -48,6 +49,19 @@ def _import_bindings():
     except ImportError as exc:
         raise ToolchainError(f"NVRTC needs cuda-bindings ({exc}): pip install 'iree-dispatch[nvrtc]', i.e. {WHEEL_PINS['nvrtc']}") from None
     return nvrtc
+
+
+def _require_bindings() -> None:
+    """The check of _import_bindings without the import (which takes ~50 ms)."""
+    if not _importable("cuda.bindings.nvrtc"):
+        raise ToolchainError(f"NVRTC needs cuda-bindings (no module cuda.bindings.nvrtc): pip install 'iree-dispatch[nvrtc]', i.e. {WHEEL_PINS['nvrtc']}")
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or the module blocked
+        return False
 
 
 def _check(result, what: str) -> None:
@@ -118,18 +132,41 @@ class NvrtcToolchain(Toolchain):
     name = "nvrtc"
 
     def __init__(self) -> None:
-        self._nvrtc = _import_bindings()
-        try:
-            result, major, minor = self._nvrtc.nvrtcVersion()
-        except Exception as exc:  # the bindings raise their own types when libnvrtc can't be loaded
-            raise ToolchainError(f"can't load libnvrtc ({exc}): pip install {WHEEL_PINS['nvrtc']}") from None
-        _check(result, "nvrtcVersion")
-        self.version = (major, minor)
+        # NVRTC is loaded on the first compile, not here: importing the bindings and the library
+        # takes ~70 ms, which a build served from the cache (identity() only) need not pay.
+        _require_bindings()
         self.cuda_include = cuda_include_dir()
+        self._loaded: tuple[object, tuple[int, int]] | None = None
         self._assembler_found: tuple[str, Callable[[Path, Arch, Path], None]] | None = None
 
+    def _load(self) -> tuple[object, tuple[int, int]]:
+        """(the cuda.bindings nvrtc module, NVRTC's (major, minor)), loaded once."""
+        if self._loaded is None:
+            nvrtc = _import_bindings()
+            try:
+                result, major, minor = nvrtc.nvrtcVersion()
+            except Exception as exc:  # the bindings raise their own types when libnvrtc can't be loaded
+                raise ToolchainError(f"can't load libnvrtc ({exc}): pip install {WHEEL_PINS['nvrtc']}") from None
+            _check(result, "nvrtcVersion")
+            self._loaded = (nvrtc, (major, minor))
+        return self._loaded
+
+    @property
+    def _nvrtc(self):
+        return self._load()[0]
+
+    @property
+    def version(self) -> tuple[int, int]:
+        return self._load()[1]
+
     def identity(self) -> str:
-        return f"nvrtc {self.version} {_library_identity('nvrtc')} headers {self.cuda_include}; cubins: {self._assembler()[0]}"
+        # The pip route is identified by its wheels' versions and library files without loading
+        # them; NVRTC from elsewhere (a toolkit) by the loaded library.
+        wheels = _wheel_identity("nvidia-cuda-nvrtc", "libnvrtc.so*")
+        nvrtc = f"nvrtc {wheels}" if wheels else f"nvrtc {self.version} {_library_identity('nvrtc')}"
+        jitlink = _wheel_identity("nvidia-nvjitlink", "libnvJitLink.so*") if _importable("cuda.bindings.nvjitlink") else None
+        assembler = f"nvJitLink {jitlink}" if jitlink else self._assembler()[0]
+        return f"{nvrtc} headers {self.cuda_include}; cubins: {assembler}"
 
     def tool(self, name: str) -> Path:
         try:
@@ -214,6 +251,17 @@ def _program_log(nvrtc, program) -> str:
     log = b" " * size
     nvrtc.nvrtcGetProgramLog(program, log)
     return log.rstrip(b"\0").decode(errors="replace").strip()
+
+
+def _wheel_identity(package: str, library_glob: str) -> str | None:
+    """`package`'s version, cuda-bindings' version, and the size and mtime of the package's
+    library files in the NVIDIA wheel folders; None if the wheel is not installed."""
+    try:
+        versions = f"{package} {importlib.metadata.version(package)} cuda-bindings {importlib.metadata.version('cuda-bindings')}"
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    files = sorted(p for d in nvidia_wheel_dirs() for p in (d / "lib").glob(library_glob))
+    return " ".join([versions, *(f"{p} {p.stat().st_size} {p.stat().st_mtime_ns}" for p in files)])
 
 
 def _library_identity(name: str) -> str:
