@@ -29,11 +29,10 @@ import json
 import re
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from common import cupti_times_us, nvidia_smi, summarize, wall_times_us, write_result  # benchmarks/common.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / "build" / "gpu-tests" / "gemm"
@@ -76,11 +75,6 @@ def prepare(out: Path) -> None:
     (variants / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
-def summarize(samples) -> dict:
-    a = np.asarray(samples, dtype=np.float64)
-    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90)), "n": int(a.size)}
-
-
 def event_times_us(torch, launch) -> list[float]:
     """Per-call µs from CUDA events around BATCH back-to-back calls, BATCHES times, after warm-up."""
     for _ in range(3):
@@ -95,33 +89,6 @@ def event_times_us(torch, launch) -> list[float]:
         stop.record()
         stop.synchronize()
         out.append(start.elapsed_time(stop) * 1e3 / BATCH)
-    return out
-
-
-def cupti_times_us(calls, kernel: str) -> list[float]:
-    from torch.profiler import ProfilerActivity, profile
-
-    calls(2)  # warm-up outside the profiler
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        calls(CUPTI_CALLS)
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(trace))
-        events = json.loads(trace.read_text()).get("traceEvents", [])
-    durations = [float(e["dur"]) for e in events if e.get("cat") == "kernel" and e.get("name") == kernel]
-    if len(durations) != CUPTI_CALLS:
-        raise RuntimeError(f"{kernel}: {len(durations)} kernel records in the CUPTI trace, expected {CUPTI_CALLS}")
-    return durations
-
-
-def wall_times_us(call) -> list[float]:
-    for _ in range(2):
-        call()
-    out = []
-    for _ in range(WALL_CALLS):
-        t0 = time.perf_counter_ns()
-        call()
-        out.append((time.perf_counter_ns() - t0) / 1e3)
     return out
 
 
@@ -175,7 +142,7 @@ def measure(args) -> dict:
         "device": runtime.cuda_device_name(),
         "capability": f"{major}.{minor}",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "driver": _nvidia_smi("driver_version"),
+        "driver": nvidia_smi("driver_version"),
         "versions": {"cupy": cp.__version__, "torch": torch.__version__, "numpy": np.__version__},
         "method": __doc__.split("\n\n")[1],
         "rows": [],
@@ -227,10 +194,10 @@ def measure(args) -> dict:
                     for _ in range(count):
                         fn(da, db)
 
-                iree["cupti_us"] = summarize(cupti_times_us(iree_calls, f"gemm_{dtype}"))
+                iree["cupti_us"] = summarize(cupti_times_us(iree_calls, f"gemm_{dtype}", CUPTI_CALLS))
                 iree["cupti_tflops"] = flop / iree["cupti_us"]["median"] / 1e6
                 iree["pct_torch"] = 100 * iree["cupti_tflops"] / entry["torch_tflops"]
-                iree["wall_us"] = summarize(wall_times_us(lambda: fn(da, db)))
+                iree["wall_us"] = summarize(wall_times_us(lambda: fn(da, db), WALL_CALLS, warmup=2))
                 iree["wall_tflops"] = flop / iree["wall_us"]["median"] / 1e6
             except Exception as exc:
                 iree["error"] = f"{type(exc).__name__}: {exc}"
@@ -240,13 +207,6 @@ def measure(args) -> dict:
             a = b = c = da = db = None
             torch.cuda.empty_cache()
     return result
-
-
-def _nvidia_smi(field: str) -> str | None:
-    try:
-        return subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def table(result: dict) -> str:
@@ -295,18 +255,6 @@ def plot(result: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def write(result: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gemm.json").write_text(json.dumps(result, indent=1))
-    text = table(result)
-    (out / "gemm.md").write_text(text)
-    print(text)
-    try:
-        plot(result, out / "gemm.png")
-    except ImportError as exc:
-        print(f"no plot: {exc}", file=sys.stderr)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="folder of gemm.vmfb, gemm.objects/ and variants/ (--prepare)")
@@ -318,7 +266,7 @@ def main(argv=None) -> int:
     if args.prepare:
         prepare(args.dir)
         return 0
-    write(json.loads(args.replot.read_text()) if args.replot else measure(args), args.out)
+    write_result(json.loads(args.replot.read_text()) if args.replot else measure(args), args.out, "gemm", table, plot)
     return 0
 
 

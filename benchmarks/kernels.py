@@ -34,13 +34,11 @@ import argparse
 import datetime as _dt
 import importlib.util
 import json
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from common import cupti_times_us, nvidia_smi, summarize, wall_times_us, write_result  # benchmarks/common.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / "build" / "gpu-tests" / "library"
@@ -111,11 +109,6 @@ def launch_dims(description: dict, rows: int, cols: int) -> tuple[tuple[int, ...
     return grid, tuple(description["block"])
 
 
-def summarize(samples) -> dict:
-    a = np.asarray(samples, dtype=np.float64)
-    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90)), "n": int(a.size)}
-
-
 def event_times_us(cp, launch) -> list[float]:
     """Per-launch µs from CUDA events around BATCH back-to-back launches, BATCHES times."""
     launch()
@@ -129,33 +122,6 @@ def event_times_us(cp, launch) -> list[float]:
         stop.record()
         stop.synchronize()
         out.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / BATCH)
-    return out
-
-
-def cupti_times_us(calls, kernel: str) -> list[float]:
-    from torch.profiler import ProfilerActivity, profile
-
-    calls(2)  # warm-up outside the profiler
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        calls(CUPTI_CALLS)
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(trace))
-        events = json.loads(trace.read_text()).get("traceEvents", [])
-    durations = [float(e["dur"]) for e in events if e.get("cat") == "kernel" and e.get("name") == kernel]
-    if len(durations) != CUPTI_CALLS:
-        raise RuntimeError(f"{kernel}: {len(durations)} kernel records in the CUPTI trace, expected {CUPTI_CALLS}")
-    return durations
-
-
-def wall_times_us(call) -> list[float]:
-    for _ in range(3):
-        call()
-    out = []
-    for _ in range(WALL_CALLS):
-        t0 = time.perf_counter_ns()
-        call()
-        out.append((time.perf_counter_ns() - t0) / 1e3)
     return out
 
 
@@ -189,7 +155,7 @@ def measure(args) -> dict:
         "capability": f"{major}.{minor}",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "object": f"{arch}.cubin" if arch else "sm_90.ptx (JIT)",
-        "driver": _nvidia_smi("driver_version"),
+        "driver": nvidia_smi("driver_version"),
         "versions": {"cupy": cp.__version__, "torch": torch.__version__, "numpy": np.__version__},
         "method": __doc__.split("\n\n")[1],
         "copy": {},
@@ -233,11 +199,11 @@ def measure(args) -> dict:
                     for _ in range(k):
                         fn(*dev, *scalars)
 
-                row["iree_cupti_us"] = summarize(cupti_times_us(iree_calls, name))
-                row["iree_wall_us"] = summarize(wall_times_us(lambda: fn(*dev, *scalars)))
+                row["iree_cupti_us"] = summarize(cupti_times_us(iree_calls, name, CUPTI_CALLS))
+                row["iree_wall_us"] = summarize(wall_times_us(lambda: fn(*dev, *scalars), WALL_CALLS))
                 tiny_in, tiny_scalars = arguments(name, 1, 4, rng)
                 tiny = [module.to_device(a) for a in tiny_in]
-                row["iree_empty_wall_us"] = summarize(wall_times_us(lambda: fn(*tiny, *tiny_scalars)))
+                row["iree_empty_wall_us"] = summarize(wall_times_us(lambda: fn(*tiny, *tiny_scalars), WALL_CALLS))
                 row["iree_wall_minus_empty_us"] = row["iree_wall_us"]["median"] - row["iree_empty_wall_us"]["median"]
                 for key, us in (("cupy", row["cupy_us"]["median"]), ("iree_cupti", row["iree_cupti_us"]["median"]),
                                 ("iree_wall_minus_empty", row["iree_wall_minus_empty_us"])):
@@ -250,13 +216,6 @@ def measure(args) -> dict:
             inputs = dev = got = c_in = c_out = None
             cp.get_default_memory_pool().free_all_blocks()
     return result
-
-
-def _nvidia_smi(field: str) -> str | None:
-    try:
-        return subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def table(result: dict) -> str:
@@ -306,18 +265,6 @@ def plot(result: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def write(result: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "kernels.json").write_text(json.dumps(result, indent=1))
-    text = table(result)
-    (out / "kernels.md").write_text(text)
-    print(text)
-    try:
-        plot(result, out / "kernels.png")
-    except ImportError as exc:
-        print(f"no plot: {exc}", file=sys.stderr)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="folder of library.vmfb and library.objects/ (tests/library_artifacts.py)")
@@ -331,7 +278,7 @@ def main(argv=None) -> int:
 
         build_all(args.dir)
         return 0
-    write(json.loads(args.replot.read_text()) if args.replot else measure(args), args.out)
+    write_result(json.loads(args.replot.read_text()) if args.replot else measure(args), args.out, "kernels", table, plot)
     return 0
 
 

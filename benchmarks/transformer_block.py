@@ -33,13 +33,11 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from common import cupti_kernel_records, nvidia_smi, summarize, wall_times_us, write_result  # benchmarks/common.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -58,28 +56,6 @@ OPS = {
 }
 
 
-def summarize(samples) -> dict:
-    a = np.asarray(samples, dtype=np.float64)
-    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90)), "n": int(a.size)}
-
-
-def cupti_records(call, calls: int) -> list[dict]:
-    """Kernel records (name, ts, dur in µs) of `calls` calls, in start order."""
-    from torch.profiler import ProfilerActivity, profile
-
-    for _ in range(WARMUP):
-        call()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            call()
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(trace))
-        events = json.loads(trace.read_text()).get("traceEvents", [])
-    kernels = [{"name": e["name"], "ts": float(e["ts"]), "dur": float(e["dur"])} for e in events if e.get("cat") == "kernel"]
-    return sorted(kernels, key=lambda k: k["ts"])
-
-
 def per_call(records: list[dict], calls: int) -> list[list[dict]]:
     if len(records) % calls:
         raise RuntimeError(f"{len(records)} kernel records for {calls} calls: not the same kernels per call ({sorted({r['name'] for r in records})})")
@@ -89,17 +65,6 @@ def per_call(records: list[dict], calls: int) -> list[list[dict]]:
     if any([r["name"] for r in g] != names for g in groups):
         raise RuntimeError("calls launched different kernels")
     return groups
-
-
-def wall_times_us(call) -> list[float]:
-    for _ in range(WARMUP):
-        call()
-    out = []
-    for _ in range(WALL_CALLS):
-        t0 = time.perf_counter_ns()
-        call()
-        out.append((time.perf_counter_ns() - t0) / 1e3)
-    return out
 
 
 def torch_time_us(fn) -> dict:
@@ -121,15 +86,15 @@ def torch_time_us(fn) -> dict:
 
 def measure_program(module, args: list) -> dict:
     fn = module.transformer_block
-    groups = per_call(cupti_records(lambda: fn(*args), CALLS), CALLS)
+    groups = per_call(cupti_kernel_records(lambda n: [fn(*args) for _ in range(n)], CALLS, WARMUP), CALLS)
     span = [g[-1]["ts"] + g[-1]["dur"] - g[0]["ts"] for g in groups]
     busy = [sum(r["dur"] for r in g) for g in groups]
     dispatches = [{"name": r["name"], "us": summarize([g[i]["dur"] for g in groups])} for i, r in enumerate(groups[0])]
-    return {"gpu_span_us": summarize(span), "kernel_sum_us": summarize(busy), "wall_us": summarize(wall_times_us(lambda: fn(*args))), "dispatches": dispatches}
+    return {"gpu_span_us": summarize(span), "kernel_sum_us": summarize(busy), "wall_us": summarize(wall_times_us(lambda: fn(*args), WALL_CALLS, WARMUP)), "dispatches": dispatches}
 
 
 def measure_call(call) -> dict:
-    groups = per_call(cupti_records(call, CALLS), CALLS)
+    groups = per_call(cupti_kernel_records(lambda n: [call() for _ in range(n)], CALLS, WARMUP), CALLS)
     return {"us": summarize([sum(r["dur"] for r in g) for g in groups]), "dispatches": [r["name"] for r in groups[0]]}
 
 
@@ -182,7 +147,7 @@ def measure(args) -> dict:
         "device": runtime.cuda_device_name(),
         "capability": f"{major}.{minor}",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "driver": _nvidia_smi("driver_version"),
+        "driver": nvidia_smi("driver_version"),
         "versions": {"torch": torch.__version__, "numpy": np.__version__},
         "sizes": {"T": T, "D": D, "H": H},
         "method": __doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[2],
@@ -240,13 +205,6 @@ def measure(args) -> dict:
         cg_args = k_args = t_args = None
         torch.cuda.empty_cache()
     return result
-
-
-def _nvidia_smi(field: str) -> str | None:
-    try:
-        return subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def table(result: dict) -> str:
@@ -328,18 +286,6 @@ def plot(result: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def write(result: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "transformer_block.json").write_text(json.dumps(result, indent=1))
-    text = table(result)
-    (out / "transformer_block.md").write_text(text)
-    print(text)
-    try:
-        plot(result, out / "transformer_block.png")
-    except ImportError as exc:
-        print(f"no plot: {exc}", file=sys.stderr)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="folder of the modules (tests/transformer_artifacts.py)")
@@ -350,7 +296,7 @@ def main(argv=None) -> int:
     if args.prepare:
         build_all(args.dir)
         return 0
-    write(json.loads(args.replot.read_text()) if args.replot else measure(args), args.out)
+    write_result(json.loads(args.replot.read_text()) if args.replot else measure(args), args.out, "transformer_block", table, plot)
     return 0
 
 

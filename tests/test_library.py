@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 
-import pytest
-
 from iree_dispatch.cli import main
 from iree_dispatch.pipeline import build
 from iree_dispatch.spec import load_spec

@@ -1,0 +1,81 @@
+"""What the GPU benchmarks share: sample statistics, kernel durations from CUPTI, wall times
+of synchronous calls, nvidia-smi readings, and writing a result as JSON + Markdown + PNG.
+
+Imported by the scripts beside it (`python3 benchmarks/<script>.py` puts this folder on
+sys.path); CUDA libraries are imported inside the functions that need them, so that the
+scripts' CPU-side modes (--prepare, --replot) run without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+
+def summarize(samples) -> dict:
+    a = np.asarray(samples, dtype=np.float64)
+    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90)), "n": int(a.size)}
+
+
+def cupti_kernel_records(calls: Callable[[int], None], count: int, warmup: int = 2) -> list[dict]:
+    """Kernel records (name, ts, dur in µs), in start order, of what calls(count) launches,
+    after calls(warmup) outside the profiler. CUPTI through torch.profiler: the kernels' own
+    durations, whoever launched them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    calls(warmup)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        calls(count)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text()).get("traceEvents", [])
+    kernels = [{"name": e["name"], "ts": float(e["ts"]), "dur": float(e["dur"])} for e in events if e.get("cat") == "kernel"]
+    return sorted(kernels, key=lambda k: k["ts"])
+
+
+def cupti_times_us(calls: Callable[[int], None], kernel: str, count: int) -> list[float]:
+    """Durations of `kernel` over calls(count), which must launch it once per call."""
+    durations = [r["dur"] for r in cupti_kernel_records(calls, count) if r["name"] == kernel]
+    if len(durations) != count:
+        raise RuntimeError(f"{kernel}: {len(durations)} kernel records in the CUPTI trace, expected {count}")
+    return durations
+
+
+def wall_times_us(call: Callable[[], object], count: int, warmup: int = 3) -> list[float]:
+    """µs of each of `count` synchronous calls, after `warmup` calls."""
+    for _ in range(warmup):
+        call()
+    out = []
+    for _ in range(count):
+        t0 = time.perf_counter_ns()
+        call()
+        out.append((time.perf_counter_ns() - t0) / 1e3)
+    return out
+
+
+def nvidia_smi(field: str) -> str | None:
+    try:
+        return subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def write_result(result: dict, out: Path, stem: str, table: Callable[[dict], str], plot: Callable[[dict, Path], None]) -> None:
+    """out/<stem>.json, out/<stem>.md (also printed) and out/<stem>.png (skipped without matplotlib)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    text = table(result)
+    (out / f"{stem}.md").write_text(text)
+    print(text)
+    try:
+        plot(result, out / f"{stem}.png")
+    except ImportError as exc:
+        print(f"no plot: {exc}", file=sys.stderr)
