@@ -7,6 +7,7 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
+from typing import Callable, Mapping
 
 import pytest
 
@@ -28,6 +29,27 @@ def have_nvcc() -> bool:
         return True
     except ToolchainError:
         return False
+
+
+def prebuilt_dir(subdir: str = "") -> Path:
+    """Where `python -m tests.gpu_artifacts` put the GPU tests' modules, for a GPU machine with
+    no compiler: $IREE_DISPATCH_PREBUILT (default build/gpu-tests), then `subdir`."""
+    return Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests")) / subdir
+
+
+def module_paths(tmp_path_factory, subdir: str, layout: Mapping[str, str], build_all: Callable[[Path], dict[str, Path]],
+                 keep: Callable[[str, Path], bool] = lambda name, path: True) -> dict[str, Path]:
+    """name → module path for a GPU test: built into a fresh folder where the compiler is
+    installed, else layout's paths under prebuilt_dir(subdir) that `keep` keeps; a missing
+    one fails the test and names the command that builds them."""
+    if have_compiler():
+        return build_all(tmp_path_factory.mktemp(subdir))
+    prebuilt = prebuilt_dir(subdir)
+    paths = {name: prebuilt / rel for name, rel in layout.items() if keep(name, prebuilt / rel)}
+    missing = [str(p) for p in paths.values() if not p.exists()]
+    if missing:
+        pytest.fail(f"no compiler here and prebuilt modules missing: {missing}; run python -m tests.gpu_artifacts")
+    return paths
 
 
 @pytest.fixture(scope="session", autouse=True)

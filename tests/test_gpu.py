@@ -3,7 +3,6 @@ program, arch selection, and the no-variant error. Skipped where no CUDA device 
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 from iree_dispatch import runtime
 from iree_dispatch.errors import DeviceError
 
-from .conftest import ROOT, have_compiler
+from .conftest import ROOT, module_paths
 from .gpu_artifacts import LAYOUT, build_all
 
 pytestmark = pytest.mark.gpu
@@ -27,14 +26,7 @@ import references  # noqa: E402  (kernels/references.py: the float64 references)
 
 @pytest.fixture(scope="session")
 def artifacts(tmp_path_factory) -> dict[str, Path]:
-    if have_compiler():
-        return build_all(tmp_path_factory.mktemp("gpu-artifacts"))
-    prebuilt = Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests"))
-    paths = {name: prebuilt / rel for name, rel in LAYOUT.items()}
-    missing = [str(p) for p in paths.values() if not p.exists()]
-    if missing:
-        pytest.fail(f"no compiler here and prebuilt modules missing: {missing}; run python -m tests.gpu_artifacts")
-    return paths
+    return module_paths(tmp_path_factory, "", LAYOUT, build_all)
 
 
 @pytest.fixture(scope="session")

@@ -22,15 +22,13 @@ memory through IREE (the sm_90a export's workgroup_local_memory, 193 KB, above t
 from __future__ import annotations
 
 import importlib.util
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from iree_dispatch import runtime
 
-from .conftest import ROOT, have_compiler
+from .conftest import ROOT, module_paths
 from .gemm_artifacts import LAYOUT, build_all
 
 pytestmark = pytest.mark.gpu
@@ -55,15 +53,7 @@ REFERENCES = _references()
 
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict[str, runtime.Module]:
-    if have_compiler():
-        paths = build_all(tmp_path_factory.mktemp("gemm"))
-    else:
-        prebuilt = Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests")) / "gemm"
-        paths = {name: prebuilt / rel for name, rel in LAYOUT.items()}
-        missing = [str(p) for p in paths.values() if not p.exists()]
-        if missing:
-            pytest.fail(f"no compiler here and prebuilt modules missing: {missing}; run python -m tests.gemm_artifacts")
-    return {name: runtime.load(path) for name, path in paths.items()}
+    return {name: runtime.load(path) for name, path in module_paths(tmp_path_factory, "gemm", LAYOUT, build_all).items()}
 
 
 def numpy_dtype(name: str) -> np.dtype:

@@ -20,15 +20,13 @@ except for row sums (scale = sum |x| of the row, the sum's condition):
 from __future__ import annotations
 
 import importlib.util
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from iree_dispatch import runtime
 
-from .conftest import ROOT, have_compiler
+from .conftest import ROOT, module_paths
 from .library_artifacts import LAYOUT, build_all
 
 pytestmark = pytest.mark.gpu
@@ -70,15 +68,7 @@ def bfloat16() -> np.dtype:
 
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict[str, runtime.Module]:
-    if have_compiler():
-        paths = build_all(tmp_path_factory.mktemp("library"))
-    else:
-        prebuilt = Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests")) / "library"
-        paths = {name: prebuilt / rel for name, rel in LAYOUT.items()}
-        missing = [str(p) for p in paths.values() if not p.exists()]
-        if missing:
-            pytest.fail(f"no compiler here and prebuilt modules missing: {missing}; run python -m tests.library_artifacts")
-    return {name: runtime.load(path) for name, path in paths.items()}
+    return {name: runtime.load(path) for name, path in module_paths(tmp_path_factory, "library", LAYOUT, build_all).items()}
 
 
 def arguments(name: str, rows: int, cols: int, rng: np.random.Generator) -> tuple[list[np.ndarray], list[float]]:

@@ -3,7 +3,6 @@ object the variant conditions promise (the probe kernel reports __CUDA_ARCH__)."
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 
 from iree_dispatch import runtime
 
-from .conftest import ROOT, have_compiler
+from .conftest import module_paths
 from .object_artifacts import PROBES, build_all, layout
 
 pytestmark = pytest.mark.gpu
@@ -19,14 +18,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def objects(tmp_path_factory) -> dict[str, Path]:
-    if have_compiler():
-        return build_all(tmp_path_factory.mktemp("objects"))
-    prebuilt = Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests")) / "objects"
-    paths = {name: prebuilt / rel for name, rel in layout().items()}
-    missing = [str(p) for p in paths.values() if not p.exists()]
-    if missing:
-        pytest.fail(f"no compiler here and prebuilt modules missing: {missing}; run python -m tests.object_artifacts")
-    return paths
+    return module_paths(tmp_path_factory, "objects", layout(), build_all)
 
 
 def expected_arch(policy: str, archs: list[str], capability: tuple[int, int]) -> int:

@@ -5,15 +5,13 @@ element the kernel fails to write shows up (IREE-allocated outputs arrive zeroed
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from iree_dispatch import runtime
 
-from .conftest import ROOT, have_compiler
+from .conftest import module_paths
 from .prebuilt_artifacts import KINDS, TRITON, build_all, layout
 
 pytestmark = pytest.mark.gpu
@@ -22,16 +20,8 @@ SIZES = (1, 7, 1000, 2**20 + 3)
 
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict[str, runtime.Module]:
-    if have_compiler():
-        paths = build_all(tmp_path_factory.mktemp("prebuilt"))
-    else:
-        prebuilt = Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests")) / "prebuilt"
-        paths = {name: prebuilt / rel for name, rel in layout().items()}
-        # The Triton modules exist only where triton was installed when they were built.
-        paths = {name: p for name, p in paths.items() if p.exists() or not name.startswith(TRITON)}
-        missing = [str(p) for p in paths.values() if not p.exists()]
-        if missing:
-            pytest.fail(f"no compiler here and prebuilt modules missing: {missing}; run python -m tests.prebuilt_artifacts")
+    # The Triton modules exist only where triton was installed when they were built.
+    paths = module_paths(tmp_path_factory, "prebuilt", layout(), build_all, keep=lambda name, path: path.exists() or not name.startswith(TRITON))
     return {name: runtime.load(path) for name, path in paths.items()}
 
 

@@ -8,14 +8,13 @@ default cubins."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from iree_dispatch import runtime
 
-from .conftest import ROOT, have_compiler
+from .conftest import have_compiler, prebuilt_dir
 from .test_gpu import test_axpby, test_simple_mul, test_simple_mul_inplace  # noqa: F401  (rerun on each toolchain's modules)
 from .test_gpu_abi import (  # noqa: F401
     test_3d_grid_and_blocks,
@@ -45,7 +44,7 @@ def built(request, tmp_path_factory) -> dict[str, Path]:
         except ToolchainError as exc:
             pytest.skip(f"{name}: {exc}")
         return build_toolchain(name, tmp_path_factory.mktemp("toolchains"))
-    prebuilt = Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests")) / "toolchains"
+    prebuilt = prebuilt_dir("toolchains")
     paths = {key: prebuilt / rel for key, rel in layout(name).items()}
     if not any(p.exists() for p in paths.values()):
         pytest.skip(f"no modules of {name} in {prebuilt}: it was not installed where python -m tests.gpu_artifacts ran")

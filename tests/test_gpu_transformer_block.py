@@ -28,15 +28,13 @@ Kernel bounds at the block's sizes (float64 reference from the same inputs):
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from iree_dispatch import runtime
 
-from .conftest import ROOT, have_compiler
+from .conftest import module_paths
 from .transformer_artifacts import BLOCKS, EPS, LAYOUT, NEEDS_GEMM, D, H, T, bf16, block_inputs, block_reference, build_all, have_gemm, references
 
 pytestmark = pytest.mark.gpu
@@ -47,14 +45,7 @@ REFERENCES = references()
 
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict[str, runtime.Module]:
-    if have_compiler():
-        paths = build_all(tmp_path_factory.mktemp("transformer"))
-    else:
-        prebuilt = Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests")) / "transformer"
-        paths = {name: prebuilt / rel for name, rel in LAYOUT.items() if name not in NEEDS_GEMM or have_gemm()}
-        missing = [str(p) for p in paths.values() if not p.exists()]
-        if missing:
-            pytest.fail(f"no compiler here and prebuilt modules missing: {missing}; run python -m tests.transformer_artifacts")
+    paths = module_paths(tmp_path_factory, "transformer", LAYOUT, build_all, keep=lambda name, path: name not in NEEDS_GEMM or have_gemm())
     return {name: runtime.load(path) for name, path in paths.items()}
 
 

@@ -9,7 +9,6 @@ emit an executable @k_cu. On a GPU the program computes s * x + y on fresh rando
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from iree_dispatch.cli import main
 from iree_dispatch.errors import SpecError
 
-from .conftest import ROOT, have_compiler, needs_build_tools
+from .conftest import ROOT, have_compiler, needs_build_tools, prebuilt_dir
 
 SCALE_CU = """
 extern "C" __global__ void scale(const float* __restrict__ x, float* __restrict__ out, float s, int n) {
@@ -152,7 +151,7 @@ def test_gpu_program_of_two_modules(tmp_path):
     if have_compiler():
         path = build_all(tmp_path)["two_modules"]
     else:
-        path = Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests")) / "multi_spec" / "two_modules.vmfb"
+        path = prebuilt_dir("multi_spec") / "two_modules.vmfb"
         if not path.exists():
             pytest.fail(f"no compiler here and prebuilt module missing: {path}; run python -m tests.test_multi_spec")
     module = runtime.load(path)
