@@ -7,6 +7,7 @@ can't map safely to the IREE ABI it refuses with the file and line.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ class KernelSignature:
     template: bool
     launch_bounds: str | None
     template_params: tuple[str, ...] = ()  # type parameter names, e.g. ("T",)
+    declared: bool = False  # given in the spec (parse_signature), not read from the source
 
     @property
     def where(self) -> str:
@@ -220,7 +222,10 @@ def find_kernel(source: Path, name: str) -> KernelSignature:
     matches = [k for k in kernels if k.name == base.strip()]
     if not matches:
         found = ", ".join(sorted({k.name for k in kernels})) or "none"
-        raise SignatureError(f"{source}: no __global__ kernel named {base.strip()!r} (kernels found: {found})")
+        raise SignatureError(
+            f"{source}: no __global__ kernel named {base.strip()!r} (kernels found: {found}); if a macro defines it, "
+            f"declare it in the spec: signature = \"void {base.strip()}(...)\" (its C declaration)"
+        )
     if len(matches) > 1:
         candidates = "; ".join(f"line {k.line}: {k.name}({', '.join(_describe(p) for p in k.params)})" for k in matches)
         raise SignatureError(
@@ -258,7 +263,7 @@ def parse_signature(text: str, origin: Path, name: str) -> KernelSignature:
         raise SignatureError(f"{origin}: kernel {name}: can't read signature {text!r}; write it as \"void {name}(const float* x, int n)\"")
     if kernels[0].name != name:
         raise SignatureError(f"{origin}: kernel {name}: signature {text!r} declares {kernels[0].name!r}; the names must match")
-    return kernels[0]
+    return dataclasses.replace(kernels[0], declared=True)
 
 
 def signature_text(signature: KernelSignature) -> str:

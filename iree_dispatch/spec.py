@@ -19,7 +19,7 @@ from typing import Literal, Mapping, Sequence
 from . import expr as ex
 from .archs import DEFAULT_ARCHS, Arch, parse_arch, parse_archs
 from .dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
-from .errors import SpecError
+from .errors import SignatureError, SpecError
 from .prebuilt import PrebuiltObject, is_object_source, read_objects
 from .signature import KernelSignature, Param, find_kernel, parse_signature, signature_text
 from .variants import POLICIES, Variant, plan_variants
@@ -139,6 +139,18 @@ class KernelSpec:
             ],
         }
 
+    def fingerprint(self) -> dict:
+        """describe() plus what it leaves out because callers don't pass it, but the generated
+        code depends on: the C signature (a declared one may differ from the source's) and the
+        expressions of the scalars computed from sizes."""
+        return {
+            **self.describe(),
+            "signature": signature_text(self.signature),
+            "extern_c": self.signature.extern_c,
+            "declared": self.signature.declared,
+            "computed_scalars": {s.name: str(s.value) for s in self.scalars if s.value is not None},
+        }
+
     @classmethod
     def declare(
         cls,
@@ -161,7 +173,9 @@ class KernelSpec:
         source: a .cu file, or prebuilt objects: a .ptx, .cubin or .fatbin file or a list of them
         (one variant each, the arch read from the file). A prebuilt kernel needs `signature`, its
         C declaration (`"void k(const float* x, int n)"`), since machine code can't tell a pointer
-        from a 64-bit integer or an input from an output; `name` is its entry name.
+        from a 64-bit integer or an input from an output; `name` is its entry name. In a .cu
+        source, `signature` declares an extern "C" kernel that a macro defines (the signature
+        reader doesn't expand macros); the build checks it against the compiled entry.
 
         block: threads per block, 1-3 ints. grid: blocks per grid, 1-3 expressions.
         shape: the shape of every pointer param not in `shapes` (dims: symbol names or ints).
@@ -183,7 +197,7 @@ class KernelSpec:
                 raise SpecError(f"{objects[0].path}: kernel {name}: a prebuilt object needs signature = \"void {name}(...)\" (its C declaration)")
             signature = parse_signature(signature, objects[0].path, name)
         elif signature is not None:
-            raise SpecError(f"{source}: kernel {name}: signature is only for prebuilt objects (.ptx/.cubin/.fatbin); a .cu source declares its own")
+            signature = _declared_in_source(Path(source), name, signature)
         else:
             signature = find_kernel(Path(source), name)
         where = f"{signature.where}: kernel {name}"
@@ -313,7 +327,7 @@ class KernelSpec:
         return KernelSpec.declare(
             [o.path for o in self.objects] if self.objects else self.source,
             self.name,
-            signature=signature_text(self.signature) if self.objects else None,
+            signature=signature_text(self.signature) if self.signature.declared else None,
             block=list(self.block),
             grid=[_dim_json(g) for g in self.grid],
             shapes={t.name: [_dim_json(d) for d in t.shape] for t in self.tensors},
@@ -323,6 +337,18 @@ class KernelSpec:
             shared_memory={a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory,
             function=function or self.function,
         )
+
+
+def _declared_in_source(source: Path, name: str, signature: str) -> KernelSignature:
+    """The declared signature of a kernel in a .cu source that the parser can't see (one a macro
+    defines). The build checks it against the compiled PTX entry, as any signature; one the
+    parser does see declares itself, and a second declaration could only disagree with it."""
+    try:
+        found = find_kernel(source, name)
+    except SignatureError:
+        return parse_signature(signature, source, name)
+    raise SpecError(f"{found.where}: kernel {name} is declared in the source; signature is for prebuilt objects and for kernels "
+                    "a macro defines, which the signature reader can't see. Remove it")
 
 
 def _param_where(signature: KernelSignature, p: Param) -> str:
@@ -486,7 +512,7 @@ class ModuleSpec:
     def fingerprint(self) -> str:
         """Stable text of everything declared, for reproducibility checks."""
         return json.dumps(
-            {"name": self.name, "archs": [a.name for a in self.archs], "objects": self.objects, "nvcc_flags": list(self.nvcc_flags), "kernels": [k.describe() for k in self.kernels]},
+            {"name": self.name, "archs": [a.name for a in self.archs], "objects": self.objects, "nvcc_flags": list(self.nvcc_flags), "kernels": [k.fingerprint() for k in self.kernels]},
             sort_keys=True,
         )
 

@@ -120,3 +120,21 @@ def test_cache_info_and_clear(project, capsys):
     assert main(["cache", "clear"]) == 0 and not (project / "cache").exists()
     build(spec_of(project), project / "m.vmfb", cache=False)
     assert Cache().info()["entries"] == 0 and nvcc_runs(project) == 4
+
+
+@needs_build_tools
+def test_spec_changes_that_callers_dont_see_change_the_key(tmp_path, monkeypatch, cu):
+    """A computed scalar's expression or a declared signature changes the generated code
+    without changing the function's arguments: each must miss the cache."""
+    from iree_dispatch.pipeline import build
+    from iree_dispatch.spec import KernelSpec, ModuleSpec
+
+    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
+    source = cu('extern "C" __global__ void k(const float* x, float* y, int n, int m) { int i = threadIdx.x; if (i < n) y[i] = x[i] * m; }\n')
+
+    def spec(m: str) -> ModuleSpec:
+        return ModuleSpec("m", (KernelSpec.declare(source, "k", block=32, grid=1, shape=["n"], scalars={"m": m}),))
+
+    assert "cache" not in build(spec("n"), tmp_path / "a" / "m.vmfb").timings
+    assert "cache" in build(spec("n"), tmp_path / "b" / "m.vmfb").timings
+    assert "cache" not in build(spec("n + 1"), tmp_path / "c" / "m.vmfb").timings
