@@ -8,6 +8,7 @@ scripts' CPU-side modes (--prepare, --replot) run without a GPU.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -79,3 +80,23 @@ def write_result(result: dict, out: Path, stem: str, table: Callable[[dict], str
         plot(result, out / f"{stem}.png")
     except ImportError as exc:
         print(f"no plot: {exc}", file=sys.stderr)
+
+
+def main(argv, *, doc: str, stem: str, default_dir: Path, default_out: Path, dir_help: str, prepare: Callable[[Path], None],
+         measure: Callable[[argparse.Namespace], dict], table: Callable[[dict], str], plot: Callable[[dict, Path], None],
+         add_arguments: Callable[[argparse.ArgumentParser], None] = lambda p: None) -> int:
+    """The command line the benchmarks share: --prepare builds their modules (CPU side), --replot
+    rewrites table and plot from an earlier <stem>.json, otherwise measure on the GPU; results go
+    to --out as <stem>.json/.md/.png."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--dir", type=Path, default=default_dir, help=dir_help)
+    p.add_argument("--out", type=Path, default=default_out)
+    add_arguments(p)
+    p.add_argument("--prepare", action="store_true", help="build the modules (CPU side)")
+    p.add_argument("--replot", type=Path, help=f"a {stem}.json to write the table and plot from")
+    args = p.parse_args(argv)
+    if args.prepare:
+        prepare(args.dir)
+        return 0
+    write_result(json.loads(args.replot.read_text()) if args.replot else measure(args), args.out, stem, table, plot)
+    return 0

@@ -23,7 +23,6 @@ product of the same inputs on a sample of rows, relative to |a| @ |b| (ours must
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import re
@@ -32,7 +31,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from common import cupti_times_us, nvidia_smi, summarize, wall_times_us, write_result  # benchmarks/common.py, beside this script
+import common  # benchmarks/common.py, beside this script
+from common import cupti_times_us, nvidia_smi, summarize, wall_times_us
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / "build" / "gpu-tests" / "gemm"
@@ -256,19 +256,10 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="folder of gemm.vmfb, gemm.objects/ and variants/ (--prepare)")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gemm")
-    p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    p.add_argument("--prepare", action="store_true", help="build the modules and variant objects (CPU side)")
-    p.add_argument("--replot", type=Path, help="a gemm.json to write the table and plot from")
-    args = p.parse_args(argv)
-    if args.prepare:
-        prepare(args.dir)
-        return 0
-    write_result(json.loads(args.replot.read_text()) if args.replot else measure(args), args.out, "gemm", table, plot)
-    return 0
-
+    return common.main(argv, doc=__doc__, stem="gemm", default_dir=DEFAULT_DIR, default_out=ROOT / "benchmarks" / "results" / "gemm",
+                       dir_help="folder of gemm.vmfb, gemm.objects/ and variants/ (--prepare)",
+                       prepare=prepare, measure=measure, table=table, plot=plot,
+                       add_arguments=lambda p: p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES)))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,7 +30,6 @@ sample of rows.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import importlib.util
 import json
@@ -38,7 +37,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from common import cupti_times_us, nvidia_smi, summarize, wall_times_us, write_result  # benchmarks/common.py, beside this script
+import common  # benchmarks/common.py, beside this script
+from common import cupti_times_us, nvidia_smi, summarize, wall_times_us
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / "build" / "gpu-tests" / "library"
@@ -265,22 +265,17 @@ def plot(result: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def prepare(out: Path) -> None:
+    sys.path.insert(0, str(ROOT))
+    from tests.library_artifacts import build_all
+
+    build_all(out)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="folder of library.vmfb and library.objects/ (tests/library_artifacts.py)")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    p.add_argument("--prepare", action="store_true", help="build the modules (CPU side)")
-    p.add_argument("--replot", type=Path, help="a kernels.json to write the table and plot from")
-    args = p.parse_args(argv)
-    if args.prepare:
-        sys.path.insert(0, str(ROOT))
-        from tests.library_artifacts import build_all
-
-        build_all(args.dir)
-        return 0
-    write_result(json.loads(args.replot.read_text()) if args.replot else measure(args), args.out, "kernels", table, plot)
-    return 0
-
+    return common.main(argv, doc=__doc__, stem="kernels", default_dir=DEFAULT_DIR, default_out=ROOT / "benchmarks" / "results",
+                       dir_help="folder of library.vmfb and library.objects/ (tests/library_artifacts.py)",
+                       prepare=prepare, measure=measure, table=table, plot=plot)
 
 if __name__ == "__main__":
     sys.exit(main())

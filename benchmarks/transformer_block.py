@@ -30,14 +30,14 @@ named.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
-from common import cupti_kernel_records, nvidia_smi, summarize, wall_times_us, write_result  # benchmarks/common.py, beside this script
+import common  # benchmarks/common.py, beside this script
+from common import cupti_kernel_records, nvidia_smi, summarize, wall_times_us
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -287,18 +287,9 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="folder of the modules (tests/transformer_artifacts.py)")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    p.add_argument("--prepare", action="store_true", help="build the modules (CPU side)")
-    p.add_argument("--replot", type=Path, help="a transformer_block.json to write the table and plot from")
-    args = p.parse_args(argv)
-    if args.prepare:
-        build_all(args.dir)
-        return 0
-    write_result(json.loads(args.replot.read_text()) if args.replot else measure(args), args.out, "transformer_block", table, plot)
-    return 0
-
+    return common.main(argv, doc=__doc__, stem="transformer_block", default_dir=DEFAULT_DIR, default_out=ROOT / "benchmarks" / "results",
+                       dir_help="folder of the modules (tests/transformer_artifacts.py)",
+                       prepare=build_all, measure=measure, table=table, plot=plot)
 
 if __name__ == "__main__":
     sys.exit(main())
