@@ -3,23 +3,26 @@
 // One block computes a BM x BN = 128 x 256 tile of c with 384 threads; one kernel body per
 // architecture, chosen at compile time:
 //
-// - sm_90a (Hopper, __CUDA_ARCH_FEAT_SM90_ALL): warp-specialized wgmma. Warpgroup 0 loads tiles
-//   with cp.async into a ring of GEMM_STAGES shared-memory stages (128-byte swizzled, the layout
-//   wgmma reads); warpgroups 1 and 2 each multiply a 64 x 256 half of the tile with
-//   wgmma.m64n256k16 (A K-major, B N-major: b's rows are read as they lie in memory), the
-//   accumulators in registers. Full/empty mbarriers per stage hand stages between them.
-//   IREE passes only buffers and 32-bit constants, so there are no TMA tensor maps: cp.async it
-//   is. Blocks run in clusters of GEMM_CLUSTER along M that share each B tile through
-//   distributed shared memory (see gemm_sm90), cutting what each block reads from L2 by a third.
-//   Measured numbers and what limits them: docs/gemm.md.
+// - sm_90a (Hopper, __CUDA_ARCH_FEAT_SM90_ALL): warp-specialized wgmma. One thread of warpgroup 0
+//   loads tiles with TMA (cp.async.bulk.tensor) into a ring of GEMM_STAGES shared-memory stages,
+//   128-byte swizzled (the layout wgmma reads); warpgroups 1 and 2 each multiply a 64 x 256 half
+//   of the tile with wgmma.m64n256k16 (A K-major, B N-major: b's rows are read as they lie in
+//   memory), the accumulators in registers. Full/empty mbarriers per stage hand stages between
+//   them. Blocks run in clusters of GEMM_CLUSTER along M that need the same B tiles: each block
+//   loads 1/CLUSTER of every B tile and multicasts it to the whole cluster.
+//   IREE passes only buffers and 32-bit constants, so the TMA tensor maps can't come from the
+//   host (cuTensorMapEncodeTiled): each block builds them in shared memory with
+//   tensormap.replace and publishes them to global memory inside its own tile of c, which it
+//   overwrites with results at the end (see build_tensor_maps). Measured numbers: docs/gemm.md.
 // - everything else (sm_80 ...): WMMA (mma.sync) on 8 warps, 64 x 64 per warp, double-buffered
 //   shared memory filled by all 384 threads. Same block size and grid as the sm_90a body (the
 //   spec declares those per kernel); its own, smaller shared memory (the spec's is per arch).
 //
-// Any M, N, K >= 1 is correct. The fast loads need K % 8 == 0, N % 8 == 0 and 16-byte aligned a
-// and b (each 16-byte chunk of a row then lies wholly inside or outside the matrix); otherwise
-// the same kernel loads element by element with bounds checks. Out-of-range elements of a tile
-// are zero, so they add nothing; out-of-range outputs are not written.
+// Any M, N, K >= 1 is correct. TMA needs K % 8 == 0, N % 8 == 0 and 16-byte aligned a and b
+// (row strides and addresses in 16-byte units), and room in c for the maps (a tile at least 96
+// columns wide and inside M, for every block of the cluster); otherwise the same kernel loads
+// element by element with bounds checks. Out-of-range elements of a tile are zero (TMA fills
+// them), so they add nothing; out-of-range outputs are not written.
 //
 // Launch (kernels/gemm.toml): block 384, grid (ceildiv(N, 256), 2 * ceildiv(M, 256)), dynamic
 // shared memory gemm::SMEM_BYTES of the arch: 197632 on sm_90a (4 stages of 48 KB), 62592
@@ -31,35 +34,25 @@
 #include <stdint.h>
 
 #ifndef GEMM_BN
-#define GEMM_BN 256  // tile columns; 128 also works (measured 18-42% slower)
+#define GEMM_BN 256  // tile columns; 128 also works
 #endif
 #ifndef GEMM_CLUSTER
 #define GEMM_CLUSTER 2  // sm_90a: blocks per cluster along M sharing B tiles (1, 2 or 4); grid y a multiple
 #endif
-#ifndef GEMM_BK
-#define GEMM_BK 64  // sm_90a: K per stage; 64 (A rows of 128 bytes, 128-byte swizzle) or 32 (64-byte swizzle)
-#endif
 #ifndef GEMM_STAGES
-#define GEMM_STAGES 4  // stages of the sm_90a ring: 4 x 48 KB at BK = 64 (sm_90a has 227 KB per block)
-#endif
-#ifndef GEMM_PUSH_LAG
-#define GEMM_PUSH_LAG 1  // sm_90a: K steps between issuing a B part's copies and pushing it to the peer (see gemm_sm90)
+#define GEMM_STAGES 4  // stages of the sm_90a ring: 4 x 48 KB (sm_90a has 227 KB per block)
 #endif
 #ifndef GEMM_WGMMA_IN_FLIGHT
-#define GEMM_WGMMA_IN_FLIGHT 0  // 1: consumers keep one stage's wgmma group in flight (measured 40% slower)
-#endif
-#ifndef GEMM_L2_PREFETCH
-#define GEMM_L2_PREFETCH 0  // 1: cp.async with the .L2::256B prefetch hint (measured -2% to +3%: noise)
+#define GEMM_WGMMA_IN_FLIGHT 0  // 1: consumers keep one stage's wgmma group in flight, releasing the stage before
 #endif
 
 namespace gemm {
 
-constexpr int BM = 128, BN = GEMM_BN, BK = GEMM_BK, STAGES = GEMM_STAGES, THREADS = 384, CLUSTER = GEMM_CLUSTER;
-constexpr int A_STAGE_BYTES = BM * BK * 2;  // 16 KB at BK = 64
-constexpr int B_STAGE_BYTES = BK * BN * 2;  // 32 KB at BK = 64, BN = 256
+constexpr int BM = 128, BN = GEMM_BN, BK = 64, STAGES = GEMM_STAGES, THREADS = 384, CLUSTER = GEMM_CLUSTER;
+constexpr int A_STAGE_BYTES = BM * BK * 2;  // 16 KB
+constexpr int B_STAGE_BYTES = BK * BN * 2;  // 32 KB at BN = 256
 constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
 static_assert(BN == 128 || BN == 256, "GEMM_BN must be 128 or 256");
-static_assert(BK == 64 || BK == 32, "GEMM_BK must be 64 or 32");
 static_assert((CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4) && BN / CLUSTER >= 64, "a B part must be whole 64-column swizzle atoms");
 
 // True when every 16-byte chunk of a and b rows can be copied whole (see the header comment).
@@ -85,11 +78,6 @@ namespace gemm {
 static_assert(THREADS == 3 * 128, "one producer and two consumer warpgroups");
 // + 1024: the dynamic shared memory base is only 16-byte aligned; swizzled tiles need 1024.
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;  // 197632 at the defaults
-constexpr int PUSH_LAG = GEMM_PUSH_LAG;
-// Stage j is pushed in producer iteration j + PUSH_LAG, which must come before the iteration
-// that waits for stage j's consumers to release it (j + STAGES; with a wgmma group in flight
-// they release it one stage later, so j + STAGES - 1).
-static_assert(PUSH_LAG >= 1 && PUSH_LAG < STAGES - GEMM_WGMMA_IN_FLIGHT, "GEMM_PUSH_LAG too large: the pipeline would deadlock");
 
 // d[128] += A(desc) * B(desc) for one m64n256k16 tile; TY is bf16 or f16. Generated operand lists.
 #define GEMM_DEFINE_WGMMA_N256(NAME, TY) \
@@ -159,49 +147,35 @@ __device__ __forceinline__ void fence_operands(float (&d)[BN / 2]) {
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 // wgmma shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte
-// offsets in 16-byte units (PTX ISA, "Matrix Descriptor Format").
-// swizzle: 1 = 128-byte, 2 = 64-byte (bits 62-63).
-__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t leading, uint32_t stride, uint64_t swizzle = 1) {
+// offsets in 16-byte units, swizzle mode 1 (128-byte) in bits 62-63 (PTX ISA, "Matrix
+// Descriptor Format").
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t leading, uint32_t stride) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((leading & 0x3FFFF) >> 4) << 16) |
-         (uint64_t((stride & 0x3FFFF) >> 4) << 32) | (swizzle << 62);
+         (uint64_t((stride & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
 }
 
-// Byte offsets inside a stage. B is made of 1024-byte swizzle atoms: 8 rows of 128 bytes, where
-// 16-byte chunk c of row r is stored at chunk c ^ r (what wgmma's 128-byte swizzle expects,
-// XORing address bits [4:6] with [7:9]; atoms are 1024-aligned).
-// A (BM x BK, K-major): row m at m * A_ROW bytes. At BK = 64 (128-byte rows) the same 128-byte
-// swizzle, 8-row atoms 1024 apart (the descriptor's stride); at BK = 32 (64-byte rows) the 64-byte
-// swizzle (bits [4:5] ^= [7:8]: chunk c of row m at c ^ ((m / 2) % 4)), 8-row atoms 512 apart.
-constexpr int A_ROW = BK * 2, A_ATOM = 8 * A_ROW;
-constexpr uint64_t A_SWIZZLE = BK == 64 ? 1 : 2;
-__device__ __forceinline__ uint32_t a_offset(int m, int chunk) {
-  return m * A_ROW + ((chunk ^ (((m * A_ROW) >> 7) & (A_ROW / 16 - 1))) << 4);
-}
+// Byte offsets inside a stage, all in 1024-byte swizzle atoms: 8 rows of 128 bytes, where
+// 16-byte chunk c of row r is stored at chunk c ^ r (wgmma's 128-byte swizzle, XORing address
+// bits [4:6] with [7:9]; TMA's CU_TENSOR_MAP_SWIZZLE_128B writes the same; atoms are 1024-aligned).
+// A (BM x BK, K-major): row m at m * 128 bytes, 8-row atoms 1024 apart (the descriptor's stride).
+__device__ __forceinline__ uint32_t a_offset(int m, int chunk) { return m * 128 + ((chunk ^ (m & 7)) << 4); }
 // B (BK x BN, N-major): atom (k / 8, n / 64) at ((n / 64) * BK / 8 + k / 8) * 1024, row k % 8 of
-// the atom holds b[k, n..n+63]. Atoms along K are 1024 apart (stride), along N 8 KB (leading).
+// the atom holds b[k, n..n+63]. Atoms along K are 1024 apart (stride), along N 8 KB (leading):
+// each 64-column block of the tile is one TMA box of BK x 64.
 __device__ __forceinline__ uint32_t b_offset(int k, int n_chunk) {
   return (((n_chunk >> 3) * (BK / 8) + (k >> 3)) << 10) + ((k & 7) << 7) + (((n_chunk & 7) ^ (k & 7)) << 4);
 }
-constexpr uint32_t B_LEADING = (BK / 8) * 1024, B_STRIDE = 1024;
-
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  // src-size 0 zero-fills the chunk without reading: tiles past the matrix edge add zeros.
-#if GEMM_L2_PREFETCH
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-#else
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-#endif
-}
+constexpr uint32_t A_ATOM = 1024, B_LEADING = (BK / 8) * 1024, B_STRIDE = 1024, B_BLOCK_BYTES = BK * 64 * 2;
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Arrives when all of this thread's earlier cp.async copies have landed (count not incremented).
-__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+// Arrives and raises the transaction count the phase waits for by `bytes` (TMA copies to come).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
@@ -212,7 +186,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
-// Cluster helpers: the CTAs of a cluster share each B tile through distributed shared memory.
+// Cluster helpers.
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
@@ -225,47 +199,118 @@ __device__ __forceinline__ uint32_t peer_addr(uint32_t addr, uint32_t rank) {
   return r;
 }
 __device__ __forceinline__ void cluster_sync() {
-  // Not .aligned: the producer's thread 0 reaches it on its own after its last push.
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
+// Default semantics (release at CTA scope), as CUTLASS's ClusterBarrier: the stage's readers are
+// wgmmas already waited for. The .release.cluster form made the kernel 2.3x slower (305 vs 695
+// TFLOP/s at 4096^3 bf16; 413 vs 651 with clusters of 1; H100, docs/gemm.md).
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
-}
-// Arrives and raises the transaction count the phase waits for by `bytes` (bulk copies to come).
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// Bulk copy of `bytes` from this CTA's shared memory to a peer's; completes on the peer's mbarrier.
-__device__ __forceinline__ void push_to_peer(uint32_t peer_dst, uint32_t src, uint32_t bytes, uint32_t peer_bar) {
-  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(peer_dst),
-               "r"(src), "r"(bytes), "r"(peer_bar)
-               : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
 }
 
-// The sm_90a body. A cluster of CLUSTER CTAs stacked along M (same n0) needs the same B tiles:
-// CTA r loads only part r of each B tile (BN / CLUSTER columns, a contiguous byte range of the
-// stage) and copies it into the other CTAs' shared memory, so that each CTA reads
-// 16 KB + 32 KB / CLUSTER per K step from L2 instead of 48 KB (the load path, not the tensor
-// cores, limited the unclustered kernel). Barriers per stage s:
-//   loaded[s]: this CTA's own cp.async copies (A and its B part) have landed (128 arrivals);
-//   full[s]:   everything is here: one arrival (after loaded[s]) plus the bytes the peers push;
-//   empty[s]:  every consumer warp of every CTA of the cluster is done with stage s, so this
-//              CTA may load into it and push into the peers' (8 * CLUSTER arrivals).
+// TMA: the box at coordinates (x, y) (x the contiguous dimension) through the tensor map at
+// `map` (global) into shared memory at `dst`, completing `bytes` on the mbarrier `bar`; the
+// multicast form writes the same offsets, and completes the same barrier, in every CTA of `mask`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const void* map, int x, int y, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+               "l"(map), "r"(x), "r"(y), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const void* map, int x, int y, uint32_t bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+// ---- Tensor maps built on the device ---------------------------------------------------------
+// tensormap.replace sets every field of a CUtensorMap; started from zeros, the result is
+// byte-identical to cuTensorMapEncodeTiled's for these maps (compared on an H100, driver 580,
+// docs/gemm.md), once words 8 and 9, which no replace instruction sets, hold what the driver
+// derives: the box's bytes and the swizzle span (TMA also loaded correctly with them zero).
+// Field codes (PTX ISA, tensormap.replace): element type f16 6, bf16 10; swizzle 128B 3; rank
+// is the number of dimensions - 1.
+template <typename T>
+__device__ __forceinline__ void encode_tensor_map(uint32_t map, const void* base, int rows, int cols, int box_rows) {
+  constexpr int kElemType = __is_same(T, __nv_bfloat16) ? 10 : 6;
+  const uint64_t address = reinterpret_cast<uint64_t>(base), row_bytes = uint64_t(cols) * 2;
+  asm volatile(
+      "tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n"
+      "tensormap.replace.tile.rank.shared::cta.b1024.b32 [%0], 1;\n"
+      "tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 0, %2;\n"
+      "tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 1, %3;\n"
+      "tensormap.replace.tile.global_stride.shared::cta.b1024.b64 [%0], 0, %4;\n"
+      "tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 0, 64;\n"
+      "tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 1, %5;\n"
+      "tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 0, 1;\n"
+      "tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 1, 1;\n"
+      "tensormap.replace.tile.elemtype.shared::cta.b1024.b32 [%0], %6;\n"
+      "tensormap.replace.tile.interleave_layout.shared::cta.b1024.b32 [%0], 0;\n"
+      "tensormap.replace.tile.swizzle_mode.shared::cta.b1024.b32 [%0], 3;\n"
+      "tensormap.replace.tile.fill_mode.shared::cta.b1024.b32 [%0], 0;\n"
+      "st.shared.v2.u64 [%0 + 64], {%7, 1024};\n" ::"r"(map),
+      "l"(address), "r"(cols), "r"(rows), "l"(row_bytes), "r"(box_rows), "n"(kElemType), "l"(uint64_t(box_rows) * 128)
+      : "memory");
+}
+
+// Where a block publishes its two tensor maps (TMA reads maps from global memory only, and IREE
+// gives the kernel no scratch buffer): 256 bytes, 128-byte aligned, inside row m0 of the block's
+// own tile of c, which nothing else touches until this block writes its results over them.
+// Null if the tile has no such room (outside M, or fewer than 96 columns).
+__device__ __forceinline__ uint8_t* tensor_map_home(float* c, int M, int N, int m0, int n0) {
+  if (m0 >= M) return nullptr;
+  const uintptr_t row = reinterpret_cast<uintptr_t>(c + size_t(m0) * N);
+  const uintptr_t begin = row + uintptr_t(n0) * 4, end = row + uintptr_t(min(n0 + BN, N)) * 4;
+  const uintptr_t home = (begin + 127) & ~uintptr_t(127);
+  return home + 256 <= end ? reinterpret_cast<uint8_t*>(home) : nullptr;
+}
+
+// Warp 0 of the producer: A's map (boxes of 128 rows x 64 columns) and B's (64 x 64) into
+// `home` and home + 128, released to the tensor-map proxy for this CTA's own use.
+template <typename T>
+__device__ __forceinline__ void build_tensor_maps(uint64_t (&staging)[2][16], uint8_t* home, const T* a, const T* b, int M, int N, int K) {
+  const int lane = threadIdx.x % 32;
+  (&staging[0][0])[lane] = 0;
+  __syncwarp();
+  if (lane == 0) {
+    encode_tensor_map<T>(smem_addr(staging[0]), a, M, K, BM);
+    encode_tensor_map<T>(smem_addr(staging[1]), b, K, N, BK);
+  }
+  __syncwarp();
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.cta.sync.aligned [%0], [%1], 128;\n" ::"l"(home + 128 * i),
+                 "r"(smem_addr(staging[i]))
+                 : "memory");
+  }
+}
+
+// The sm_90a body. The CTAs of a cluster (CLUSTER of them stacked along M, same n0) need the
+// same B tiles: CTA r loads B column blocks [r, r + 1) * BN / CLUSTER of each stage once and
+// multicasts them into every CTA of the cluster, so each CTA reads 16 KB + 32 KB / CLUSTER per K
+// step from L2 instead of 48 KB. Barriers per stage s:
+//   full[s]:  the stage is loaded: with TMA, one arrival (the producer's expect_tx) and the
+//             stage's bytes, from this CTA's loads and the peers' multicasts; on the
+//             element-by-element path, the 128 producer threads' arrivals;
+//   empty[s]: every consumer warp of every CTA of the cluster is done with stage s, so each CTA
+//             may load into it, and multicast into the peers' (8 * CLUSTER arrivals).
 template <typename T>
 __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
   extern __shared__ uint8_t smem_raw[];
-  __shared__ __align__(8) uint64_t loaded[STAGES], full[STAGES], empty[STAGES];
-  // Same offset in every CTA: the peers' copies land at the address this CTA reads.
+  __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+  __shared__ __align__(128) uint64_t map_staging[2][16];
+  // Same offset in every CTA: multicast copies land at the address each CTA reads.
   const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int k_tiles = (K + BK - 1) / BK;
   const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
   const uint32_t rank = cluster_rank();
+  // TMA for the whole cluster or none of it: its CTAs fill each other's B tiles.
+  bool tma = vector_loads_ok(a, b, N, K);
+  for (int r = 0; r < CLUSTER; ++r) tma = tma && tensor_map_home(c, M, N, (blockIdx.y - rank + r) * BM, n0) != nullptr;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(smem_addr(&loaded[s]), 128);
-      mbar_init(smem_addr(&full[s]), 1);
+      mbar_init(smem_addr(&full[s]), tma ? 1 : 128);
       mbar_init(smem_addr(&empty[s]), 8 * CLUSTER);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -274,68 +319,55 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
 
   if (warpgroup == 0) {
     // Producer. Registers move from the producer to the consumers (needs __launch_bounds__(384, 1)):
-    // 128 x 88 + 256 x 208 = 384 x 168, all the block was given; 88 and 208 both compile without spills.
+    // 128 x 88 + 256 x 208 = 384 x 168, all the block was given; both compile without spills.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n");
-    const bool vec = vector_loads_ok(a, b, N, K);
-    const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
-    const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
-    constexpr int PART_CHUNKS = BN / CLUSTER / 8;  // 16-byte chunks per row of a B part
-    constexpr uint32_t PART_BYTES = B_STAGE_BYTES / CLUSTER;
-    // Thread 0 pushes stage j's B part to the peers once this CTA's own copies landed, PUSH_LAG K
-    // steps late, so that waiting for them doesn't hold up issuing the next stage's copies. The
-    // push is on the critical path: once the ring is full, iteration j + PUSH_LAG starts only
-    // when the consumers release stage j + PUSH_LAG - STAGES, and they need stage j (both halves)
-    // STAGES - PUSH_LAG - 1 stages later. Measured at 4 stages: lag 2 is 7% slower than lag 1,
-    // lag 3 (no slack) half as fast; polling for landed stages while waiting 20% slower; a warp
-    // of its own for pushing, while three warps load, 12-20% slower (at 3 stages).
-    auto push = [&](int j) {
-      const int s = j % STAGES;
-      mbar_wait(smem_addr(&loaded[s]), (j / STAGES) & 1);
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async wrote it; the bulk copy reads it
-      const uint32_t part = smem + s * STAGE_BYTES + A_STAGE_BYTES + rank * PART_BYTES;
-      for (uint32_t p = 1; p < CLUSTER; ++p) {
-        const uint32_t peer = (rank + p) % CLUSTER;
-        push_to_peer(peer_addr(part, peer), part, PART_BYTES, peer_addr(smem_addr(&full[s]), peer));
+    if (tma) {
+      if (t < 32) {
+        uint8_t* home = tensor_map_home(c, M, N, m0, n0);
+        build_tensor_maps<T>(map_staging, home, a, b, M, N, K);
+        if (t == 0) {
+          const void *map_a = home, *map_b = home + 128;
+          asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;\n" ::"l"(map_a) : "memory");
+          asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;\n" ::"l"(map_b) : "memory");
+          constexpr int PART_BLOCKS = BN / CLUSTER / 64;  // 64-column blocks of B this CTA loads
+          constexpr uint16_t kCluster = (1u << CLUSTER) - 1;
+          for (int kt = 0; kt < k_tiles; ++kt) {
+            const int s = kt % STAGES;
+            if (kt >= STAGES) mbar_wait(smem_addr(&empty[s]), ((kt / STAGES) - 1) & 1);
+            const uint32_t sa = smem + s * STAGE_BYTES, sb = sa + A_STAGE_BYTES, bar = smem_addr(&full[s]);
+            mbar_arrive_expect_tx(bar, STAGE_BYTES);  // own A, and all of B from the cluster
+            tma_load(sa, map_a, kt * BK, m0, bar);
+            for (int j = 0; j < PART_BLOCKS; ++j) {
+              const int block = rank * PART_BLOCKS + j;
+              if (CLUSTER > 1) tma_load_multicast(sb + block * B_BLOCK_BYTES, map_b, n0 + block * 64, kt * BK, bar, kCluster);
+              else tma_load(sb + block * B_BLOCK_BYTES, map_b, n0 + block * 64, kt * BK, bar);
+            }
+          }
+        }
       }
-      mbar_arrive_expect_tx(smem_addr(&full[s]), (CLUSTER - 1) * PART_BYTES);
-    };
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      const int s = kt % STAGES;
-      if (kt >= STAGES) mbar_wait(smem_addr(&empty[s]), ((kt / STAGES) - 1) & 1);
-      const uint32_t sa = smem + s * STAGE_BYTES, sb = sa + A_STAGE_BYTES;
-      const int k0 = kt * BK;
-      // A: BM rows x BK / 8 chunks; consecutive threads copy one row segment.
-#pragma unroll
-      for (int i = 0; i < BM * (BK / 8) / 128; ++i) {
-        const int id = i * 128 + t, m = id / (BK / 8), chunk = id % (BK / 8);
-        const int gm = m0 + m, gk = k0 + chunk * 8;
-        if (vec) {
-          const bool ok = gm < M && gk < K;
-          cp_async_16(sa + a_offset(m, chunk), ok ? a16 + size_t(gm) * K + gk : a16, ok);
-        } else {
-          const uint4 v = load_chunk_checked(a16 + size_t(gm < M ? gm : 0) * K, gm < M, gk, K);
+    } else {
+      // Element by element, bounds-checked: every CTA loads its whole B tile itself.
+      const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
+      const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % STAGES;
+        if (kt >= STAGES) mbar_wait(smem_addr(&empty[s]), ((kt / STAGES) - 1) & 1);
+        const uint32_t sa = smem + s * STAGE_BYTES, sb = sa + A_STAGE_BYTES;
+        const int k0 = kt * BK;
+        for (int id = t; id < BM * (BK / 8); id += 128) {
+          const int m = id / (BK / 8), chunk = id % (BK / 8), gm = m0 + m;
+          const uint4 v = load_chunk_checked(a16 + size_t(gm < M ? gm : 0) * K, gm < M, k0 + chunk * 8, K);
           asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sa + a_offset(m, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
         }
-      }
-      // This CTA's part of B: BK rows x PART_CHUNKS chunks.
-#pragma unroll
-      for (int i = 0; i < BK * PART_CHUNKS / 128; ++i) {
-        const int id = i * 128 + t, k = id / PART_CHUNKS, chunk = rank * PART_CHUNKS + id % PART_CHUNKS;
-        const int gk = k0 + k, gn = n0 + chunk * 8;
-        if (vec) {
-          const bool ok = gk < K && gn < N;
-          cp_async_16(sb + b_offset(k, chunk), ok ? b16 + size_t(gk) * N + gn : b16, ok);
-        } else {
-          const uint4 v = load_chunk_checked(b16 + size_t(gk < K ? gk : 0) * N, gk < K, gn, N);
+        for (int id = t; id < BK * (BN / 8); id += 128) {
+          const int k = id / (BN / 8), chunk = id % (BN / 8), gk = k0 + k;
+          const uint4 v = load_chunk_checked(b16 + size_t(gk < K ? gk : 0) * N, gk < K, n0 + chunk * 8, N);
           asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + b_offset(k, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
         }
+        // Written through the generic proxy; wgmma reads through the async proxy.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        mbar_arrive(smem_addr(&full[s]));
       }
-      if (vec) mbar_arrive_cp_async(smem_addr(&loaded[s]));
-      else mbar_arrive(smem_addr(&loaded[s]));
-      if (t == 0 && kt >= PUSH_LAG) push(kt - PUSH_LAG);
-    }
-    if (t == 0) {
-      for (int j = k_tiles > PUSH_LAG ? k_tiles - PUSH_LAG : 0; j < k_tiles; ++j) push(j);
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n");
@@ -351,23 +383,16 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = kt % STAGES;
       mbar_wait(smem_addr(&full[s]), (kt / STAGES) & 1);
-      // This CTA's part was written through the generic proxy (cp.async, st.shared); wgmma
-      // reads through the async proxy.
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      const uint32_t sa = smem + s * STAGE_BYTES + half * 64 * A_ROW, sb = smem + s * STAGE_BYTES + A_STAGE_BYTES;
+      const uint32_t sa = smem + s * STAGE_BYTES + half * 64 * 128, sb = smem + s * STAGE_BYTES + A_STAGE_BYTES;
       fence_operands(d);
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
       for (int ks = 0; ks < BK / 16; ++ks) {
         // K step of 16: 32 bytes along A's swizzled rows; two 8-row atoms down B.
-        wgmma_tile<T>(d, make_desc(sa + ks * 32, 16, A_ATOM, A_SWIZZLE), make_desc(sb + ks * 2 * B_STRIDE, B_LEADING, B_STRIDE),
+        wgmma_tile<T>(d, make_desc(sa + ks * 32, 16, A_ATOM), make_desc(sb + ks * 2 * B_STRIDE, B_LEADING, B_STRIDE),
                       GEMM_WGMMA_IN_FLIGHT ? (kt > 0 || ks > 0) : 1);
       }
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      // Wait for this stage's products before releasing it; the tensor cores stay busy meanwhile
-      // with the other consumer warpgroup's wgmmas. Keeping a group in flight across iterations
-      // (wait_group 1, the first product with scale-d 0) measured no faster with 4 stages and
-      // 36% slower with 3: the producer then has a stage less to fill.
 #if GEMM_WGMMA_IN_FLIGHT
       // This stage's group stays in flight; the previous stage's is done and its stage released.
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -376,6 +401,8 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
         for (uint32_t r = 0; r < CLUSTER; ++r) mbar_arrive_remote(peer_addr(smem_addr(&empty[(kt - 1) % STAGES]), r));
       }
 #else
+      // Wait for this stage's products before releasing it; the tensor cores stay busy meanwhile
+      // with the other consumer warpgroup's wgmmas.
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       fence_operands(d);
       if (t % 32 == 0) {
@@ -390,6 +417,8 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
 
     // Accumulator layout of m64nNk16 (PTX ISA, "wgmma D fragments"): register i of thread
     // (warp w, lane l) holds row 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
+    // Row m0 holds the tensor maps: every TMA that read them has completed (its bytes are in
+    // the stages waited for above), so the results may overwrite them.
     const int warp = t / 32, lane = t % 32;
     const int row0 = m0 + half * 64 + warp * 16 + lane / 4;
     const bool pairs = (N % 2 == 0) && (reinterpret_cast<uintptr_t>(c) % 8 == 0);

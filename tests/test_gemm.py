@@ -80,7 +80,10 @@ def test_builds_for_sm90a_and_sm80_with_the_body_for_each(tmp_path):
         assert "reqnctapercluster" not in _entry(ampere, name)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16", hopper)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.f16\.f16", hopper)
-    assert "cp.async.bulk.shared::cluster" in hopper and "mma.sync" not in hopper
+    # TMA through tensor maps the kernel builds itself, B multicast across the cluster.
+    assert "tensormap.replace.tile.global_address" in hopper and "tensormap.cp_fenceproxy" in hopper
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster" in hopper
+    assert "mma.sync" not in hopper
     assert "wmma.mma.sync.aligned.row.row.m16n16k16" in ampere and "wgmma" not in ampere
 
 
