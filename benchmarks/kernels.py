@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / "build" / "gpu-tests" / "library"
 SQUARE = (8192, 8192)
 TALL = (65536, 1024)
+SHORT = (32768, 2048)  # bf16 kernels: the rows of a transformer's hidden sizes, 2048 to 8192
+MID = (16384, 4096)
 # kernel → (source file, shapes timed); row kernels also at many short rows.
 KERNELS = {
     "bias_gelu_f32": ("elementwise", [SQUARE]),
@@ -55,8 +57,14 @@ KERNELS = {
     "softmax_f32": ("rows", [SQUARE, TALL]),
     "layernorm_f32": ("rows", [SQUARE, TALL]),
     "rmsnorm_f32": ("rows", [SQUARE, TALL]),
+    "softmax_bf16": ("rows", [SQUARE, MID]),
+    "layernorm_bf16": ("rows", [SQUARE, MID]),
+    "rmsnorm_bf16": ("rows", [SQUARE, MID]),
     "softmax_warp_f32": ("rows", [TALL, SQUARE]),  # made for short rows; 8192 columns to show the cost past its cache
     "layernorm_warp_f32": ("rows", [TALL, SQUARE]),
+    "softmax_warp_bf16": ("rows", [TALL, SHORT]),
+    "layernorm_warp_bf16": ("rows", [TALL, SHORT]),
+    "rmsnorm_warp_bf16": ("rows", [TALL, SHORT]),
     "transpose_f32": ("transpose", [SQUARE]),
 }
 EPS = 1e-5
@@ -72,19 +80,19 @@ def references():
 
 def arguments(name: str, rows: int, cols: int, rng) -> tuple[list[np.ndarray], list[float]]:
     """Inputs and scalar arguments of the IREE function (random, nonzero)."""
-    if name == "bias_gelu_bf16":
+    if name.endswith("bf16") and name != "bias_gelu_f32_bf16":  # bias_gelu_f32_bf16 takes f32 and writes bf16
         import ml_dtypes  # numpy has no bfloat16
 
         dtype = np.dtype(ml_dtypes.bfloat16)
-    else:  # bias_gelu_f32_bf16 takes f32 and writes bf16
+    else:
         dtype = np.float16 if name == "bias_gelu_f16" else np.float32
     x = rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
     vec = rng.uniform(0.5, 1.5, cols).astype(dtype)
     if name.startswith("bias_gelu"):
         return [x, vec], []
-    if name in ("layernorm_f32", "layernorm_warp_f32"):
+    if name.startswith("layernorm"):
         return [x, vec, rng.uniform(-1, 1, cols).astype(dtype)], [EPS]
-    if name == "rmsnorm_f32":
+    if name.startswith("rmsnorm"):
         return [x, vec], [EPS]
     return [x], []
 
@@ -97,7 +105,7 @@ def kernel_params(name: str, rows: int, cols: int, ins, outs, scalars):
     """The kernel's C parameters in order (for CuPy): pointers, then the ints/floats the spec
     derives from shapes or takes as arguments."""
     ints = {"bias_gelu_f32": (rows, cols), "bias_gelu_f16": (rows, cols), "bias_gelu_bf16": (rows, cols), "bias_gelu_f32_bf16": (rows, cols), "transpose_f32": (rows, cols),
-            "softmax_warp_f32": (rows, cols), "layernorm_warp_f32": (rows, cols)}.get(name, (cols,))
+            }.get(name, (rows, cols) if "_warp_" in name else (cols,))
     return (*ins, *outs, *(np.int32(v) for v in ints), *(np.float32(s) for s in scalars))
 
 

@@ -73,6 +73,27 @@ def rmsnorm_f32(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return v / np.sqrt((v * v).mean(axis=1, keepdims=True) + eps) * weight.astype(np.float64)
 
 
+# bf16 row kernels: the same float64 math from the (rounded) bf16 inputs; the kernel rounds the
+# result to bf16.
+
+
+def softmax_bf16(x: np.ndarray) -> np.ndarray:
+    return softmax_f32(x.astype(np.float64))
+
+
+def layernorm_bf16(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    return layernorm_f32(x.astype(np.float64), weight.astype(np.float64), bias.astype(np.float64), eps)
+
+
+def rmsnorm_bf16(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    return rmsnorm_f32(x.astype(np.float64), weight.astype(np.float64), eps)
+
+
+softmax_warp_bf16 = softmax_bf16
+layernorm_warp_bf16 = layernorm_bf16
+rmsnorm_warp_bf16 = rmsnorm_bf16
+
+
 def transpose_f32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64).T
 

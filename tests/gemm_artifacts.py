@@ -6,6 +6,7 @@ built on a CPU machine:
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +22,9 @@ LAYOUT = {
     "gemm_poisonable": "poisonable/gemm.vmfb",
     "gemm_sm80_ptx_poisonable": "sm80_ptx/gemm.vmfb",
 }
+# The GEMM's device-side tensor-map builder as a kernel of its own (tests/kernels/tensor_maps.cu),
+# an sm_90a cubin launched by CuPy: its maps are compared with the driver's.
+TENSOR_MAPS = "tensor_maps.sm_90a.cubin"
 
 
 def build_all(out: Path) -> dict[str, Path]:
@@ -34,7 +38,16 @@ def build_all(out: Path) -> dict[str, Path]:
     in_place = dataclasses.replace(spec, kernels=tuple(k.with_outputs_in_place() for k in spec.kernels))
     build(in_place, paths["gemm_poisonable"])
     build(dataclasses.replace(in_place, archs=tuple(parse_archs(["sm_80"])), objects="ptx"), paths["gemm_sm80_ptx_poisonable"])
+    build_tensor_maps_cubin(out / TENSOR_MAPS)
     return paths
+
+
+def build_tensor_maps_cubin(path: Path) -> Path:
+    from iree_dispatch.toolchain import find_nvcc
+
+    subprocess.run([str(find_nvcc()), "-cubin", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{ROOT / 'kernels'}",
+                    str(ROOT / "tests" / "kernels" / "tensor_maps.cu"), "-o", str(path)], check=True)
+    return path
 
 
 if __name__ == "__main__":

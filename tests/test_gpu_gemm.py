@@ -28,8 +28,8 @@ import pytest
 
 from iree_dispatch import runtime
 
-from .conftest import ROOT, module_paths
-from .gemm_artifacts import LAYOUT, build_all
+from .conftest import ROOT, have_compiler, module_paths, prebuilt_dir
+from .gemm_artifacts import LAYOUT, TENSOR_MAPS, build_all, build_tensor_maps_cubin
 
 pytestmark = pytest.mark.gpu
 
@@ -57,7 +57,8 @@ REFERENCES = _references()
 
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict[str, runtime.Module]:
-    return {name: runtime.load(path) for name, path in module_paths(tmp_path_factory, "gemm", LAYOUT, build_all).items()}
+    paths = module_paths(tmp_path_factory, "gemm", LAYOUT, build_all)
+    return {name: runtime.load(path) for name, path in paths.items() if path.suffix == ".vmfb"}
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -98,3 +99,41 @@ def test_gemm_matches_float64(modules, name, m, n, k):
         poisoned = np.full((m, n), np.nan, np.float32)
         reports.append(check(name, getattr(modules[module], name)(a, b, poisoned), a, b))
     print(f"\n{name} {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
+@pytest.fixture(scope="module")
+def tensor_maps_cubin(tmp_path_factory):
+    if have_compiler():
+        return build_tensor_maps_cubin(tmp_path_factory.mktemp("tensor_maps") / TENSOR_MAPS)
+    path = prebuilt_dir("gemm") / TENSOR_MAPS
+    if not path.exists():
+        pytest.fail(f"no compiler here and {path} missing; run python -m tests.gpu_artifacts")
+    return path
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("m, n, k", [(4096, 4096, 4096), (300, 1000, 264), (129, 264, 520)])
+def test_device_built_tensor_maps_equal_the_drivers(tensor_maps_cubin, dtype, m, n, k):
+    """The sm_90a GEMM builds its TMA tensor maps on the device (IREE can't pass host-built
+    ones): byte for byte what cuTensorMapEncodeTiled makes of the same a and b, boxes and swizzle."""
+    cp = pytest.importorskip("cupy")
+    driver = pytest.importorskip("cuda.bindings.driver")
+    if runtime.cuda_compute_capability() != (9, 0):
+        pytest.skip("the tensor-map builder is sm_90a code: needs compute capability 9.0")
+    a, b = cp.empty(m * k, dtype=cp.uint16), cp.empty(k * n, dtype=cp.uint16)
+    home = cp.full(32, 0xDEADBEEFDEADBEEF, dtype=cp.uint64)  # poisoned: every word must be written
+    kernel = cp.RawModule(path=str(tensor_maps_cubin)).get_function(f"tensor_maps_{dtype}")
+    kernel((1,), (32,), (a, b, home, np.int32(m), np.int32(n), np.int32(k)))
+    got = home.get()
+    element = driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 if dtype == "bf16" else driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+    # A: [M, K], boxes of 128 rows x 64 columns; B: [K, N], boxes of 64 x 64.
+    for name, ptr, rows, cols, box_rows, words in (("a", a.data.ptr, m, k, 128, got[:16]), ("b", b.data.ptr, k, n, 64, got[16:])):
+        u32, u64 = driver.cuuint32_t, driver.cuuint64_t
+        err, tensor_map = driver.cuTensorMapEncodeTiled(
+            element, u32(2), ptr, [u64(cols), u64(rows)], [u64(cols * 2)], [u32(64), u32(box_rows)], [u32(1), u32(1)],
+            driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B, driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        assert err == driver.CUresult.CUDA_SUCCESS, err
+        want = np.array([int(w) for w in tensor_map.opaque], dtype=np.uint64)
+        assert (words == want).all(), f"{name} map\n device: {[hex(w) for w in words]}\n driver: {[hex(w) for w in want]}"

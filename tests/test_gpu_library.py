@@ -1,7 +1,12 @@
 """On a CUDA device: every kernel of the library (kernels/library.toml) against its float64
 reference (kernels/references.py), on fresh random data (never zeros) at sizes that are not
-multiples of any vector width, block or tile: 1, 7, 33, 1000, 4097 and 8193 columns take the
-scalar paths, 1024, 8192 and 12288 the float4 paths.
+multiples of any vector width, block or tile: 1, 7, 33, 1000, 4097, 8193 and 20001 columns take
+the scalar paths, 1024, 8192, 12288 and 20000 the float4 paths (bf16 kernels: 1000 columns
+also takes the 8-element vector path). Row caches of the kernels that write rows: block per row
+f32, 1024 columns in registers (256 unaligned) + 8192 in shared memory; bf16, 4096 (1024) + 8192;
+so 8192 and 8193 columns are cached, 12288 only by bf16, 20000 and 20001 by neither (read twice
+from global memory). Warp per row: 1024 columns in registers (bf16 vectors: 2048), longer rows
+stream.
 
 Each kernel runs twice: as built (IREE allocates the output) and from a copy of the module
 whose outputs are declared in place, called with outputs filled with NaN, so an element the
@@ -15,6 +20,11 @@ except for row sums (scale = sum |x| of the row, the sum's condition):
 - bfloat16 results (bias_gelu_bf16, bias_gelu_f32_bf16): rtol 4e-3, about two bf16 roundings
   (2^-9 each); the reference starts from the same (rounded) inputs, so only the result's
   rounding counts.
+- bfloat16 row kernels (softmax_bf16, layernorm_bf16, rmsnorm_bf16 and their _warp_ forms: bf16
+  in and out, float32 arithmetic): rtol 4e-3, one rounding of the result (bf16 keeps 8
+  significant bits: up to 2^-8 = 3.9e-3 relative, measured 3.9e-3) plus float32 arithmetic and
+  softmax's __expf (~1e-6); atol as their float32 forms (softmax 1e-12, LayerNorm 1e-5 for
+  outputs that cancel to near 0, RMSNorm 1e-6).
 """
 
 from __future__ import annotations
@@ -31,8 +41,9 @@ from .library_artifacts import LAYOUT, build_all
 
 pytestmark = pytest.mark.gpu
 
-# 8193 and 12288 columns: rows longer than the row kernels' shared-memory cache (8192 floats).
-SHAPES = [(1, 1), (1, 7), (7, 33), (33, 1000), (3, 4097), (1000, 7), (130, 1024), (2, 8192), (3, 8193), (2, 12288)]
+# 8193 and 12288 columns: past the row kernels' register caches; 20000 and 20001: past registers
+# and shared memory together.
+SHAPES = [(1, 1), (1, 7), (7, 33), (33, 1000), (3, 4097), (1000, 7), (130, 1024), (2, 8192), (3, 8193), (2, 12288), (2, 20000), (1, 20001)]
 # kernel → (rtol, atol)
 BOUNDS = {
     "bias_gelu_f32": (1e-5, 1e-6),
@@ -44,8 +55,14 @@ BOUNDS = {
     "softmax_f32": (1e-5, 1e-12),
     "layernorm_f32": (1e-5, 1e-5),
     "rmsnorm_f32": (1e-5, 1e-6),
+    "softmax_bf16": (4e-3, 1e-12),
+    "layernorm_bf16": (4e-3, 1e-5),
+    "rmsnorm_bf16": (4e-3, 1e-6),
     "softmax_warp_f32": (1e-5, 1e-12),
     "layernorm_warp_f32": (1e-5, 1e-5),
+    "softmax_warp_bf16": (4e-3, 1e-12),
+    "layernorm_warp_bf16": (4e-3, 1e-5),
+    "rmsnorm_warp_bf16": (4e-3, 1e-6),
     "transpose_f32": (0.0, 0.0),
 }
 
@@ -77,14 +94,15 @@ def arguments(name: str, rows: int, cols: int, rng: np.random.Generator) -> tupl
     if name.startswith("bias_gelu"):
         dtype = {"bias_gelu_f16": np.float16, "bias_gelu_bf16": bfloat16()}.get(name, f32)
         return [rng.uniform(-4, 4, (rows, cols)).astype(dtype), rng.uniform(-1, 1, cols).astype(dtype)], []
-    if name in ("softmax_f32", "softmax_warp_f32"):
-        return [rng.normal(0, 3, (rows, cols)).astype(f32)], []
-    if name in ("layernorm_f32", "layernorm_warp_f32"):
+    dtype = bfloat16() if name.endswith("_bf16") else f32  # row kernels: every tensor of the kernel's type
+    if name.startswith("softmax"):
+        return [rng.normal(0, 3, (rows, cols)).astype(dtype)], []
+    if name.startswith("layernorm"):
         # A mean larger than the spread, as the kernel's shifted variance must handle.
-        x = rng.normal(2, 1.5, (rows, cols)).astype(f32)
-        return [x, rng.uniform(0.5, 1.5, cols).astype(f32), rng.uniform(-1, 1, cols).astype(f32)], [1e-5]
-    if name == "rmsnorm_f32":
-        return [rng.normal(0, 1.5, (rows, cols)).astype(f32), rng.uniform(0.5, 1.5, cols).astype(f32)], [1e-6]
+        x = rng.normal(2, 1.5, (rows, cols)).astype(dtype)
+        return [x, rng.uniform(0.5, 1.5, cols).astype(dtype), rng.uniform(-1, 1, cols).astype(dtype)], [1e-5]
+    if name.startswith("rmsnorm"):
+        return [rng.normal(0, 1.5, (rows, cols)).astype(dtype), rng.uniform(0.5, 1.5, cols).astype(dtype)], [1e-6]
     return [rng.normal(0.5, 2, (rows, cols)).astype(f32)], []
 
 

@@ -13,7 +13,8 @@ from iree_dispatch.spec import load_spec
 from .conftest import ROOT, needs_build_tools
 
 SPEC = ROOT / "kernels" / "library.toml"
-KERNELS = ["bias_gelu_f32", "bias_gelu_f16", "bias_gelu_bf16", "bias_gelu_f32_bf16", "row_sum_f32", "row_max_f32", "softmax_f32", "layernorm_f32", "rmsnorm_f32", "softmax_warp_f32", "layernorm_warp_f32", "transpose_f32"]
+KERNELS = ["bias_gelu_f32", "bias_gelu_f16", "bias_gelu_bf16", "bias_gelu_f32_bf16", "row_sum_f32", "row_max_f32", "softmax_f32", "layernorm_f32", "rmsnorm_f32", "softmax_bf16", "layernorm_bf16", "rmsnorm_bf16",
+           "softmax_warp_f32", "layernorm_warp_f32", "softmax_warp_bf16", "layernorm_warp_bf16", "rmsnorm_warp_bf16", "transpose_f32"]
 
 
 def test_every_kernel_has_a_reference():
@@ -44,4 +45,5 @@ def test_inspect_spec(capsys):
     out = capsys.readouterr().out
     assert "module library" in out
     assert "kernel layernorm_f32(x: f32[rows, cols], weight: f32[cols], bias: f32[cols], eps: float) -> (out: f32[rows, cols])" in out
+    assert "kernel layernorm_bf16(x: bf16[rows, cols], weight: bf16[cols], bias: bf16[cols], eps: float) -> (out: bf16[rows, cols])" in out
     assert "kernel transpose_f32(in: f32[rows, cols]) -> (out: f32[cols, rows])" in out
