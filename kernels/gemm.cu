@@ -20,8 +20,8 @@
 //
 // Any M, N, K >= 1 is correct. TMA needs K % 8 == 0, N % 8 == 0 and 16-byte aligned a and b
 // (row strides and addresses in 16-byte units), and room in c for the maps (a tile at least 96
-// columns wide and inside M, for every block of the cluster); otherwise the same kernel loads
-// element by element with bounds checks. Out-of-range elements of a tile are zero (TMA fills
+// columns wide, for every block of the cluster with rows inside M); otherwise the same kernel
+// loads element by element with bounds checks. Out-of-range elements of a tile are zero (TMA fills
 // them), so they add nothing; out-of-range outputs are not written.
 //
 // Launch (kernels/gemm.toml): block 384, grid (ceildiv(N, 256), 2 * ceildiv(M, 256)), dynamic
@@ -285,14 +285,14 @@ __device__ __forceinline__ void build_tensor_maps(uint64_t (&staging)[2][16], ui
 }
 
 // The sm_90a body. The CTAs of a cluster (CLUSTER of them stacked along M, same n0) need the
-// same B tiles: CTA r loads B column blocks [r, r + 1) * BN / CLUSTER of each stage once and
-// multicasts them into every CTA of the cluster, so each CTA reads 16 KB + 32 KB / CLUSTER per K
-// step from L2 instead of 48 KB. Barriers per stage s:
+// same B tiles: of the `active` ones (those whose rows start inside M), CTA r loads B's 64-column
+// blocks r, r + active, ... of each stage once and multicasts them into every active CTA, so each
+// reads 16 KB + 32 KB / active per K step from L2 instead of 48 KB. Barriers per stage s:
 //   full[s]:  the stage is loaded: with TMA, one arrival (the producer's expect_tx) and the
 //             stage's bytes, from this CTA's loads and the peers' multicasts; on the
 //             element-by-element path, the 128 producer threads' arrivals;
-//   empty[s]: every consumer warp of every CTA of the cluster is done with stage s, so each CTA
-//             may load into it, and multicast into the peers' (8 * CLUSTER arrivals).
+//   empty[s]: every consumer warp of every active CTA is done with stage s, so each of them
+//             may load into it, and multicast into the peers' (8 * active arrivals).
 template <typename T>
 __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
   extern __shared__ uint8_t smem_raw[];
@@ -304,20 +304,26 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
   const int k_tiles = (K + BK - 1) / BK;
   const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
   const uint32_t rank = cluster_rank();
-  // TMA for the whole cluster or none of it: its CTAs fill each other's B tiles.
+  // The cluster's CTAs whose rows start inside M: ranks [0, active) (the cluster's first always
+  // does). The others (M not a multiple of CLUSTER * BM) have nothing to load or compute.
+  const int cluster_m0 = (blockIdx.y - rank) * BM;
+  const int active = min(CLUSTER, (M - cluster_m0 + BM - 1) / BM);
+  // TMA for all active CTAs of the cluster or none of them: they fill each other's B tiles.
   bool tma = vector_loads_ok(a, b, N, K);
-  for (int r = 0; r < CLUSTER; ++r) tma = tma && tensor_map_home(c, M, N, (blockIdx.y - rank + r) * BM, n0) != nullptr;
+  for (int r = 0; r < active; ++r) tma = tma && tensor_map_home(c, M, N, cluster_m0 + r * BM, n0) != nullptr;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(smem_addr(&full[s]), tma ? 1 : 128);
-      mbar_init(smem_addr(&empty[s]), 8 * CLUSTER);
+      mbar_init(smem_addr(&empty[s]), 8 * active);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   cluster_sync();  // the peers' barriers exist before anyone arrives on them
 
-  if (warpgroup == 0) {
+  if (int(rank) >= active) {
+    // Nothing to do; waits for the cluster below.
+  } else if (warpgroup == 0) {
     // Producer. Registers move from the producer to the consumers (needs __launch_bounds__(384, 1)):
     // 128 x 88 + 256 x 208 = 384 x 168, all the block was given; both compile without spills.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n");
@@ -329,17 +335,16 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
           const void *map_a = home, *map_b = home + 128;
           asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;\n" ::"l"(map_a) : "memory");
           asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;\n" ::"l"(map_b) : "memory");
-          constexpr int PART_BLOCKS = BN / CLUSTER / 64;  // 64-column blocks of B this CTA loads
-          constexpr uint16_t kCluster = (1u << CLUSTER) - 1;
+          const uint16_t active_mask = (1u << active) - 1;
           for (int kt = 0; kt < k_tiles; ++kt) {
             const int s = kt % STAGES;
             if (kt >= STAGES) mbar_wait(smem_addr(&empty[s]), ((kt / STAGES) - 1) & 1);
             const uint32_t sa = smem + s * STAGE_BYTES, sb = sa + A_STAGE_BYTES, bar = smem_addr(&full[s]);
             mbar_arrive_expect_tx(bar, STAGE_BYTES);  // own A, and all of B from the cluster
             tma_load(sa, map_a, kt * BK, m0, bar);
-            for (int j = 0; j < PART_BLOCKS; ++j) {
-              const int block = rank * PART_BLOCKS + j;
-              if (CLUSTER > 1) tma_load_multicast(sb + block * B_BLOCK_BYTES, map_b, n0 + block * 64, kt * BK, bar, kCluster);
+            // This CTA's share of B's 64-column blocks, multicast to the active CTAs.
+            for (int block = rank; block < BN / 64; block += active) {
+              if (active > 1) tma_load_multicast(sb + block * B_BLOCK_BYTES, map_b, n0 + block * 64, kt * BK, bar, active_mask);
               else tma_load(sb + block * B_BLOCK_BYTES, map_b, n0 + block * 64, kt * BK, bar);
             }
           }
@@ -398,7 +403,7 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
       fence_operands(d);
       if (t % 32 == 0 && kt > 0) {
-        for (uint32_t r = 0; r < CLUSTER; ++r) mbar_arrive_remote(peer_addr(smem_addr(&empty[(kt - 1) % STAGES]), r));
+        for (int r = 0; r < active; ++r) mbar_arrive_remote(peer_addr(smem_addr(&empty[(kt - 1) % STAGES]), r));
       }
 #else
       // Wait for this stage's products before releasing it; the tensor cores stay busy meanwhile
@@ -406,7 +411,7 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       fence_operands(d);
       if (t % 32 == 0) {
-        for (uint32_t r = 0; r < CLUSTER; ++r) mbar_arrive_remote(peer_addr(smem_addr(&empty[s]), r));
+        for (int r = 0; r < active; ++r) mbar_arrive_remote(peer_addr(smem_addr(&empty[s]), r));
       }
 #endif
     }

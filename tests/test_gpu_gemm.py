@@ -37,8 +37,9 @@ pytestmark = pytest.mark.gpu
 # of 8, element loads everywhere. On sm_90a the rest load with TMA, with partial tiles at the M,
 # N and K edges, except clusters where a tile can't hold the tensor maps, which load element
 # by element in the same launch: (129, 264, 520) and (200, 776, 1032) in their last 8-column
-# tiles, (100, 512, 256) in the cluster's second block (rows past M). (300, 1000, 264): rows of c
-# not 128-byte aligned (maps placed inside the tile's first row).
+# tiles. (100, 512, 256): the cluster's second block starts past M and sits out, the first loads
+# all of B alone. (300, 1000, 264): rows of c not 128-byte aligned (maps placed inside the tile's
+# first row); the last cluster has one active block.
 SIZES = [(1, 1, 1), (7, 33, 9), (33, 1000, 17), (130, 257, 72), (1000, 7, 4097), (129, 264, 520), (200, 776, 1032),
          (100, 512, 256), (300, 1000, 264), (256, 256, 256), (1024, 1024, 1024), (384, 2048, 4096)]
 RTOL = 1e-5
