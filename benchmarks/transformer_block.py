@@ -2,8 +2,8 @@
 """The transformer block (mlir/transformer_block_*.mlir, T = 8192, D = 1024, H = 4096) end to
 end and op by op: pure IREE codegen against the programs with hand-written kernels.
 
-End to end, per program (codegen, mixed, mixed_gemm, mixed_rows, mixed_gemm_fused), one
-synchronous IREE call on device arrays at a time:
+End to end, per program (codegen, mixed, mixed_gemm, mixed_rows, mixed_gemm_fused,
+mixed_gemm_epilogues), one synchronous IREE call on device arrays at a time:
   * `gpu_span`: CUPTI (torch.profiler) kernel records of CALLS calls, split per call in launch
     order: first kernel start to last kernel end, the GPU time of one call (gaps between its
     dispatches included, host overhead before and after excluded);

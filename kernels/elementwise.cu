@@ -1,8 +1,5 @@
-// Elementwise bias + GELU over a [rows, cols] tensor: out = gelu(x + bias[col]).
-//
-// GELU is the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as
-// x * sigmoid(2u) (the same function: 0.5 (1 + tanh u) = 1 / (1 + exp(-2u))), which needs one
-// expf and saturates cleanly: for very negative x the exp overflows to inf and x / inf is -0.
+// Elementwise bias + GELU over a [rows, cols] tensor: out = gelu(x + bias[col]), GELU's tanh
+// approximation (gelu.cuh).
 //
 // Memory-bound (the arithmetic per element is a dozen flops), so each thread moves 16-byte
 // vectors: a group of 16 bytes of the narrower of input and output type (4 floats, 8 halves /
@@ -16,17 +13,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-namespace {
+#include "gelu.cuh"
 
-// kFast: __expf and __fdividef (the hardware approximations, ~2^-21 relative error) instead of
-// expf and an IEEE division, for 16-bit results whose rounding (2^-11) dwarfs the difference.
-// With 8 halves per 16-byte vector the accurate forms would make the kernel compute-bound.
-// (Where -2u is huge, 1 + __expf is inf and the result 0, as a 16-bit type rounds it anyway.)
-template <bool kFast>
-__device__ __forceinline__ float gelu_tanh(float x) {
-  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-  return kFast ? __fdividef(x, 1.0f + __expf(-2.0f * u)) : x / (1.0f + expf(-2.0f * u));
-}
+namespace {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
@@ -52,6 +41,8 @@ __device__ __forceinline__ void bias_gelu(const Tin* __restrict__ x, const Tin* 
   constexpr int kVec = 16 / (sizeof(Tin) < sizeof(Tout) ? sizeof(Tin) : sizeof(Tout));  // elements per group
   constexpr int kIn = kVec * sizeof(Tin) / 16;    // 16-byte vectors of x (and bias) per group
   constexpr int kOut = kVec * sizeof(Tout) / 16;  // 16-byte vectors of out per group
+  // gelu_tanh's fast form for 16-bit results: with 8 halves per 16-byte vector the accurate
+  // forms would make the kernel compute-bound.
   constexpr bool kFast = sizeof(Tout) < 4;
   const long long n = static_cast<long long>(rows) * cols;
   const long long threads = static_cast<long long>(gridDim.x) * blockDim.x;

@@ -1,4 +1,7 @@
-// Tensor-core GEMM, c[M, N] (f32) = a[M, K] @ b[K, N], a and b row-major bf16 or f16, f32 accumulation.
+// Tensor-core GEMM, c[M, N] (f32) = a[M, K] @ b[K, N], a and b row-major bf16 or f16, f32 accumulation;
+// and two with fused epilogues for a transformer MLP (bf16): h = bf16(gelu(a @ b + bias)) and
+// c = (a @ b + bias) + residual. The entry points are at the end; the epilogues (PlainF32 ...)
+// are what differs between them.
 //
 // One block computes a BM x BN = 128 x 256 tile of c with 384 threads; one kernel body per
 // architecture, chosen at compile time:
@@ -33,6 +36,8 @@
 #include <mma.h>
 #include <stdint.h>
 
+#include "gelu.cuh"
+
 #ifndef GEMM_BN
 #define GEMM_BN 256  // tile columns; 128 also works
 #endif
@@ -58,6 +63,73 @@ static_assert((CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4) && BN / CLUSTER >= 
 // True when every 16-byte chunk of a and b rows can be copied whole (see the header comment).
 __device__ __forceinline__ bool vector_loads_ok(const void* a, const void* b, int N, int K) {
   return (K % 8 == 0) && (N % 8 == 0) && ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) % 16 == 0);
+}
+
+// What a kernel does with each accumulated value v of c[row, col] and where it goes: an epilogue
+// has the output type Out, its pointer `out` ([M, N], row-major), apply(row, col, v) for one
+// element, and, for 4 consecutive columns at once, store4 (16-byte loads of bias and residual,
+// one 16- or 8-byte store) where vec_ok says every pointer is aligned for it.
+//   gemm_bf16/f16:          c = v                                     (f32)
+//   gemm_bias_gelu_bf16:    h = bf16(gelu_tanh(v + bias[col]))         (the fast GELU, as bias_gelu_f32_bf16)
+//   gemm_bias_residual_f32: c = (v + bias[col]) + residual[row, col]  (residual must not alias c)
+__device__ __forceinline__ bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+struct PlainF32 {
+  using Out = float;
+  float* out;
+  __device__ __forceinline__ float apply(int, int, float v) const { return v; }
+  __device__ __forceinline__ bool vec_ok() const { return aligned(out, 16); }
+  __device__ __forceinline__ void store4(int row, int col, int N, float4 v) const {
+    *reinterpret_cast<float4*>(out + size_t(row) * N + col) = v;
+  }
+};
+struct BiasGeluBf16 {
+  using Out = __nv_bfloat16;
+  const float* bias;
+  __nv_bfloat16* out;
+  __device__ __forceinline__ float apply(int, int col, float v) const { return gelu_tanh<true>(v + bias[col]); }
+  __device__ __forceinline__ bool vec_ok() const { return aligned(bias, 16) && aligned(out, 8); }
+  __device__ __forceinline__ void store4(int row, int col, int N, float4 v) const {
+    const float4 b = *reinterpret_cast<const float4*>(bias + col);
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(gelu_tanh<true>(v.x + b.x), gelu_tanh<true>(v.y + b.y));
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(gelu_tanh<true>(v.z + b.z), gelu_tanh<true>(v.w + b.w));
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(out + size_t(row) * N + col) = packed;
+  }
+};
+struct BiasResidualF32 {
+  using Out = float;
+  const float* bias;
+  const float* residual;
+  float* out;
+  int N;
+  __device__ __forceinline__ float apply(int row, int col, float v) const { return (v + bias[col]) + residual[size_t(row) * N + col]; }
+  __device__ __forceinline__ bool vec_ok() const { return aligned(bias, 16) && aligned(residual, 16) && aligned(out, 16); }
+  __device__ __forceinline__ void store4(int row, int col, int N, float4 v) const {
+    const float4 b = *reinterpret_cast<const float4*>(bias + col);
+    const float4 r = *reinterpret_cast<const float4*>(residual + size_t(row) * N + col);
+    *reinterpret_cast<float4*>(out + size_t(row) * N + col) = make_float4((v.x + b.x) + r.x, (v.y + b.y) + r.y, (v.z + b.z) + r.z, (v.w + b.w) + r.w);
+  }
+};
+
+__device__ __forceinline__ void store1(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store1(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+// Results for c[row, col .. col + 3]: one store4 where `vec` (N % 4 == 0 and the epilogue's
+// pointers aligned; col is a multiple of 4, so the four are inside N together), else element by
+// element within N.
+template <typename E>
+__device__ __forceinline__ void store_chunk(const E& ep, int N, bool vec, int row, int col, float4 v) {
+  if (vec && col < N) {
+    ep.store4(row, col, N, v);
+    return;
+  }
+  const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (col + i < N) store1(ep.out + size_t(row) * N + col + i, ep.apply(row, col + i, e[i]));
 }
 
 // 8 consecutive 16-bit elements of a row starting at column `col`, zero where col + i >= cols or
@@ -255,12 +327,13 @@ __device__ __forceinline__ void encode_tensor_map(uint32_t map, const void* base
 
 // Where a block publishes its two tensor maps (TMA reads maps from global memory only, and IREE
 // gives the kernel no scratch buffer): 256 bytes, 128-byte aligned, inside row m0 of the block's
-// own tile of c, which nothing else touches until this block writes its results over them.
-// Null if the tile has no such room (outside M, or fewer than 96 columns).
-__device__ __forceinline__ uint8_t* tensor_map_home(float* c, int M, int N, int m0, int n0) {
+// own tile of the output, which nothing else touches until this block writes its results over
+// them. Null if the tile has no such room (outside M, or under 96 f32 / 192 bf16 columns).
+template <typename Out>
+__device__ __forceinline__ uint8_t* tensor_map_home(Out* out, int M, int N, int m0, int n0) {
   if (m0 >= M) return nullptr;
-  const uintptr_t row = reinterpret_cast<uintptr_t>(c + size_t(m0) * N);
-  const uintptr_t begin = row + uintptr_t(n0) * 4, end = row + uintptr_t(min(n0 + BN, N)) * 4;
+  const uintptr_t row = reinterpret_cast<uintptr_t>(out + size_t(m0) * N);
+  const uintptr_t begin = row + uintptr_t(n0) * sizeof(Out), end = row + uintptr_t(min(n0 + BN, N)) * sizeof(Out);
   const uintptr_t home = (begin + 127) & ~uintptr_t(127);
   return home + 256 <= end ? reinterpret_cast<uint8_t*>(home) : nullptr;
 }
@@ -293,8 +366,8 @@ __device__ __forceinline__ void build_tensor_maps(uint64_t (&staging)[2][16], ui
 //             element-by-element path, the 128 producer threads' arrivals;
 //   empty[s]: every consumer warp of every active CTA is done with stage s, so each of them
 //             may load into it, and multicast into the peers' (8 * active arrivals).
-template <typename T>
-__device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+template <typename T, typename E>
+__device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __restrict__ b, const E& ep, int M, int N, int K) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
   __shared__ __align__(128) uint64_t map_staging[2][16];
@@ -310,7 +383,7 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
   const int active = min(CLUSTER, (M - cluster_m0 + BM - 1) / BM);
   // TMA for all active CTAs of the cluster or none of them: they fill each other's B tiles.
   bool tma = vector_loads_ok(a, b, N, K);
-  for (int r = 0; r < active; ++r) tma = tma && tensor_map_home(c, M, N, cluster_m0 + r * BM, n0) != nullptr;
+  for (int r = 0; r < active; ++r) tma = tma && tensor_map_home(ep.out, M, N, cluster_m0 + r * BM, n0) != nullptr;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -329,7 +402,7 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
     asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n");
     if (tma) {
       if (t < 32) {
-        uint8_t* home = tensor_map_home(c, M, N, m0, n0);
+        uint8_t* home = tensor_map_home(ep.out, M, N, m0, n0);
         build_tensor_maps<T>(map_staging, home, a, b, M, N, K);
         if (t == 0) {
           const void *map_a = home, *map_b = home + 128;
@@ -420,24 +493,33 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
     fence_operands(d);
 #endif
 
+    // The tile goes out through shared memory, so that global stores (and the epilogue's bias and
+    // residual loads) are whole 16-byte vectors along rows, 512 contiguous bytes per warp: the
+    // accumulators' own layout would give each warp 8 rows x 32 bytes per store. The stages are
+    // free once both consumer warpgroups are past their last wgmma (every TMA into this block,
+    // the peers' multicasts included, completed before that stage's full barrier).
     // Accumulator layout of m64nNk16 (PTX ISA, "wgmma D fragments"): register i of thread
     // (warp w, lane l) holds row 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
-    // Row m0 holds the tensor maps: every TMA that read them has completed (its bytes are in
-    // the stages waited for above), so the results may overwrite them.
+    // Rows are padded by 8 floats (stride 1056 bytes), so a warp's 8 rows hit different banks.
+    constexpr int kStride = BN + 8;
+    static_assert(BM * kStride * 4 <= STAGES * STAGE_BYTES, "the staged tile must fit in the stages");
+    float* tile = reinterpret_cast<float*>(smem_raw + (smem - smem_addr(smem_raw)));
     const int warp = t / 32, lane = t % 32;
-    const int row0 = m0 + half * 64 + warp * 16 + lane / 4;
-    const bool pairs = (N % 2 == 0) && (reinterpret_cast<uintptr_t>(c) % 8 == 0);
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");  // both consumer warpgroups done with the stages
 #pragma unroll
     for (int i = 0; i < BN / 2; i += 2) {
-      const int row = row0 + 8 * ((i / 2) % 2), col = n0 + 8 * (i / 4) + 2 * (lane % 4);
-      if (row >= M) continue;
-      float* out = c + size_t(row) * N + col;
-      if (pairs && col + 1 < N) {
-        *reinterpret_cast<float2*>(out) = make_float2(d[i], d[i + 1]);
-      } else {
-        if (col < N) out[0] = d[i];
-        if (col + 1 < N) out[1] = d[i + 1];
-      }
+      const int r = half * 64 + warp * 16 + lane / 4 + 8 * ((i / 2) % 2), c = 8 * (i / 4) + 2 * (lane % 4);
+      *reinterpret_cast<float2*>(tile + r * kStride + c) = make_float2(d[i], d[i + 1]);
+    }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    // Row m0 holds the tensor maps: every TMA that read them has completed, so the results may
+    // overwrite them.
+    const int ct = threadIdx.x - 128;  // 0 .. 255 over both consumer warpgroups
+    const bool vec = N % 4 == 0 && ep.vec_ok();
+    constexpr int kChunks = BN / 4;  // float4s per tile row
+    for (int id = ct; id < BM * kChunks; id += 256) {
+      const int r = id / kChunks, c = (id % kChunks) * 4;
+      if (m0 + r < M) store_chunk(ep, N, vec, m0 + r, n0 + c, *reinterpret_cast<const float4*>(tile + r * kStride + c));
     }
   }
   // No CTA leaves while a peer may still copy into its shared memory or arrive on its barriers.
@@ -482,8 +564,8 @@ __device__ __forceinline__ void load_tiles_wmma(const T* a, const T* b, uint8_t*
   }
 }
 
-template <typename T>
-__device__ __forceinline__ void gemm_wmma(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+template <typename T, typename E>
+__device__ __forceinline__ void gemm_wmma(const T* __restrict__ a, const T* __restrict__ b, const E& ep, int M, int N, int K) {
   using namespace nvcuda;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
@@ -539,7 +621,7 @@ __device__ __forceinline__ void gemm_wmma(const T* __restrict__ a, const T* __re
       __syncwarp();
       for (int e = lane; e < 256; e += 32) {
         const int row = m0 + wm * 64 + i * 16 + e / 16, col = n0 + wn * WN + j * 16 + e % 16;
-        if (row < M && col < N) c[size_t(row) * N + col] = mine[e];
+        if (row < M && col < N) store1(ep.out + size_t(row) * N + col, ep.apply(row, col, mine[e]));
       }
       __syncwarp();
     }
@@ -555,28 +637,46 @@ __device__ __forceinline__ void gemm_wmma(const T* __restrict__ a, const T* __re
 #define GEMM_CLUSTER_DIMS
 #endif
 
-template <typename T>
-__device__ __forceinline__ void gemm_body(const T* a, const T* b, float* c, int M, int N, int K) {
+template <typename T, typename E>
+__device__ __forceinline__ void gemm_body(const T* a, const T* b, const E& ep, int M, int N, int K) {
   // A launch with less dynamic shared memory than the tiles need (a spec out of step with this
   // file) would corrupt memory silently: fail the launch instead.
   uint32_t dynamic_smem;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
   if (dynamic_smem < uint32_t(gemm::SMEM_BYTES)) __trap();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  gemm::gemm_sm90<T>(a, b, c, M, N, K);
+  gemm::gemm_sm90<T>(a, b, ep, M, N, K);
 #else
-  gemm::gemm_wmma<T>(a, b, c, M, N, K);
+  gemm::gemm_wmma<T>(a, b, ep, M, N, K);
 #endif
 }
 
-// a: [M, K], b: [K, N], c = a @ b: [M, N], all row-major. Block 384, grid (ceildiv(N, BN), ceildiv(M, 128)),
-// dynamic shared memory gemm::SMEM_BYTES (kernels/gemm.toml).
+// a: [M, K], b: [K, N], all row-major; outputs [M, N]. Block 384, grid (ceildiv(N, 256),
+// 2 * ceildiv(M, 256)), dynamic shared memory gemm::SMEM_BYTES (kernels/gemm.toml).
+
+// c = a @ b
 extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
 gemm_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
-  gemm_body(a, b, c, M, N, K);
+  gemm_body(a, b, gemm::PlainF32{c}, M, N, K);
 }
 
 extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
 gemm_f16(const __half* __restrict__ a, const __half* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
-  gemm_body(a, b, c, M, N, K);
+  gemm_body(a, b, gemm::PlainF32{c}, M, N, K);
+}
+
+// h = bf16(gelu_tanh(a @ b + bias)): a transformer MLP's first matmul with its bias, activation and
+// the cast for the next bf16 matmul, in one pass (bias: [N] f32).
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_bias_gelu_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
+                    __nv_bfloat16* __restrict__ h, int M, int N, int K) {
+  gemm_body(a, b, gemm::BiasGeluBf16{bias, h}, M, N, K);
+}
+
+// c = (a @ b + bias) + residual: the second matmul with its bias and the residual connection
+// (bias: [N] f32, residual: [M, N] f32, not aliasing c).
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_bias_residual_f32(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
+                       const float* __restrict__ residual, float* __restrict__ c, int M, int N, int K) {
+  gemm_body(a, b, gemm::BiasResidualF32{bias, residual, c, N}, M, N, K);
 }

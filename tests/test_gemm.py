@@ -20,7 +20,9 @@ from iree_dispatch.spec import load_spec
 from .conftest import ROOT, needs_build_tools
 
 SPEC = ROOT / "kernels" / "gemm.toml"
-KERNELS = ["gemm_bf16", "gemm_f16"]
+KERNELS = ["gemm_bf16", "gemm_f16", "gemm_bias_gelu_bf16", "gemm_bias_residual_f32"]
+# Buffers each kernel takes before M, N, K: a, b, (bias, residual,) output.
+BUFFERS = {"gemm_bf16": 3, "gemm_f16": 3, "gemm_bias_gelu_bf16": 4, "gemm_bias_residual_f32": 5}
 # gemm.cu, per arch: sm_90a 4 stages x (16 KB of A + 32 KB of B) + 1 KB to align the tiles to
 # 1024 bytes; sm_80 two buffers of A (128 x 40) and B (32 x 264) bf16 tiles + 8 warps' 16 x 16
 # float scratch tiles + 128 for alignment, under the 99 KB of sm_86/sm_89.
@@ -32,10 +34,19 @@ def test_spec_declares_shapes_block_grid_and_shared_memory():
     assert spec.name == "gemm"
     assert [a.name for a in spec.archs] == ["sm_90a", "sm_80"]
     assert [k.function for k in spec.kernels] == KERNELS
-    for kernel, dtype in zip(spec.kernels, ["bf16", "f16"]):
+    operands = [("a", ["M", "K"]), ("b", ["K", "N"])]
+    expected = {
+        "gemm_bf16": ([("a", "bf16"), ("b", "bf16")], ("c", "f32")),
+        "gemm_f16": ([("a", "f16"), ("b", "f16")], ("c", "f32")),
+        "gemm_bias_gelu_bf16": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
+        "gemm_bias_residual_f32": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32"), ("residual", "f32")], ("c", "f32")),
+    }
+    shapes = dict(operands, bias=["N"], residual=["M", "N"])
+    for kernel in spec.kernels:
         d = kernel.describe()
-        assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [("a", dtype, ["M", "K"]), ("b", dtype, ["K", "N"])]
-        assert [(t["name"], t["dtype"], t["shape"], t["inplace"]) for t in d["outputs"]] == [("c", "f32", ["M", "N"], False)]
+        inputs, (out, out_dtype) = expected[kernel.function]
+        assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [(name, dtype, shapes[name]) for name, dtype in inputs]
+        assert [(t["name"], t["dtype"], t["shape"], t["inplace"]) for t in d["outputs"]] == [(out, out_dtype, ["M", "N"], False)]
         assert d["scalars"] == []  # M, N, K come from the shapes
         assert d["block"] == [384, 1, 1]
         assert d["grid"] == ["ceildiv(N, 256)", "(2 * ceildiv(M, 256))", "1"]
@@ -67,13 +78,13 @@ def test_builds_for_sm90a_and_sm80_with_the_body_for_each(tmp_path):
     # Each variant's exports declare that arch's shared memory (sm_90a PTX: the sm_90a size).
     for variant, arch in (("sm_90a_cubin", "sm_90a"), ("sm_80_cubin", "sm_80"), ("sm_90a", "sm_90a")):
         text = mlir.split(f"hal.executable.variant public @{variant} ", 1)[1].split("hal.executable.variant", 1)[0]
-        assert re.findall(r"workgroup_local_memory = (\d+) : index", text) == [str(SHARED_MEMORY[arch])] * 2, variant
+        assert re.findall(r"workgroup_local_memory = (\d+) : index", text) == [str(SHARED_MEMORY[arch])] * len(KERNELS), variant
     for name in KERNELS:
         assert f"func.func @{name}(" in mlir
-        # Three buffers, then M, N, K as 32-bit push constants: what IREE passes.
+        # The buffers, then M, N, K as 32-bit push constants: what IREE passes.
         for ptx in (hopper, ampere):
             entry = _entry(ptx, name)
-            assert len(re.findall(r"\.param \.u64", entry)) == 3 and len(re.findall(r"\.param \.u32", entry)) == 3, entry
+            assert len(re.findall(r"\.param \.u64", entry)) == BUFFERS[name] and len(re.findall(r"\.param \.u32", entry)) == 3, entry
             assert ".maxntid 384, 1, 1" in entry
         # The grid's y dimension is a multiple of 2 because the sm_90a kernel runs in clusters of two.
         assert ".reqnctapercluster 1, 2, 1" in _entry(hopper, name)
@@ -107,4 +118,6 @@ def test_inspect_spec(capsys):
     out = capsys.readouterr().out
     assert "kernel gemm_bf16(a: bf16[M, K], b: bf16[K, N]) -> (c: f32[M, N])" in out
     assert "kernel gemm_f16(a: f16[M, K], b: f16[K, N]) -> (c: f32[M, N])" in out
+    assert "kernel gemm_bias_gelu_bf16(a: bf16[M, K], b: bf16[K, N], bias: f32[N]) -> (h: bf16[M, N])" in out
+    assert "kernel gemm_bias_residual_f32(a: bf16[M, K], b: bf16[K, N], bias: f32[N], residual: f32[M, N]) -> (c: f32[M, N])" in out
     assert f"shared memory sm_90a {SHARED_MEMORY['sm_90a']}, sm_80 {SHARED_MEMORY['sm_80']} B" in out

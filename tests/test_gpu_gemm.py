@@ -14,6 +14,9 @@ accumulation over K terms, measured at most 2.1e-6 of |a| @ |b| (K = 8192) on an
 RTOL = 1e-5 (~170 float32 ulps of the absolute sum). A dropped, doubled or misplaced term
 shows as ~1/K of that sum per element: at least 2.4e-4 (K = 4097), 24x above RTOL.
 
+The fused kernels (gemm_bias_gelu_bf16, gemm_bias_residual_f32) run the same three ways, with
+their own bounds (check_epilogue).
+
 The tests also cover the cluster launch (the sm_90a kernel runs in clusters of 2 blocks
 declared in the kernel, launched by IREE's plain cuLaunchKernel) and per-arch dynamic shared
 memory through IREE (the sm_90a export's workgroup_local_memory, 193 KB, above the 48 KB default).
@@ -99,6 +102,46 @@ def test_gemm_matches_float64(modules, name, m, n, k):
     for module in ("gemm_poisonable", "gemm_sm80_ptx_poisonable"):
         poisoned = np.full((m, n), np.nan, np.float32)
         reports.append(check(name, getattr(modules[module], name)(a, b, poisoned), a, b))
+    print(f"\n{name} {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
+def check_epilogue(name: str, got: np.ndarray, a: np.ndarray, b: np.ndarray, bias: np.ndarray, residual: np.ndarray | None) -> str:
+    """The fused kernels against their float64 references. Bounds per element, with
+    scale = |a| @ |b| as for the plain GEMM:
+    - gemm_bias_gelu_bf16: 1.2e-5 * scale (the accumulation error, through GELU's slope <= 1.13)
+      + 4e-3 * |want| (one bf16 rounding of the result, 2^-8) + 1e-6;
+    - gemm_bias_residual_f32: 1e-5 * (scale + |bias| + |residual|)."""
+    args = (a, b, bias) if residual is None else (a, b, bias, residual)
+    want = getattr(REFERENCES, name)(*args)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    if residual is None:
+        bound = 1.2e-5 * scale + 4e-3 * np.abs(want) + 1e-6
+    else:
+        bound = RTOL * (scale + np.abs(bias.astype(np.float64)) + np.abs(residual.astype(np.float64)))
+    assert got.shape == want.shape, (got.shape, want.shape)
+    err = np.abs(got.astype(np.float64) - want)
+    bad = ~(err <= bound)  # NaN fails
+    assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, first at {np.argwhere(bad)[0].tolist()}: got {got[tuple(np.argwhere(bad)[0])]}, want {want[tuple(np.argwhere(bad)[0])]}"
+    return f"max err/bound {np.max(err / bound):.2f}"
+
+
+@pytest.mark.parametrize("m, n, k", SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in SIZES])
+@pytest.mark.parametrize("name", ["gemm_bias_gelu_bf16", "gemm_bias_residual_f32"])
+def test_fused_epilogues_match_float64(modules, name, m, n, k):
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.normal(-0.25, 1.0, (k, n)).astype(ml_dtypes.bfloat16)
+    bias = rng.normal(0.5, 2.0, n).astype(np.float32)
+    residual = rng.normal(-0.5, 4.0, (m, n)).astype(np.float32) if name == "gemm_bias_residual_f32" else None
+    args = (a, b, bias) if residual is None else (a, b, bias, residual)
+    out_dtype = ml_dtypes.bfloat16 if name == "gemm_bias_gelu_bf16" else np.float32
+    reports = [check_epilogue(name, getattr(modules["gemm"], name)(*args), a, b, bias, residual)]
+    for module in ("gemm_poisonable", "gemm_sm80_ptx_poisonable"):
+        poisoned = np.full((m, n), np.nan, out_dtype)
+        got = getattr(modules[module], name)(*args, poisoned)
+        reports.append(check_epilogue(name, got, a, b, bias, residual))
     print(f"\n{name} {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
 
 

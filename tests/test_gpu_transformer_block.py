@@ -93,6 +93,16 @@ def test_mixed_program_equals_codegen(results, name):
     print(f"\n{name} vs codegen: {check_block(f'{name} vs codegen', *results[name], want_z, want_out)}")
 
 
+def test_fused_gemm_epilogues_give_mixed_gemms_bits(results):
+    """mixed_gemm_epilogues does mixed_gemm's arithmetic in the same order, fused into the GEMMs
+    (bias + GELU + bf16 into the first, bias + residual into the second): the same bits."""
+    if not {"mixed_gemm", "mixed_gemm_epilogues"} <= results.keys():
+        pytest.skip("kernels/gemm.toml is not there yet")
+    for label, got, want in zip(("z", "out"), results["mixed_gemm_epilogues"], results["mixed_gemm"]):
+        differ = got.view(np.uint32) != want.view(np.uint32)
+        assert not differ.any(), f"{label}: {int(differ.sum())} of {got.size} elements differ, first at {np.argwhere(differ)[0].tolist()}"
+
+
 def kernel_case(name: str, rng: np.random.Generator):
     """(inputs, scalars, float64 reference, |error| bound as a function of the reference) of a
     kernel at the block's sizes, with the block's distributions."""

@@ -64,6 +64,7 @@ MIXED_KERNELS = {
     "mixed_gemm": ["gemm.gemm_bf16", "transformer.bias_gelu_f32_bf16", "transformer.layernorm_warp_f32", "transformer.softmax_warp_f32"],
     "mixed_rows": ["transformer.layernorm_warp_f32", "transformer.softmax_warp_f32"],
     "mixed_gemm_fused": ["gemm.gemm_bf16", "transformer.layernorm_warp_f32", "transformer.softmax_warp_f32"],
+    "mixed_gemm_epilogues": ["gemm.gemm_bias_gelu_bf16", "gemm.gemm_bias_residual_f32", "transformer.layernorm_warp_f32", "transformer.softmax_warp_f32"],
 }
 
 

@@ -8,13 +8,15 @@ The programs (mlir/transformer_block_*.mlir, docs/transformer_block.md), all one
   (kernels/transformer.toml);
 - mixed_gemm: the matmuls too (gemm_bf16, module `gemm` of kernels/gemm.toml);
 - mixed_rows: only LayerNorm and softmax hand-written (IREE keeps its matmul epilogue fusions);
-- mixed_gemm_fused: GEMMs, LayerNorm and softmax hand-written, bias + GELU + cast by IREE.
+- mixed_gemm_fused: GEMMs, LayerNorm and softmax hand-written, bias + GELU + cast by IREE;
+- mixed_gemm_epilogues: as mixed_gemm with bias + GELU + cast and the residual fused into the
+  GEMMs (gemm_bias_gelu_bf16, gemm_bias_residual_f32).
 and, for per-op times and the kernels' own checks at the block's sizes:
 - ops_codegen: each op alone, IREE-generated (mlir/transformer_ops_codegen.mlir);
 - kernels: module `transformer` with the hand-written kernels as functions;
 - kernels_poisonable: the same with every output declared in place (tests pass NaN-filled outputs).
 
-The GEMM programs call @gemm.gemm_bf16 and @transformer.*: they are built from both specs, each
+The GEMM programs call @gemm.* and @transformer.*: they are built from both specs, each
 module keeping its name (build() with two ModuleSpecs, as `iree-dispatch build
 kernels/transformer.toml kernels/gemm.toml --program ...`). The kernel modules, which are not
 programs, hold transformer.toml's kernels plus gemm_bf16 (with gemm.toml's archs, sm_90a for
@@ -41,12 +43,13 @@ PROGRAMS = {
     "mixed_gemm": MLIR / "transformer_block_mixed_gemm.mlir",
     "mixed_rows": MLIR / "transformer_block_mixed_rows.mlir",
     "mixed_gemm_fused": MLIR / "transformer_block_mixed_gemm_fused.mlir",
+    "mixed_gemm_epilogues": MLIR / "transformer_block_mixed_gemm_epilogues.mlir",
     "ops_codegen": MLIR / "transformer_ops_codegen.mlir",
 }
 # The block programs in the order the tests and the benchmark report them, and those that need
 # the GEMM (built against the merged module).
-BLOCKS = ("codegen", "mixed", "mixed_gemm", "mixed_rows", "mixed_gemm_fused")
-NEEDS_GEMM = ("mixed_gemm", "mixed_gemm_fused")
+BLOCKS = ("codegen", "mixed", "mixed_gemm", "mixed_rows", "mixed_gemm_fused", "mixed_gemm_epilogues")
+NEEDS_GEMM = ("mixed_gemm", "mixed_gemm_fused", "mixed_gemm_epilogues")
 # IREE 3.13 has no CUDA codegen target for sm_90 ("missing GPU target in
 # #hal.executable.target"): what IREE generates is compiled for sm_80 (mma.sync tensor cores)
 # and JIT-compiled forward on newer GPUs. build() compiles a program's IREE ops for its spec's
@@ -64,6 +67,7 @@ LAYOUT = {
     "mixed_gemm": "mixed_gemm/transformer_block_mixed_gemm.vmfb",
     "mixed_rows": "mixed_rows/transformer_block_mixed_rows.vmfb",
     "mixed_gemm_fused": "mixed_gemm_fused/transformer_block_mixed_gemm_fused.vmfb",
+    "mixed_gemm_epilogues": "mixed_gemm_epilogues/transformer_block_mixed_gemm_epilogues.vmfb",
     "kernels": "kernels/transformer.vmfb",
     "kernels_poisonable": "poisonable/transformer.vmfb",
 }
