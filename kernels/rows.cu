@@ -425,13 +425,16 @@ rmsnorm_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restric
 // in loads (softmax_f32 measured 77% of copy at 65536 x 1024). Here each warp owns a row: a lane
 // keeps 32 registers of it (8 vectors: 1024 f32 or 2048 bf16 columns; 32 single elements: 1024
 // columns), reduces with shuffles only (no barrier, no shared memory) and writes from the
-// registers. softmax_warp_bf16 and layernorm_warp_bf16 keep 16 registers (1024 columns): with 32
-// they measured 73.5% and 83.0% of copy at 65536 x 1024 against 95.2% and 94.6% with 16 (H100;
-// rmsnorm_warp_bf16 95.3% either way, and faster with 32 at 2048 columns). Longer rows stay
+// registers. layernorm_warp_bf16 keeps 16 registers (1024 columns): with 32 it measured 83.0% of
+// copy at 65536 x 1024 against 94.6% with 16 (H100; rmsnorm_warp_bf16 95.3% either way, and
+// faster with 32 at 2048 columns). softmax_warp_bf16 keeps 32 with at most 64 registers a
+// thread (see there): 95.2% at 65536 x 1024 and 94.2% at 32768 x 2048, against 95.4% and 88.9%
+// with 16 registers of row, 91.5% and 95.9% with 32 at 80 registers a thread. Longer rows stay
 // correct: the elements past the registers are read twice from global memory (a warp's row is
-// recent enough to be in L2), but block-per-row kernels suit them better. Block: a multiple of 32 up to 256 (the spec says 256, 8 rows per block, for f32;
-// 128, 4 rows, for bf16: up to 3% faster at 1024 and 2048 columns); the bound leaves a lane the
-// registers for its cache (at 1024 threads, 64 registers, LayerNorm spilled).
+// recent enough to be in L2), but block-per-row kernels suit them better. Block: a multiple of
+// 32 up to 256 (the spec says 256, 8 rows per block, for f32; 128, 4 rows, for bf16: up to 3%
+// faster at 1024 and 2048 columns); the bound leaves a lane the registers for its cache (at
+// 1024 threads, 64 registers, LayerNorm spilled).
 // ---------------------------------------------------------------------------------------------
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -445,9 +448,12 @@ layernorm_warp_f32(const float* __restrict__ x, const float* __restrict__ weight
   layernorm_rows<Warp, 32, 32>(x, weight, bias, out, rows, cols, eps);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
+// 32 registers of row (2048 columns) with the bound (256, 4): at most 64 registers a thread
+// (ptxas spills 8 bytes), so at least 32 warps per SM. With 80 registers a thread (an earlier
+// build's choice) the 1024-column rows lost 4 to 22 points of copy.
+extern "C" __global__ void __launch_bounds__(256, 4)
 softmax_warp_bf16(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, int rows, int cols) {
-  softmax_rows<Warp, 16, 16>(x, out, rows, cols);
+  softmax_rows<Warp, 32, 16>(x, out, rows, cols);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
