@@ -281,8 +281,9 @@ __device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
 }
 
 // TMA: the box at coordinates (x, y) (x the contiguous dimension) through the tensor map at
-// `map` (global) into shared memory at `dst`, completing `bytes` on the mbarrier `bar`; the
-// multicast form writes the same offsets, and completes the same barrier, in every CTA of `mask`.
+// `map` (global) into shared memory at `dst`, its bytes completing a transaction on the mbarrier
+// `bar` (the whole box: parts past the matrix arrive as zeros); the multicast form writes the
+// same offsets, and completes the same barrier, in every CTA of `mask`.
 __device__ __forceinline__ void tma_load(uint32_t dst, const void* map, int x, int y, uint32_t bar) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
                "l"(map), "r"(x), "r"(y), "r"(bar)
