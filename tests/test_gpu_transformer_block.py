@@ -15,13 +15,14 @@ by 5e-5 at the 99th percentile and 9.4e-4 at most in z, so:
   most twice the largest absolute error of its inputs).
 A wrong eps (1e-2 for 1e-5) alone moves z by 2.5e-2.
 The mixed programs must equal the codegen program within the same bounds, taking the codegen
-result as `want`. IREE allocates a program's outputs itself, so they can't be poisoned; but no
+result as `want`; mixed_gemm_epilogues (GEMMs with bias + GELU and the residual fused in) must
+give mixed_gemm's bits exactly. IREE allocates a program's outputs itself, so they can't be poisoned; but no
 element of z or out is zero here (out > 0 always, z is continuous), so an element a program
 fails to write (zeroed) can't pass. The kernels themselves run with NaN-filled outputs below.
 
 Kernel bounds at the block's sizes (float64 reference from the same inputs):
 - bias_gelu, layernorm, softmax: as tests/test_gpu_library.py (rtol 1e-5; bias_gelu_f32_bf16,
-  which rounds to bf16: rtol 4e-3, two bf16 roundings);
+  which rounds to bf16: rtol 4e-3, one bf16 rounding of the result, up to 2^-8);
 - gemm_bf16: |got - want| <= K 2^-23 (|a| @ |b|), the worst-case error of f32 accumulation of K
   products (exact in f32), doubled for an accumulator that truncates rather than rounds.
 """
