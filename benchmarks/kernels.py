@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / "build" / "gpu-tests" / "library"
 SQUARE = (8192, 8192)
 TALL = (65536, 1024)
-SHORT = (32768, 2048)  # bf16 kernels: the rows of a transformer's hidden sizes, 2048 to 8192
+SHORT = (32768, 2048)  # bf16/f16 kernels: the rows of a transformer's hidden sizes, 2048 to 8192
 MID = (16384, 4096)
 # kernel → (source file, shapes timed); row kernels also at many short rows.
 KERNELS = {
@@ -60,11 +60,17 @@ KERNELS = {
     "softmax_bf16": ("rows", [SQUARE, MID]),
     "layernorm_bf16": ("rows", [SQUARE, MID]),
     "rmsnorm_bf16": ("rows", [SQUARE, MID]),
+    "softmax_f16": ("rows", [SQUARE, MID]),
+    "layernorm_f16": ("rows", [SQUARE, MID]),
+    "rmsnorm_f16": ("rows", [SQUARE, MID]),
     "softmax_warp_f32": ("rows", [TALL, SQUARE]),  # made for short rows; 8192 columns to show the cost past its cache
     "layernorm_warp_f32": ("rows", [TALL, SQUARE]),
     "softmax_warp_bf16": ("rows", [TALL, SHORT]),
     "layernorm_warp_bf16": ("rows", [TALL, SHORT]),
     "rmsnorm_warp_bf16": ("rows", [TALL, SHORT]),
+    "softmax_warp_f16": ("rows", [TALL, SHORT]),
+    "layernorm_warp_f16": ("rows", [TALL, SHORT]),
+    "rmsnorm_warp_f16": ("rows", [TALL, SHORT]),
     "transpose_f32": ("transpose", [SQUARE]),
 }
 EPS = 1e-5
@@ -85,7 +91,7 @@ def arguments(name: str, rows: int, cols: int, rng) -> tuple[list[np.ndarray], l
 
         dtype = np.dtype(ml_dtypes.bfloat16)
     else:
-        dtype = np.float16 if name == "bias_gelu_f16" else np.float32
+        dtype = np.float16 if name.endswith("_f16") else np.float32
     x = rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
     vec = rng.uniform(0.5, 1.5, cols).astype(dtype)
     if name.startswith("bias_gelu"):

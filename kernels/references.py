@@ -93,6 +93,11 @@ softmax_warp_bf16 = softmax_bf16
 layernorm_warp_bf16 = layernorm_bf16
 rmsnorm_warp_bf16 = rmsnorm_bf16
 
+# f16 row kernels: the same again from the (rounded) f16 inputs; the kernel rounds the result to f16.
+softmax_f16 = softmax_warp_f16 = softmax_bf16
+layernorm_f16 = layernorm_warp_f16 = layernorm_bf16
+rmsnorm_f16 = rmsnorm_warp_f16 = rmsnorm_bf16
+
 
 def transpose_f32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64).T

@@ -1,7 +1,7 @@
 // Per-row kernels over a [rows, cols] tensor: row sum and max, softmax, LayerNorm and RMSNorm,
-// in float32 and (softmax, LayerNorm, RMSNorm) bfloat16 with float32 arithmetic.
+// in float32 and (softmax, LayerNorm, RMSNorm) bfloat16 and float16 with float32 arithmetic.
 //
-// A group of threads owns a row: the whole block (block-per-row kernels, `_f32`/`_bf16`: long
+// A group of threads owns a row: the whole block (block-per-row kernels, `_f32`/`_bf16`/`_f16`: long
 // rows) or one warp (`_warp_` kernels: short rows). Each thread accumulates its strided share of
 // the row, the group combines the partial results (warp shuffles; for a block, then one
 // shared-memory slot per warp), and the kernels that write a row then make a second pass over it.
@@ -26,14 +26,19 @@
 // resident blocks, which registers take. The block-per-row kernels keep one vector in registers;
 // the warp-per-row kernels (short rows by design) keep 32 registers' worth.
 //
-// Loads are 16-byte vectors (4 floats, 8 bfloat16s) when every row starts 16-byte aligned: the
-// pointers aligned (IREE bindings are only element-aligned) and cols a multiple of the vector;
-// otherwise one element at a time, still coalesced. Block size: a multiple of 32, up to 1024 for
-// the block-per-row kernels (softmax_f32: 256) and 256 for the warp kernels; the spec says 256
-// for f32 and 128 for bf16.
+// Loads are 16-byte vectors (4 floats, 8 bfloat16s or halves) when every row starts 16-byte
+// aligned: the pointers aligned (IREE bindings are only element-aligned) and cols a multiple of
+// the vector; otherwise one element at a time, still coalesced. Block size: a multiple of 32, up
+// to 1024 for the block-per-row kernels (softmax_f32: 256) and 256 for the warp kernels; the
+// spec says 256 for f32 and 128 for bf16 and f16.
+//
+// The f16 kernels are the bf16 ones with another storage type: both are 2 bytes, so the same
+// vectors, register caches, blocks and shared memory hold the same number of columns, and the
+// bf16 measurements that chose those apply as they stand.
 
 #include <cstdint>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace {
 
@@ -43,7 +48,8 @@ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_c
 
 // ---------------------------------------------------------------------------------------------
 // Values. A kernel body is written once for a generic `v`: a float (one element), a float4 (a
-// 16-byte vector of floats) or a Float8 (a 16-byte vector of 8 bfloat16s, widened to float).
+// 16-byte vector of floats) or a Float8 (a 16-byte vector of 8 bfloat16s or halves, widened to
+// float).
 // ---------------------------------------------------------------------------------------------
 
 struct Float8 {
@@ -70,12 +76,18 @@ __device__ __forceinline__ float hmax(float v) { return v; }
 __device__ __forceinline__ float hmax(float4 v) { return fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)); }
 __device__ __forceinline__ float hmax(Float8 v) { return fmaxf(hmax(v.lo), hmax(v.hi)); }
 
-// Storage ("raw") types, what one load or store moves: float, float4, __nv_bfloat16, and uint4
-// for 8 bfloat16s. widen() gives the value to compute with, narrow(v, Raw{}) the value to store
-// (bfloat16: rounded to nearest even).
+// Storage ("raw") types, what one load or store moves: float, float4, __nv_bfloat16, uint4 for
+// 8 bfloat16s, __half, and Half8 for 8 halves. widen() gives the value to compute with,
+// narrow(v, Raw{}) the value to store (bfloat16 and half: rounded to nearest even). Half8 is
+// not a plain uint4, which already means 8 bfloat16s: the overloads of widen and narrow tell the
+// two apart by type; its one uint4 member keeps it a single 16-byte aligned access.
+struct Half8 {
+  uint4 bits;
+};
 template <typename T> struct Vector;  // the 16-byte vector of T
 template <> struct Vector<float> { using type = float4; };
 template <> struct Vector<__nv_bfloat16> { using type = uint4; };
+template <> struct Vector<__half> { using type = Half8; };
 template <typename T> constexpr int kPerVector = 16 / sizeof(T);
 
 __device__ __forceinline__ float widen(float v) { return v; }
@@ -86,6 +98,15 @@ __device__ __forceinline__ float4 widen_bf16x4(unsigned a, unsigned b) {
   return make_float4(__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u), __uint_as_float(b << 16), __uint_as_float(b & 0xffff0000u));
 }
 __device__ __forceinline__ Float8 widen(uint4 v) { return {widen_bf16x4(v.x, v.y), widen_bf16x4(v.z, v.w)}; }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+// Halves are not the top bits of floats (5 exponent bits, not 8): each pair converts (cvt), the
+// first in the low half.
+__device__ __forceinline__ float4 widen_f16x4(unsigned a, unsigned b) {
+  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&a));
+  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&b));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+__device__ __forceinline__ Float8 widen(Half8 v) { return {widen_f16x4(v.bits.x, v.bits.y), widen_f16x4(v.bits.z, v.bits.w)}; }
 
 __device__ __forceinline__ unsigned bf16x2_bits(float a, float b) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);  // a in the low half
@@ -97,10 +118,18 @@ __device__ __forceinline__ __nv_bfloat16 narrow(float v, __nv_bfloat16) { return
 __device__ __forceinline__ uint4 narrow(Float8 v, uint4) {
   return make_uint4(bf16x2_bits(v.lo.x, v.lo.y), bf16x2_bits(v.lo.z, v.lo.w), bf16x2_bits(v.hi.x, v.hi.y), bf16x2_bits(v.hi.z, v.hi.w));
 }
+__device__ __forceinline__ unsigned f16x2_bits(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);  // a in the low half
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+__device__ __forceinline__ __half narrow(float v, __half) { return __float2half_rn(v); }
+__device__ __forceinline__ Half8 narrow(Float8 v, Half8) {
+  return {make_uint4(f16x2_bits(v.lo.x, v.lo.y), f16x2_bits(v.lo.z, v.lo.w), f16x2_bits(v.hi.x, v.hi.y), f16x2_bits(v.hi.z, v.hi.w))};
+}
 
-// kFast: __expf (ex2.approx, ~2^-21 relative error near 0) for bfloat16 results, whose rounding
-// (2^-9) dwarfs the difference; 8 elements per 16-byte vector would otherwise make softmax
-// heavy on arithmetic.
+// kFast: __expf (ex2.approx, ~2^-21 relative error near 0) for bfloat16 and half results, whose
+// rounding (up to 2^-8 and 2^-11 relative) dwarfs the difference; 8 elements per 16-byte vector would otherwise
+// make softmax heavy on arithmetic.
 template <bool kFast> __device__ __forceinline__ float exp_(float x) { return kFast ? __expf(x) : expf(x); }
 
 // ---------------------------------------------------------------------------------------------
@@ -382,7 +411,8 @@ row_max_f32(const float* __restrict__ x, float* __restrict__ out, int cols) {
 // softmax and LayerNorm measured 94-97% of copy against 82-85% at 256; RMSNorm 90.5 against 93),
 // 16 registers per thread (4 vectors of 8 bf16: 4096 columns at 128 threads; unaligned rows: 8
 // single bf16s, 1024 columns), shared memory block_x * 128 bytes (8192 bf16s): rows up to 12288
-// columns (9216 unaligned) are read once.
+// columns (9216 unaligned) are read once. f16: as bf16 (8 halves per vector, the same columns
+// in registers and shared memory).
 // ---------------------------------------------------------------------------------------------
 
 // Bound 256 (blocks of up to 256 threads): with 1024, ptxas keeps softmax_f32 to 32 registers
@@ -419,6 +449,22 @@ rmsnorm_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restric
   rmsnorm_rows<Block, 16, 8>(x, weight, out, gridDim.x, cols, eps);
 }
 
+extern "C" __global__ void __launch_bounds__(1024)
+softmax_f16(const __half* __restrict__ x, __half* __restrict__ out, int cols) {
+  softmax_rows<Block, 16, 8>(x, out, gridDim.x, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+layernorm_f16(const __half* __restrict__ x, const __half* __restrict__ weight, const __half* __restrict__ bias, __half* __restrict__ out,
+              int cols, float eps) {
+  layernorm_rows<Block, 16, 8>(x, weight, bias, out, gridDim.x, cols, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+rmsnorm_f16(const __half* __restrict__ x, const __half* __restrict__ weight, __half* __restrict__ out, int cols, float eps) {
+  rmsnorm_rows<Block, 16, 8>(x, weight, out, gridDim.x, cols, eps);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Short rows: one warp per row. With a block per row, a 1024-column f32 row gives each of 256
 // threads a single float4, and the block spends its time in barriers and reductions rather than
@@ -434,7 +480,8 @@ rmsnorm_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restric
 // recent enough to be in L2), but block-per-row kernels suit them better. Block: a multiple of
 // 32 up to 256 (the spec says 256, 8 rows per block, for f32; 128, 4 rows, for bf16: up to 3%
 // faster at 1024 and 2048 columns); the bound leaves a lane the registers for its cache (at
-// 1024 threads, 64 registers, LayerNorm spilled).
+// 1024 threads, 64 registers, LayerNorm spilled). The f16 kernels copy the bf16 ones' choices
+// (registers of row, bounds, block 128): the same bytes per lane.
 // ---------------------------------------------------------------------------------------------
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -464,5 +511,22 @@ layernorm_warp_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __
 
 extern "C" __global__ void __launch_bounds__(256)
 rmsnorm_warp_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ weight, __nv_bfloat16* __restrict__ out, int rows, int cols, float eps) {
+  rmsnorm_rows<Warp, 32, 32>(x, weight, out, rows, cols, eps);
+}
+
+// As softmax_warp_bf16, bound included: 32 registers of row need the cap at 64 a thread.
+extern "C" __global__ void __launch_bounds__(256, 4)
+softmax_warp_f16(const __half* __restrict__ x, __half* __restrict__ out, int rows, int cols) {
+  softmax_rows<Warp, 32, 16>(x, out, rows, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+layernorm_warp_f16(const __half* __restrict__ x, const __half* __restrict__ weight, const __half* __restrict__ bias, __half* __restrict__ out,
+                   int rows, int cols, float eps) {
+  layernorm_rows<Warp, 16, 16>(x, weight, bias, out, rows, cols, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+rmsnorm_warp_f16(const __half* __restrict__ x, const __half* __restrict__ weight, __half* __restrict__ out, int rows, int cols, float eps) {
   rmsnorm_rows<Warp, 32, 32>(x, weight, out, rows, cols, eps);
 }

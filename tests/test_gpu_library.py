@@ -1,12 +1,12 @@
 """On a CUDA device: every kernel of the library (kernels/library.toml) against its float64
 reference (kernels/references.py), on fresh random data (never zeros) at sizes that are not
 multiples of any vector width, block or tile: 1, 7, 33, 1000, 4097, 8193 and 20001 columns take
-the scalar paths, 1024, 8192, 12288 and 20000 the float4 paths (bf16 kernels: 1000 columns
-also takes the 8-element vector path). Row caches of the kernels that write rows: block per row
-f32, 1024 columns in registers (256 unaligned) + 8192 in shared memory; bf16, 4096 (1024) + 8192;
-so 8192 and 8193 columns are cached, 12288 only by bf16, 20000 and 20001 by neither (read twice
-from global memory). Warp per row: 1024 columns in registers (bf16 vectors: 2048), longer rows
-stream.
+the scalar paths, 1024, 8192, 12288 and 20000 the float4 paths (bf16 and f16 kernels: 1000
+columns also takes the 8-element vector path). Row caches of the kernels that write rows: block
+per row f32, 1024 columns in registers (256 unaligned) + 8192 in shared memory; bf16 and f16,
+4096 (1024) + 8192; so 8192 and 8193 columns are cached, 12288 only by bf16/f16, 20000 and 20001
+by neither (read twice from global memory). Warp per row: 1024 columns in registers (16-bit
+vectors: 2048, LayerNorm 1024), longer rows stream.
 
 Each kernel runs twice: as built (IREE allocates the output) and from a copy of the module
 whose outputs are declared in place, called with outputs filled with NaN, so an element the
@@ -25,6 +25,12 @@ except for row sums (scale = sum |x| of the row, the sum's condition):
   significant bits: up to 2^-8 = 3.9e-3 relative, measured 3.9e-3) plus float32 arithmetic and
   softmax's __expf (~1e-6); atol as their float32 forms (softmax 1e-12, LayerNorm 1e-5 for
   outputs that cancel to near 0, RMSNorm 1e-6).
+- float16 row kernels (softmax_f16, layernorm_f16, rmsnorm_f16 and their _warp_ forms): rtol
+  1e-3, one rounding of the result (f16 keeps 11 significant bits: up to 2^-11 = 4.9e-4
+  relative) plus the same float32 arithmetic; atol as the bf16 forms except softmax, 6e-8:
+  f16's exponent is short, outputs below its smallest normal (6.1e-5: most of a long row's
+  softmax) are subnormal, spaced 2^-24 = 6e-8 apart, so their rounding is up to 3e-8 absolute,
+  not relative (below that they round to 0). bf16 has float's exponent range and no such floor.
 """
 
 from __future__ import annotations
@@ -58,11 +64,17 @@ BOUNDS = {
     "softmax_bf16": (4e-3, 1e-12),
     "layernorm_bf16": (4e-3, 1e-5),
     "rmsnorm_bf16": (4e-3, 1e-6),
+    "softmax_f16": (1e-3, 6e-8),
+    "layernorm_f16": (1e-3, 1e-5),
+    "rmsnorm_f16": (1e-3, 1e-6),
     "softmax_warp_f32": (1e-5, 1e-12),
     "layernorm_warp_f32": (1e-5, 1e-5),
     "softmax_warp_bf16": (4e-3, 1e-12),
     "layernorm_warp_bf16": (4e-3, 1e-5),
     "rmsnorm_warp_bf16": (4e-3, 1e-6),
+    "softmax_warp_f16": (1e-3, 6e-8),
+    "layernorm_warp_f16": (1e-3, 1e-5),
+    "rmsnorm_warp_f16": (1e-3, 1e-6),
     "transpose_f32": (0.0, 0.0),
 }
 
@@ -94,7 +106,8 @@ def arguments(name: str, rows: int, cols: int, rng: np.random.Generator) -> tupl
     if name.startswith("bias_gelu"):
         dtype = {"bias_gelu_f16": np.float16, "bias_gelu_bf16": bfloat16()}.get(name, f32)
         return [rng.uniform(-4, 4, (rows, cols)).astype(dtype), rng.uniform(-1, 1, cols).astype(dtype)], []
-    dtype = bfloat16() if name.endswith("_bf16") else f32  # row kernels: every tensor of the kernel's type
+    # row kernels: every tensor of the kernel's type
+    dtype = bfloat16() if name.endswith("_bf16") else np.float16 if name.endswith("_f16") else f32
     if name.startswith("softmax"):
         return [rng.normal(0, 3, (rows, cols)).astype(dtype)], []
     if name.startswith("layernorm"):

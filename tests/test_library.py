@@ -14,7 +14,8 @@ from .conftest import ROOT, needs_build_tools
 
 SPEC = ROOT / "kernels" / "library.toml"
 KERNELS = ["bias_gelu_f32", "bias_gelu_f16", "bias_gelu_bf16", "bias_gelu_f32_bf16", "row_sum_f32", "row_max_f32", "softmax_f32", "layernorm_f32", "rmsnorm_f32", "softmax_bf16", "layernorm_bf16", "rmsnorm_bf16",
-           "softmax_warp_f32", "layernorm_warp_f32", "softmax_warp_bf16", "layernorm_warp_bf16", "rmsnorm_warp_bf16", "transpose_f32"]
+           "softmax_f16", "layernorm_f16", "rmsnorm_f16", "softmax_warp_f32", "layernorm_warp_f32", "softmax_warp_bf16", "layernorm_warp_bf16",
+           "rmsnorm_warp_bf16", "softmax_warp_f16", "layernorm_warp_f16", "rmsnorm_warp_f16", "transpose_f32"]
 
 
 def test_every_kernel_has_a_reference():
@@ -46,4 +47,5 @@ def test_inspect_spec(capsys):
     assert "module library" in out
     assert "kernel layernorm_f32(x: f32[rows, cols], weight: f32[cols], bias: f32[cols], eps: float) -> (out: f32[rows, cols])" in out
     assert "kernel layernorm_bf16(x: bf16[rows, cols], weight: bf16[cols], bias: bf16[cols], eps: float) -> (out: bf16[rows, cols])" in out
+    assert "kernel layernorm_f16(x: f16[rows, cols], weight: f16[cols], bias: f16[cols], eps: float) -> (out: f16[rows, cols])" in out
     assert "kernel transpose_f32(in: f32[rows, cols]) -> (out: f32[cols, rows])" in out
