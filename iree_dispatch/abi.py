@@ -8,12 +8,10 @@ demangling.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 
+from .cxx_names import demangle, is_mangled, parse_demangled, same_type_text
 from .errors import AbiError
 from .spec import KernelSpec
 
@@ -65,31 +63,42 @@ def _where(spec: KernelSpec, arch_name: str) -> str:
 def resolve_entry(spec: KernelSpec, ptx: str, arch_name: str) -> str:
     """The PTX entry name of `spec`: its own name if extern "C", else the matching mangled name."""
     entries = ptx_entries(ptx)
-    if spec.signature.extern_c:
-        if spec.name not in entries:
-            found = ", ".join(sorted(entries)) or "none"
-            raise AbiError(f"{_where(spec, arch_name)}: no PTX entry named {spec.name!r} (entries: {found}); is it compiled (not #if'd out)?")
-        return spec.name
-    demangled = demangle(sorted(entries))
-    wanted = re.compile(rf"(?:^|\s){re.escape(spec.name)}\(")
-    matches = [name for name, pretty in demangled.items() if wanted.search(pretty)]
-    if len(matches) == 1:
-        return matches[0]
-    listing = "; ".join(f"{demangled[n]} [{n}]" for n in (matches or sorted(demangled))) or "none"
-    if matches:
-        raise AbiError(f"{_where(spec, arch_name)}: {spec.name!r} matches {len(matches)} PTX entries ({listing}); rename one or use extern \"C\"")
-    hint = f"; instantiate it explicitly: template __global__ void {spec.name}(...);" if spec.signature.template else ""
-    raise AbiError(f"{_where(spec, arch_name)}: no PTX entry for {spec.name!r} (entries: {listing}){hint}")
+    signature = spec.signature
+    if signature.extern_c and signature.entry_name in entries:
+        return signature.entry_name
+    if signature.extern_c and not signature.declared:
+        found = ", ".join(sorted(entries)) or "none"
+        raise AbiError(f"{_where(spec, arch_name)}: no PTX entry named {signature.entry_name!r} (entries: {found}); is it compiled (not #if'd out)?")
+    # A C++ kernel, or a declared one (prebuilt PTX) that turns out to be C++: its mangled entry.
+    return match_mangled(spec, sorted(entries), _where(spec, arch_name))
 
 
-def demangle(names: list[str]) -> dict[str, str]:
-    """Mangled name → demangled, with cu++filt (CUDA toolkit) or c++filt (binutils)."""
-    nvcc_dir = os.path.dirname(shutil.which("nvcc") or "")
-    tool = next((t for t in (os.path.join(nvcc_dir, "cu++filt"), shutil.which("cu++filt"), shutil.which("c++filt")) if t and os.path.isfile(t)), None)
-    if tool is None:
-        raise AbiError("C++ kernel names need cu++filt or c++filt (binutils) to be resolved; install one, or declare the kernel extern \"C\"")
-    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, check=True).stdout.splitlines()
-    return dict(zip(names, out))
+def match_mangled(spec: KernelSpec, names: list[str], where: str, what: str = "PTX entry") -> str:
+    """The one of `names` (PTX entries or cubin symbols) that is `spec`'s C++ kernel.
+
+    Matched by qualified name (`ns::scale`; a plain name also finds the kernel in a namespace),
+    then by template arguments as written, then by parameter types as the compiler spells them.
+    """
+    signature = spec.signature
+    base, _, args = signature.qualified_name.partition("<")
+    demangled = demangle([n for n in names if is_mangled(n)])
+    functions = {n: f for n, text in demangled.items() if (f := parse_demangled(text))}
+    named = [n for n, f in functions.items() if f.name == base or f.name.endswith(f"::{base}")]
+    candidates = [n for n in named if functions[n].name == base] or named
+    if args and len(candidates) > 1:
+        same_args = [n for n in candidates if functions[n].template_args is not None and same_type_text(functions[n].template_args, args.removesuffix(">"))]
+        candidates = same_args or candidates
+    if signature.canonical_params is not None and len(candidates) > 1:
+        wanted = signature.canonical_params
+        same_types = [n for n in candidates if len(functions[n].params) == len(wanted) and all(map(same_type_text, functions[n].params, wanted))]
+        candidates = same_types or candidates
+    if len(candidates) == 1:
+        return candidates[0]
+    listing = "; ".join(f"{demangled.get(n, n)} [{n}]" for n in (candidates or names)) or "none"
+    if candidates:
+        raise AbiError(f"{where}: {spec.name!r} matches {len(candidates)} {what} names ({listing}); rename one or use extern \"C\"")
+    hint = f"; instantiate it explicitly: template __global__ void {signature.qualified_name}(...);" if signature.template else ""
+    raise AbiError(f"{where}: no {what} for {spec.name!r} (entries: {listing}){hint}")
 
 
 def check_entry(spec: KernelSpec, entry: str, ptx: str, arch_name: str) -> None:
@@ -127,11 +136,13 @@ def check_adapted(spec: KernelSpec, entry: str, ptx: str, arch_name: str) -> Non
         )
 
 
-def check_machine_code(kernels: list[KernelSpec], obj) -> None:
+def check_machine_code(kernels: list[KernelSpec], obj) -> dict[str, str]:
     """A prebuilt cubin or fatbin (prebuilt.PrebuiltObject) can't be adapted, so each kernel's
     entry must already take exactly what IREE passes: 8-byte pointers, then 4-byte scalars; and
     its thread-count limits must allow the block. Checked on every image that can be read
-    (machine code from .nv.info, uncompressed PTX)."""
+    (machine code from .nv.info, uncompressed PTX). Returns kernel name → entry name (a C++
+    kernel declared by its plain name is found by its mangled one)."""
+    entries = {}
     for spec in kernels:
         expected = tuple([8] * len(spec.tensors) + [4] * len(spec.scalars))
         where = f"{obj.path}: kernel {spec.name}"
@@ -142,9 +153,14 @@ def check_machine_code(kernels: list[KernelSpec], obj) -> None:
         ]
         threads = spec.block[0] * spec.block[1] * spec.block[2]
         for what, found in images:
-            if spec.name not in found:
-                raise AbiError(f"{where}: {what} has no kernel named {spec.name!r} (kernels: {', '.join(sorted(found)) or 'none'})")
-            params, max_threads, required = found[spec.name]
+            entry = spec.signature.entry_name
+            if entry not in found:
+                if not any(is_mangled(n) for n in found):
+                    raise AbiError(f"{where}: {what} has no kernel named {entry!r} (kernels: {', '.join(sorted(found)) or 'none'})")
+                entry = match_mangled(spec, sorted(found), f"{where}: {what}", "kernel")
+            if entries.setdefault(spec.name, entry) != entry:
+                raise AbiError(f"{where}: {what} names it {entry}, another image {entries[spec.name]}")
+            params, max_threads, required = found[entry]
             if params != expected:
                 raise AbiError(
                     f"{where}: {what} takes parameters of {list(params)} bytes, but the signature "
@@ -154,3 +170,4 @@ def check_machine_code(kernels: list[KernelSpec], obj) -> None:
                 raise AbiError(f"{where}: block {list(spec.block)} has {threads} threads, but {what} allows at most {list(max_threads)} (__launch_bounds__)")
             if required is not None and tuple(required) + (1,) * (3 - len(required)) != spec.block:
                 raise AbiError(f"{where}: block {list(spec.block)} differs from the block size {what} requires, {list(required)}")
+    return entries

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -50,6 +51,16 @@ def file_digest(path: Path) -> str:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return "missing"
+
+
+@functools.cache
+def package_digest() -> str:
+    """A digest of this package's own files. It is part of every build key, so a build made by
+    other code (an older or patched iree_dispatch with the same version number) is never
+    served: the generated IR is only as right as the code that wrote it."""
+    root = Path(__file__).resolve().parent
+    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return digest(*(f"{p.relative_to(root)}\0{file_digest(p)}" for p in files))
 
 
 class Cache:

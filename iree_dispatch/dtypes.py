@@ -58,8 +58,10 @@ POINTEE_TYPES: dict[str, str] = {
     "unsigned": "ui32",
     "unsigned int": "ui32",
     "uint32_t": "ui32",
+    "long": "i64",  # LP64: CUDA's device code follows the host's (64-bit) data model
     "long long": "i64",
     "int64_t": "i64",
+    "unsigned long": "ui64",
     "unsigned long long": "ui64",
     "uint64_t": "ui64",
 }

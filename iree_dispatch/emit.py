@@ -277,8 +277,11 @@ def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, fun
         dims = "{" + ", ".join(dyn) + "}" if dyn else ""
         name = f"%{t.name}"
         if t.role == "output":
+            # flow.tensor.alloca, not tensor.empty: tensor.empty is pure, so IREE would merge
+            # two fresh outputs of one type and shape into ONE buffer (CSE) and the kernel's
+            # two outputs would alias. An alloca is an allocation: each output gets its own.
             name = f"%{t.name}.init"
-            b.lines.append(f"{name} = tensor.empty({', '.join(dyn)}) : {_tensor_type(t)}")
+            b.lines.append(f"{name} = flow.tensor.alloca : {_tensor_type(t)}{dims}")
         operands.append(name)
         operand_types.append(f"{_tensor_type(t)}{dims}")
         if t.writable:

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 from . import __version__
 from .abi import check_adapted, check_entry, check_machine_code, resolve_entry
 from .archs import Arch
-from .cache import ENTRY_FILES, ENTRY_META, Cache, digest, file_digest
+from .cache import ENTRY_FILES, ENTRY_META, Cache, digest, file_digest, package_digest
 from .compile import compile_flags, compile_vmfb, iree_compiler_version, link_program, parse_check
 from .emit import emit_module, executable_symbols
 from .errors import AbiError, SpecError
@@ -153,7 +153,7 @@ def codegen_arch(specs: Sequence[ModuleSpec]) -> Arch:
 def _manifest_key(specs: Sequence[ModuleSpec], program: str | Path | None, options: str, compile_name: str, tc: Toolchain | None) -> str:
     """Everything known before building that decides the artifacts' bytes (see cache.py)."""
     parts = [
-        f"iree_dispatch {__version__}",
+        f"iree_dispatch {__version__} {package_digest()}",
         f"iree-base-compiler {iree_compiler_version()}",
         f"toolchain {tc.identity() if tc else 'none'}",
         *(s.fingerprint() for s in specs),
@@ -222,6 +222,8 @@ def _stage_objects(
     stage = tc.name if tc else "compile"
     timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - started
     # Prebuilt PTX is checked and adapted below exactly like nvcc's; machine code is checked here.
+    # kernel name → PTX entry name (mangled for C++ kernels)
+    entries: dict[str, str] = {}
     for src, objs in prebuilt.items():
         kernels = [k for k in spec.kernels if k.source == src]
         for obj in objs:
@@ -230,11 +232,11 @@ def _stage_objects(
                 shutil.copyfile(obj.path, staged)
                 objects.append(PtxObject(src, obj.variant.target_arch, staged, (obj.path.absolute(),)))
             else:
-                check_machine_code(kernels, obj)
+                for kernel, entry in check_machine_code(kernels, obj).items():
+                    if entries.setdefault(kernel, entry) != entry:
+                        raise AbiError(f"{obj.path}: kernel {kernel} is named {entry} here but {entries[kernel]} in another object")
 
     started = time.perf_counter()
-    # kernel name → PTX entry name (mangled for C++ kernels; a prebuilt kernel's name is its entry)
-    entries: dict[str, str] = {k.name: k.name for k in spec.kernels if k.objects}
     for o in objects:
         kernels = [k for k in spec.kernels if k.source == o.source]
         text = o.text()

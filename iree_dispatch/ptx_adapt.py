@@ -1,15 +1,17 @@
 """Stage 2b: adapt each kernel's PTX entry to IREE's push-constant ABI.
 
-IREE passes every scalar as one 32-bit push constant, each in its own kernel-parameter slot.
-A kernel compiled from unchanged CUDA declares 1-, 2- and 8-byte parameters too. Rather than
-ask users to change their kernels, the compiled entry is rewritten so the two sides agree:
+IREE passes every buffer first, then every scalar as one 32-bit push constant, each in its
+own kernel-parameter slot. A kernel compiled from unchanged CUDA may put scalars before or
+between pointers, and declares 1-, 2- and 8-byte parameters too. Rather than ask users to
+change their kernels, the compiled entry is rewritten so the two sides agree:
 
+- the parameter list is reordered: pointers first, then scalars, each group in source order;
 - a 64-bit parameter P becomes two 32-bit parameters P__lo, P__hi, and each load of P becomes
   two 32-bit loads packed back into the register the kernel's code reads;
 - a 1- or 2-byte parameter becomes a 4-byte one; the kernel's narrow load reads its low bytes,
   where the generated wrapper puts the value (little-endian).
 
-The rewrite touches only the parameter list and `ld.param` of scalar parameters, and refuses
+The rewrite touches only the parameter list and `ld.param` of 64-bit scalar parameters, and refuses
 (with the kernel and parameter named) any use of a 64-bit parameter it doesn't understand.
 """
 
@@ -47,10 +49,12 @@ def adapt_entry(ptx: str, spec: KernelSpec, entry: str, where: str) -> str:
         raise AbiError(f"{where}: signature has {len(spec.signature.params)} parameters but the PTX entry has {len(decls)}")
     sizes = {s.name: s.stype.nbytes for s in spec.scalars}
     body = ptx[body_start:body_end]
-    new_decls = []
+    pointers, scalars = [], []
     for decl, param in zip(decls, spec.signature.params):
         name = decl.split()[-1].partition("[")[0]
         size = sizes.get(param.name)
+        # The code names its parameters, never their positions: reordering the list is safe.
+        new_decls = pointers if param.pointer else scalars
         if size is None or size == 4:
             new_decls.append(decl)
         elif size < 4:
@@ -63,7 +67,7 @@ def adapt_entry(ptx: str, spec: KernelSpec, entry: str, where: str) -> str:
                     f"{where}: the kernel uses 64-bit parameter {param.name!r} in a way iree_dispatch can't split into two "
                     "32-bit push constants (only plain loads are rewritten); pass it in a 1-element tensor instead"
                 )
-    params = "\n\t" + ",\n\t".join(new_decls) + "\n"
+    params = "\n\t" + ",\n\t".join(pointers + scalars) + "\n"
     return ptx[:params_start] + params + ptx[params_end:body_start] + body + ptx[body_end:]
 
 
@@ -79,10 +83,16 @@ def _split_load(name: str):
     return replace
 
 
+def pointers_first(spec: KernelSpec) -> bool:
+    """True when every pointer parameter comes before every scalar, as IREE passes them."""
+    kinds = [p.pointer for p in spec.signature.params]
+    return kinds == sorted(kinds, reverse=True)
+
+
 def adapt_module(ptx: str, kernels: list[KernelSpec], entries: dict[str, str], arch_name: str) -> str:
     """Adapts every kernel of one PTX module; kernels with only 32-bit scalars are unchanged.
     `entries` maps each kernel's name to its PTX entry name."""
     for spec in kernels:
-        if any(s.stype.nbytes != 4 for s in spec.scalars):
+        if any(s.stype.nbytes != 4 for s in spec.scalars) or not pointers_first(spec):
             ptx = adapt_entry(ptx, spec, entries[spec.name], f"{spec.signature.where}: kernel {spec.name} ({arch_name} PTX)")
     return ptx

@@ -25,6 +25,7 @@ class Param:
     pointer: bool
     const: bool  # for pointers: the pointee is const (ReadOnly binding)
     line: int
+    written: str | None = None  # the type as the source spells it, when ctype was resolved from an alias (type_probe.py)
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,23 @@ class KernelSignature:
     launch_bounds: str | None
     template_params: tuple[str, ...] = ()  # type parameter names, e.g. ("T",)
     declared: bool = False  # given in the spec (parse_signature), not read from the source
+    namespace: str = ""  # enclosing namespaces, "a::b"; "" at global scope
+    # The parameter types as the compiler spells them (type_probe.py), when they were resolved.
+    canonical_params: tuple[str, ...] | None = None
 
     @property
     def where(self) -> str:
         return f"{self.source}:{self.line}"
+
+    @property
+    def qualified_name(self) -> str:
+        """The name C++ code refers to the kernel by: `ns::scale<float>`."""
+        return f"{self.namespace}::{self.name}" if self.namespace else self.name
+
+    @property
+    def entry_name(self) -> str:
+        """The PTX entry of an extern "C" kernel: its bare name (no namespace, no mangling)."""
+        return self.name.partition("<")[0]
 
 
 def read_source(path: Path) -> str:
@@ -104,10 +118,25 @@ def _extern_c_ranges(code: str) -> list[tuple[int, int]]:
     return ranges
 
 
+def _namespace_ranges(code: str) -> list[tuple[int, int, str]]:
+    """(start, end, name) of every named namespace body; anonymous ones add no qualifier."""
+    ranges = []
+    for match in re.finditer(r"\bnamespace\s+([A-Za-z_][\w:]*)?\s*\{", code):
+        end = _matching(code, match.end() - 1)
+        if match[1]:
+            ranges.append((match.end(), end if end >= 0 else len(code), match[1].strip(":")))
+    return ranges
+
+
+def _namespace_at(ranges: list[tuple[int, int, str]], offset: int) -> str:
+    return "::".join(name for start, end, name in ranges if start <= offset < end)
+
+
 def parse_kernels(text: str, source: Path) -> list[KernelSignature]:
     code = _blank_comments(text)
     line_of = lambda offset: code.count("\n", 0, offset) + 1  # noqa: E731
     extern_blocks = _extern_c_ranges(code)
+    namespaces = _namespace_ranges(code)
     kernels = []
     for match in re.finditer(r"\b__global__\b", code):
         # The declaration starts after the previous statement/block boundary.
@@ -148,6 +177,7 @@ def parse_kernels(text: str, source: Path) -> list[KernelSignature]:
                 template=template is not None,
                 launch_bounds=launch_bounds,
                 template_params=tuple(re.findall(r"(?:typename|class)\s+(\w+)", template[1])) if template else (),
+                namespace=_namespace_at(namespaces, match.start()),
             )
         )
     return kernels
@@ -212,22 +242,24 @@ def find_kernel(source: Path, name: str) -> KernelSignature:
     """The `__global__` function `name` in `source`, or an error listing what is there.
 
     `name` may select a template instantiation, e.g. "scale<float>": the template's type
-    parameters are then replaced by the given types in the parameter list.
+    parameters are then replaced by the given types in the parameter list. It may be qualified
+    by its namespaces, "ns::kernel"; a plain name finds a kernel in any namespace.
     """
     text = read_source(source)
     if not text.strip():
         raise SignatureError(f"{source}: file is empty; kernel {name!r} must be defined there")
     base, _, args_text = name.partition("<")
+    namespace, _, leaf = base.strip().removeprefix("::").rpartition("::")
     kernels = parse_kernels(text, Path(source))
-    matches = [k for k in kernels if k.name == base.strip()]
+    matches = [k for k in kernels if k.name == leaf and (not namespace or k.namespace == namespace)]
     if not matches:
-        found = ", ".join(sorted({k.name for k in kernels})) or "none"
+        found = ", ".join(sorted({k.qualified_name for k in kernels})) or "none"
         raise SignatureError(
             f"{source}: no __global__ kernel named {base.strip()!r} (kernels found: {found}); if a macro defines it, "
             f"declare it in the spec: signature = \"void {base.strip()}(...)\" (its C declaration)"
         )
     if len(matches) > 1:
-        candidates = "; ".join(f"line {k.line}: {k.name}({', '.join(_describe(p) for p in k.params)})" for k in matches)
+        candidates = "; ".join(f"line {k.line}: {k.qualified_name}({', '.join(_describe(p) for p in k.params)})" for k in matches)
         raise SignatureError(
             f"{source}: kernel {base.strip()!r} is declared {len(matches)} times ({candidates}); overloads can't be told apart "
             "by name: rename one, or give each an extern \"C\" wrapper"
@@ -249,7 +281,8 @@ def find_kernel(source: Path, name: str) -> KernelSignature:
     params = tuple(
         Param(p.name, substitution.get(p.ctype, p.ctype), p.pointer, p.const, p.line) for p in kernel.params
     )
-    return KernelSignature(name, params, kernel.source, kernel.line, False, True, kernel.launch_bounds, kernel.template_params)
+    template_name = f"{leaf}<{args_text.strip()}"
+    return dataclasses.replace(kernel, name=template_name, params=params, extern_c=False)
 
 
 def parse_signature(text: str, origin: Path, name: str) -> KernelSignature:
@@ -266,10 +299,12 @@ def parse_signature(text: str, origin: Path, name: str) -> KernelSignature:
     return dataclasses.replace(kernels[0], declared=True)
 
 
-def signature_text(signature: KernelSignature) -> str:
-    """The C declaration `parse_signature` reads back."""
-    return f"void {signature.name}({', '.join(_describe(p) for p in signature.params)})"
+def signature_text(signature: KernelSignature, written: bool = False) -> str:
+    """The C declaration `parse_signature` reads back; `written`: types as the source spells
+    them (aliases unresolved), else as resolved."""
+    return f"void {signature.entry_name}({', '.join(_describe(p, written) for p in signature.params)})"
 
 
-def _describe(p: Param) -> str:
-    return f"{'const ' if p.const else ''}{p.ctype}{'*' if p.pointer else ''} {p.name}"
+def _describe(p: Param, written: bool = False) -> str:
+    ctype = p.written if written and p.written else p.ctype
+    return f"{'const ' if p.const else ''}{ctype}{'*' if p.pointer else ''} {p.name}"

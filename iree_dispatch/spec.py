@@ -22,6 +22,7 @@ from .dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
 from .errors import SignatureError, SpecError
 from .prebuilt import PrebuiltObject, is_object_source, read_objects
 from .signature import KernelSignature, Param, find_kernel, parse_signature, signature_text
+from .type_probe import needs_probe, resolve_types
 from .variants import POLICIES, Variant, plan_variants
 
 # IREE's CUDA HAL limits per export (IREE_CUDA_FACTS.md).
@@ -77,6 +78,9 @@ class KernelSpec:
     # Per-arch sizes (`shared_memory = { sm_90a = ..., sm_80 = ... }`), newest arch first; empty
     # when one size serves every arch. Each variant's export gets its own size.
     shared_memory_by_arch: tuple[tuple[Arch, int], ...] = ()
+    # The nvcc flags and arch the parameter types were resolved with (type_probe.py), when a
+    # type is an alias; the module re-resolves a kernel declared with other flags than its own.
+    types_resolved_with: tuple[tuple[str, ...], Arch] | None = None
 
     def shared_memory_for(self, variant: Variant) -> int:
         """Bytes of dynamic shared memory the export of `variant` declares. A variant carrying
@@ -167,6 +171,8 @@ class KernelSpec:
         shared_memory: str | int | Mapping[str, str | int] = 0,
         function: str | None = None,
         signature: str | None = None,
+        nvcc_flags: Sequence[str] = (),
+        arch: str | Arch | None = None,
     ) -> "KernelSpec":
         """Reads kernel `name` from `source` and completes it with what the signature can't say.
 
@@ -188,18 +194,30 @@ class KernelSpec:
         export, not per launch), so it can't depend on sizes. A mapping arch → size
         (`{"sm_90a": 197632, "sm_80": 62592}`) sizes each arch's variant on its own (each has its
         own export); the module must then build only archs the mapping names.
-        function: name of the generated function (default: `name`, with `scale<float>` → `scale_float`).
+        function: name of the generated function (default: `name` with every run of other
+        characters than letters, digits and _ replaced by one _: `scale<float>` → `scale_float`,
+        `ns::kernel` → `ns_kernel`).
+        nvcc_flags, arch: what parameter types spelled through aliases (`typedef`, `using`, a
+        `-D`-selected `#if`) are resolved with, by compiling a probe (type_probe.py); default: no
+        flags, the newest default arch. A ModuleSpec with other flags or archs resolves its
+        kernels again with its own.
         """
         objects: tuple[PrebuiltObject, ...] = ()
         if is_object_source(source):
             objects = read_objects(source, f"kernel {name}")
             if signature is None:
                 raise SpecError(f"{objects[0].path}: kernel {name}: a prebuilt object needs signature = \"void {name}(...)\" (its C declaration)")
-            signature = parse_signature(signature, objects[0].path, name)
+            namespace, _, leaf = name.removeprefix("::").rpartition("::")
+            signature = dataclasses.replace(parse_signature(signature, objects[0].path, leaf), namespace=namespace)
         elif signature is not None:
             signature = _declared_in_source(Path(source), name, signature)
         else:
             signature = find_kernel(Path(source), name)
+        types_resolved_with = None
+        if not objects and needs_probe(signature):
+            probe_arch = arch if isinstance(arch, Arch) else parse_arch(arch or DEFAULT_ARCHS[-1])
+            signature = resolve_types(signature, tuple(nvcc_flags), probe_arch)
+            types_resolved_with = (tuple(nvcc_flags), probe_arch)
         where = f"{signature.where}: kernel {name}"
         function = function or re.sub(r"\W+", "_", name).strip("_")
         if not function.isidentifier():
@@ -216,21 +234,25 @@ class KernelSpec:
         _check_names(where, "inplace", dict.fromkeys(inplace), params_by_name, want_pointer=True)
         _check_names(where, "readonly", dict.fromkeys(readonly), params_by_name, want_pointer=True)
 
-        # IREE passes every binding before every push constant; the kernel must agree.
+        # IREE passes every binding before every push constant. A PTX entry is reordered to
+        # match (ptx_adapt.py); machine code can't be rewritten, so its kernel must agree.
         first_scalar = next((p for p in signature.params if not p.pointer), None)
-        if first_scalar:
+        machine_code = [o.path.name for o in objects if o.kind != "ptx"]
+        if first_scalar and machine_code:
             late = next((p for p in signature.params[signature.params.index(first_scalar) :] if p.pointer), None)
             if late:
                 raise SpecError(
-                    f"{where}: pointer parameter {late.name!r} comes after scalar {first_scalar.name!r}; "
-                    "IREE passes all buffers first and then all scalars, so move the pointer parameters to the front"
+                    f"{where}: pointer parameter {late.name!r} comes after scalar {first_scalar.name!r}; IREE passes all buffers "
+                    f"first and then all scalars. PTX entries are reordered to match, machine code ({', '.join(machine_code)}) "
+                    "can't be: give the kernel's PTX instead, or compile it with its pointer parameters first"
                 )
 
         tensors = []
         bound: dict[str, str] = {}  # symbol → where it is bound, for error messages
         for p in (p for p in signature.params if p.pointer):
             if p.ctype not in POINTEE_TYPES:
-                raise SpecError(f"{_param_where(signature, p)}: unknown element type {p.ctype!r} of pointer {p.name!r}; supported: {', '.join(sorted(POINTEE_TYPES))}")
+                written = f" (written {p.written!r})" if p.written and p.written != p.ctype else ""
+                raise SpecError(f"{_param_where(signature, p)}: unknown element type {p.ctype!r}{written} of pointer {p.name!r}; supported: {', '.join(sorted(POINTEE_TYPES))}")
             if p.name in inplace and p.name in readonly:
                 raise SpecError(f"{where}: {p.name!r} is listed both in inplace and readonly")
             if p.const and (p.name in inplace):
@@ -256,7 +278,8 @@ class KernelSpec:
         for p in (p for p in signature.params if not p.pointer):
             stype = SCALAR_TYPES.get(p.ctype)
             if stype is None:
-                raise SpecError(f"{_param_where(signature, p)}: scalar {p.name!r} has type {p.ctype!r}; {SCALAR_HINT}")
+                written = f" (written {p.written!r})" if p.written and p.written != p.ctype else ""
+                raise SpecError(f"{_param_where(signature, p)}: scalar {p.name!r} has type {p.ctype!r}{written}; {SCALAR_HINT}")
             if p.name in scalar_exprs:
                 if not (stype.integer or stype.kind == "float"):
                     raise SpecError(f"{where}: scalars.{p.name}: a {p.ctype} can't be computed from sizes (only integer types and float can); make it an argument")
@@ -268,7 +291,6 @@ class KernelSpec:
                 if stype.integer:
                     bound.setdefault(p.name, f"argument {p.name}")
             scalar_list.append(ScalarParam(p, stype, value))
-            machine_code = [o.path.name for o in objects if o.kind != "ptx"]
             if stype.nbytes != 4 and machine_code:
                 raise SpecError(
                     f"{where}: scalar {p.name!r} is a {stype.nbytes}-byte {p.ctype}, but IREE passes each scalar as one 32-bit push "
@@ -301,7 +323,7 @@ class KernelSpec:
         slots = sum(s.stype.slots for s in scalar_list)
         if slots > MAX_CONSTANTS:
             raise SpecError(f"{where}: the scalar parameters need {slots} 32-bit push constants (64-bit values take two), but IREE allows at most {MAX_CONSTANTS} per dispatch")
-        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects, by_arch)
+        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects, by_arch, types_resolved_with)
 
     def with_outputs_in_place(self, function: str | None = None) -> "KernelSpec":
         """The same kernel with every fresh output declared in place: its generated function
@@ -324,31 +346,53 @@ class KernelSpec:
                         f"{where}: output {t.name!r} dim {i} is {d}; a caller-provided output needs dims that are names or "
                         f"integers (declare shapes.{t.name} with a name, or keep the output allocated by IREE)"
                     )
-        return KernelSpec.declare(
-            [o.path for o in self.objects] if self.objects else self.source,
-            self.name,
-            signature=signature_text(self.signature) if self.signature.declared else None,
+        return self._declared_again(inplace=[t.name for t in self.tensors if t.writable], function=function or self.function)
+
+    def with_types_resolved(self, nvcc_flags: Sequence[str], arch: Arch) -> "KernelSpec":
+        """The same kernel with its aliased parameter types resolved with these flags and arch
+        (a module's), or itself when it has no aliases or was resolved with them already."""
+        if self.types_resolved_with is None or self.types_resolved_with == (tuple(nvcc_flags), arch):
+            return self
+        return self._declared_again(nvcc_flags=nvcc_flags, arch=arch)
+
+    def _declared_again(self, **changes) -> "KernelSpec":
+        """Declared again from the source, with `changes` to the declaration's arguments."""
+        flags, arch = self.types_resolved_with or ((), None)
+        arguments = dict(
+            signature=signature_text(self.signature, written=True) if self.signature.declared else None,
             block=list(self.block),
             grid=[_dim_json(g) for g in self.grid],
             shapes={t.name: [_dim_json(d) for d in t.shape] for t in self.tensors},
             scalars={s.name: _dim_json(s.value) for s in self.scalars if s.value is not None and s.value != ex.Sym(s.name)},
-            inplace=[t.name for t in self.tensors if t.writable],
+            inplace=[t.name for t in self.tensors if t.role == "inplace"],
             readonly=[t.name for t in self.tensors if t.role == "input" and not t.param.const],
             shared_memory={a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory,
-            function=function or self.function,
+            function=self.function,
+            nvcc_flags=flags,
+            arch=arch,
         )
+        return KernelSpec.declare([o.path for o in self.objects] if self.objects else self.source, self.name, **{**arguments, **changes})
 
 
 def _declared_in_source(source: Path, name: str, signature: str) -> KernelSignature:
-    """The declared signature of a kernel in a .cu source that the parser can't see (one a macro
-    defines). The build checks it against the compiled PTX entry, as any signature; one the
-    parser does see declares itself, and a second declaration could only disagree with it."""
+    """The declared signature of a kernel in a .cu source: for one a macro defines (the reader
+    can't see it), or to state the types of one it can see. The build checks it against the
+    compiled PTX entry, as any signature. A kernel the reader sees keeps its name, namespace and
+    linkage; the declaration must agree with it on the parameters' names and pointer-ness."""
+    leaf = name.partition("<")[0].rpartition("::")[2]
     try:
         found = find_kernel(source, name)
     except SignatureError:
-        return parse_signature(signature, source, name)
-    raise SpecError(f"{found.where}: kernel {name} is declared in the source; signature is for prebuilt objects and for kernels "
-                    "a macro defines, which the signature reader can't see. Remove it")
+        return dataclasses.replace(parse_signature(signature, source, leaf), name=name.removeprefix("::"))
+    declared = parse_signature(signature, source, leaf)
+    shape_of = lambda params: [f"{p.name}{'*' if p.pointer else ''}" for p in params]  # noqa: E731
+    if shape_of(declared.params) != shape_of(found.params):
+        raise SpecError(
+            f"{found.where}: kernel {name}: signature {signature!r} disagrees with the source's parameters "
+            f"({', '.join(shape_of(found.params))}); give the same parameters, in order"
+        )
+    params = tuple(dataclasses.replace(d, line=f.line) for d, f in zip(declared.params, found.params))
+    return dataclasses.replace(found, params=params, declared=True)
 
 
 def _param_where(signature: KernelSignature, p: Param) -> str:
@@ -467,6 +511,10 @@ class ModuleSpec:
         return tuple(o.variant for o in kernel.objects) if kernel.objects else self.variants
 
     def __post_init__(self) -> None:
+        # Kernels whose types are aliases mean what this module's flags make them mean.
+        if self.archs:
+            resolved = tuple(k.with_types_resolved(self.nvcc_flags, self.archs[0]) for k in self.kernels)
+            object.__setattr__(self, "kernels", resolved)
         if self.objects not in POLICIES:
             raise SpecError(f"module {self.name}: objects = {self.objects!r}; choose one of {', '.join(POLICIES)}")
         if not self.name.isidentifier():
@@ -543,6 +591,9 @@ def load_spec(path: str | Path) -> ModuleSpec:
         archs = parse_archs(module.get("archs", DEFAULT_ARCHS))
     except SpecError as exc:
         raise SpecError(f"{path}: [module] archs: {exc}") from None
+    flags = module.get("nvcc_flags", [])
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise SpecError(f"{path}: [module] nvcc_flags must be a list of strings")
     kernels = []
     for i, k in enumerate(kernels_raw, start=1):
         label = f"{path}: [[kernel]] #{i}" + (f" ({k['name']})" if isinstance(k.get("name"), str) else "")
@@ -579,14 +630,13 @@ def load_spec(path: str | Path) -> ModuleSpec:
         if misplaced:
             raise SpecError(f"{label}: {misplaced} are for Triton kernels (source = \"file.py\"), not {Path(str(source if isinstance(source, Path) else source[0])).name}")
         shared = k.get("shared_memory", 0)
-        kernels.append(KernelSpec.declare(source, k["name"], signature=k.get("signature"), block=k.get("block"), shared_memory=shared, **options))
+        kernels.append(
+            KernelSpec.declare(source, k["name"], signature=k.get("signature"), block=k.get("block"), shared_memory=shared, nvcc_flags=flags, arch=archs[0], **options)
+        )
         # A per-arch table may name only archs the module builds: anything else is a typo (sm_90 for sm_90a).
         extra = [a.name for a, _ in kernels[-1].shared_memory_by_arch if a not in archs]
         if extra:
             raise SpecError(f"{label}: shared_memory gives a size for {extra[0]}, which the module doesn't build (archs: {', '.join(a.name for a in archs)})")
-    flags = module.get("nvcc_flags", [])
-    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-        raise SpecError(f"{path}: [module] nvcc_flags must be a list of strings")
     return ModuleSpec(module.get("name", path.stem), tuple(kernels), tuple(archs), tuple(flags), module.get("objects", "cubin"))
 
 

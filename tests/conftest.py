@@ -58,6 +58,20 @@ def isolated_build_cache(tmp_path_factory):
     os.environ["IREE_DISPATCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("build-cache"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def every_build_checked_at_flow_level():
+    """Every module a test builds is also compiled to flow level, where IREE assigns buffers,
+    and fails the test if two results of one dispatch share a buffer (tests/flow_check.py)."""
+    if not have_compiler():
+        yield
+        return
+    from .flow_check import check_build_outputs
+
+    with pytest.MonkeyPatch.context() as patch:
+        check_build_outputs(patch)
+        yield
+
+
 needs_build_tools = pytest.mark.skipif(
     not (have_compiler() and (os.environ.get("NVCC") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists())),
     reason="needs nvcc and iree-base-compiler",

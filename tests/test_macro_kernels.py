@@ -38,10 +38,12 @@ def test_declared_signature_gives_the_abi(cu):
     assert kernel.inputs[0].dtype == "f64"
 
 
-def test_a_kernel_the_reader_sees_is_not_declared_twice(cu):
-    path = cu('extern "C" __global__ void k(float* out, int n) {}\n')
-    with pytest.raises(DispatchError, match=r"k\.cu:1: kernel k is declared in the source"):
-        KernelSpec.declare(path, "k", block=64, grid="n", shape=["n"], signature="void k(float* out, int n)")
+def test_a_kernel_the_reader_sees_may_be_declared_if_the_declaration_agrees(cu):
+    path = cu('typedef float real;\nextern "C" __global__ void k(real* out, int n) {}\n')
+    kernel = KernelSpec.declare(path, "k", block=64, grid="n", shape=["n"], signature="void k(float* out, int n)")
+    assert kernel.outputs[0].dtype == "f32" and kernel.signature.extern_c and kernel.signature.line == 2
+    with pytest.raises(DispatchError, match=r"k\.cu:2: kernel k: signature 'void k\(float\* out\)' disagrees with the source's parameters \(out\*, n\)"):
+        KernelSpec.declare(path, "k", block=64, grid="n", shape=["n"], signature="void k(float* out)")
 
 
 @needs_build_tools

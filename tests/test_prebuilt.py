@@ -131,8 +131,8 @@ def test_a_kernel_the_object_lacks_is_named(objs, tmp_path):
 def test_spec_errors(objs, tmp_path):
     with pytest.raises(SpecError, match=r"needs signature = \"void simple_mul\(\.\.\.\)\""):
         KernelSpec.declare(objs["cubin90"], "simple_mul", block=64, grid=1, shape=["n"])
-    with pytest.raises(SpecError, match="simple_mul is declared in the source; signature is for prebuilt objects and for kernels a macro defines"):
-        KernelSpec.declare(SIMPLE_MUL_CU, "simple_mul", signature=SIMPLE_MUL, block=64, grid=1, shape=["n"])
+    with pytest.raises(SpecError, match=r"disagrees with the source's parameters \(lhs\*, rhs\*, out\*, n\)"):
+        KernelSpec.declare(SIMPLE_MUL_CU, "simple_mul", signature="void simple_mul(const float* lhs, float* out, int n)", block=64, grid=1, shape=["n"])
     with pytest.raises(SpecError, match="both are cubin for sm_90"):
         declare([objs["cubin90"], objs["cubin90"]])
     with pytest.raises(Exception, match="declares 'mul'; the names must match"):
