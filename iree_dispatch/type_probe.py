@@ -22,7 +22,7 @@ from .archs import Arch
 from .cxx_names import demangle, parse_demangled
 from .dtypes import POINTEE_TYPES, SCALAR_TYPES
 from .errors import SignatureError, ToolchainError
-from .signature import KernelSignature, Param
+from .signature import KernelSignature, Param, parse_kernels, read_source
 
 _PROBE = "iree_dispatch_type_probe"
 _HOLDER = "iree_dispatch_type_holder"
@@ -37,34 +37,40 @@ def resolve_types(signature: KernelSignature, flags: tuple[str, ...], arch: Arch
     """`signature` with every parameter type as the compiler sees it (canonical spelling).
 
     flags: the module's nvcc flags (their -D/-I decide what aliases mean). toolchain: a
-    toolchain.Toolchain or its name; None picks one as a build does.
+    toolchain.Toolchain or its name; None picks one as a build does. One probe compile answers
+    for every kernel of the source that needs one, so a module of many such kernels pays once.
     """
     from .toolchain import select_toolchain
 
     tc = select_toolchain(toolchain)
     source = signature.source.absolute()
-    key = (str(source), hashlib.sha256(source.read_bytes()).hexdigest(), signature.qualified_name, tuple(flags), arch.name, tc.identity())
-    if key not in _PROBED:
-        _PROBED[key] = _probe_params(source, signature.qualified_name, tuple(flags), arch, tc, f"{signature.where}: kernel {signature.qualified_name}")
-    return _resolve(signature, _PROBED[key])
+    known = _PROBED.setdefault((str(source), hashlib.sha256(source.read_bytes()).hexdigest(), tuple(flags), arch.name, tc.identity()), {})
+    name = signature.qualified_name
+    if name not in known:
+        where = f"{signature.where}: kernel {name}"
+        others = [k.qualified_name for k in parse_kernels(read_source(source), source) if not k.template and needs_probe(k)]
+        batch = list(dict.fromkeys([name, *(o for o in others if o not in known)]))
+        try:
+            known.update(_probe(source, batch, tuple(flags), arch, tc, where))
+        except SignatureError:
+            if len(batch) == 1:
+                raise
+            known.update(_probe(source, [name], tuple(flags), arch, tc, where))  # another kernel can't be probed: this one alone
+    return _resolve(signature, known[name])
 
 
-# (source, its digest, kernel, flags, arch, toolchain identity) → canonical parameter types
-_PROBED: dict[tuple, tuple[str, ...]] = {}
+# (source, its digest, flags, arch, toolchain identity) → kernel → canonical parameter types
+_PROBED: dict[tuple, dict[str, tuple[str, ...]]] = {}
 
 
-def _probe_params(source: Path, expression: str, flags: tuple[str, ...], arch: Arch, tc, where: str) -> tuple[str, ...]:
+def _probe(source: Path, expressions: list[str], flags: tuple[str, ...], arch: Arch, tc, where: str) -> dict[str, tuple[str, ...]]:
     with tempfile.TemporaryDirectory(prefix="iree_dispatch_probe.") as tmp:
         probe = Path(tmp) / "probe.cu"
         # The probe includes the source as-is (its own #includes resolve from its folder) and
-        # adds one kernel taking a pointer to a template instance over the kernel's function
-        # type: the only way that type reaches a mangled name is spelled out in full.
-        probe.write_text(
-            f'#include "{source}"\n'
-            f"template <class F> struct {_HOLDER};\n"
-            f"__global__ void {_PROBE}({_HOLDER}<decltype(&{expression})>*) {{}}\n",
-            encoding="utf-8",
-        )
+        # adds, per kernel, one kernel taking a pointer to a template instance over the kernel's
+        # function type: the only way that type reaches a mangled name is spelled out in full.
+        probes = "".join(f"__global__ void {_PROBE}_{i}({_HOLDER}<decltype(&{e})>*) {{}}\n" for i, e in enumerate(expressions))
+        probe.write_text(f'#include "{source}"\ntemplate <class F> struct {_HOLDER};\n{probes}', encoding="utf-8")
         try:
             ptx = tc.compile_ptx(probe, arch, Path(tmp) / "probe.ptx", flags).text()
         except ToolchainError as exc:
@@ -74,13 +80,19 @@ def _probe_params(source: Path, expression: str, flags: tuple[str, ...], arch: A
                 f"to resolve it as an alias failed (flags: {' '.join(flags) or 'none'}; the -D flags that select a type go in "
                 f"[module] nvcc_flags, or KernelSpec.declare(..., nvcc_flags=...)):\n{log}"
             ) from None
-    entries = re.findall(rf"\.entry\s+(_Z\w*{_PROBE}\w*)\s*\(", ptx)
-    demangled = parse_demangled(demangle(entries)[entries[0]]) if entries else None
-    match = re.fullmatch(rf"{_HOLDER}<(?:void )?\(\*\)\((.*)\)>\*", demangled.params[0]) if demangled and demangled.params else None
-    if match is None:  # the compiler spelled it in a way this reader doesn't know
-        raise SignatureError(f"{where}: can't read its parameter types from the compiler's probe ({entries})")
-    inner = parse_demangled(f"f({match[1]})")
-    return inner.params if inner else ()
+    entries = re.findall(rf"\.entry\s+(_Z\w*{_PROBE}_\w*)\s*\(", ptx)
+    found = {}
+    for mangled, text in demangle(entries).items():
+        demangled = parse_demangled(text)
+        index = re.fullmatch(rf"{_PROBE}_(\d+)", demangled.name) if demangled else None
+        match = re.fullmatch(rf"{_HOLDER}<(?:void )?\(\*\)\((.*)\)>\*", demangled.params[0]) if index and demangled.params else None
+        inner = parse_demangled(f"f({match[1]})") if match else None
+        if inner is None:  # the compiler spelled it in a way this reader doesn't know
+            raise SignatureError(f"{where}: can't read the parameter types from the compiler's probe ({text})")
+        found[expressions[int(index[1])]] = inner.params
+    if set(found) != set(expressions):
+        raise SignatureError(f"{where}: the compiler's probe has no answer for {sorted(set(expressions) - set(found))} (entries: {entries})")
+    return found
 
 
 def _resolve(signature: KernelSignature, types: tuple[str, ...]) -> KernelSignature:
