@@ -28,7 +28,7 @@ _LAYOUT = "#hal.pipeline.layout<constants = {constants}, bindings = [{bindings}]
 _VARIANT_OPEN = "hal.executable.variant public @{name} target(#target_{arch}) objects([{object}]) {{"
 _OBJECT = '#hal.executable.object<{{path = "{path}"}}>'
 # Embedded bytes keep the path too: an object with data alone prints back as `{, data = ...}`,
-# which does not parse again (IREE_CUDA_FACTS.md).
+# which does not parse again.
 _OBJECT_EMBEDDED = '#hal.executable.object<{{path = "{path}", data = dense<"0x{hex}"> : vector<{size}xi8>}}>'
 _QUERY = '%{name}.ok, %{name} = hal.device.query<%device : !hal.device> key("cuda.device" :: "compute_capability_{name}") : i1, i32'
 _EXPORT_OPEN = "hal.executable.export public @{entry} ordinal({ordinal}) layout(#layout_{layout}) count(%device: !hal.device{workloads}) -> (index, index, index) {{"

@@ -25,7 +25,7 @@ from .signature import KernelSignature, Param, find_kernel, parse_signature, sig
 from .type_probe import needs_probe, resolve_types
 from .variants import POLICIES, Variant, plan_variants
 
-# IREE's CUDA HAL limits per export (IREE_CUDA_FACTS.md).
+# IREE's CUDA HAL limits per export: bindings and 32-bit push constants per dispatch, threads per block.
 MAX_BINDINGS = 16
 MAX_CONSTANTS = 64
 MAX_THREADS_PER_BLOCK = 1024
