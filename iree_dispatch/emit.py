@@ -1,8 +1,8 @@
 """Stage 4: KernelSpecs + PTX objects → IREE MLIR text (deterministic).
 
-Every line of IREE syntax the package writes lives in this file, written for
-iree-base-compiler 3.13 (strict properties: inherent attributes in `<{...}>`). A version bump
-is an edit here and nowhere else.
+Written for iree-base-compiler 3.13 (strict properties: inherent attributes in `<{...}>`): the
+executables' syntax is in this file's templates, function bodies are written with ir.py (which
+programs use too), so a version bump is an edit in these two files.
 
 Per source file, one `hal.executable` with one variant per object (variants.py: cubins, PTX,
 fatbin), in preference order, each guarded by a compute-capability condition: the runtime
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import expr as ex
-from .reflection import REFLECTION_KEY, encode
+from .contract import REFLECTION_KEY, encode
+from .ir import FunctionBuilder, mlir_string, result_types, tensor_type
 from .spec import KernelSpec, ModuleSpec, TensorParam
 from .variants import Variant
 
@@ -44,10 +45,6 @@ class Executable:
     symbol: str
     kernels: tuple[KernelSpec, ...]
     object_paths: dict[str, str]  # variant name → object path as written into the IR
-
-
-def mlir_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def executable_symbols(module: ModuleSpec) -> dict[Path, str]:
@@ -181,55 +178,11 @@ def _export(k: KernelSpec, entry: str, ordinal: int, shared_memory: int) -> list
 
 
 def _tensor_type(t: TensorParam) -> str:
-    dims = "x".join(str(d.value) if isinstance(d, ex.Num) else "?" for d in t.shape)
-    return f"tensor<{dims}x{t.dtype}>"
-
-
-class _Body:
-    """Builds a wrapper function body: fresh SSA names, constants and runtime checks
-    (left out when not `checked`: the caller has checked the same relations itself)."""
-
-    def __init__(self, kernel: str, checked: bool = True):
-        self.kernel = kernel
-        self.checked = checked
-        self.lines: list[str] = []
-        self._counter = 0
-        self._constants: dict[tuple[int, str], str] = {}
-
-    def fresh(self) -> str:
-        name = f"%t.{self._counter}"
-        self._counter += 1
-        return name
-
-    def op(self, text: str) -> str:
-        """Appends `%new = <text>` and returns %new."""
-        name = self.fresh()
-        self.lines.append(f"{name} = {text}")
-        return name
-
-    def constant(self, value: int, type_: str = "index") -> str:
-        if (value, type_) not in self._constants:
-            name = f"%c.{'m' if value < 0 else ''}{abs(value)}{'' if type_ == 'index' else '_' + type_}"
-            self.lines.append(f"{name} = arith.constant {value} : {type_}")
-            self._constants[(value, type_)] = name
-        return self._constants[(value, type_)]
-
-    def check(self, predicate: str, lhs: str, rhs: str, message: str, type_: str = "index") -> None:
-        """Fails the call (before any launch) unless `lhs <predicate> rhs`."""
-        if not self.checked:
-            return
-        ok = self.op(f"arith.cmpi {predicate}, {lhs}, {rhs} : {type_}")
-        self.lines.append(f"cf.assert {ok}, {mlir_string(f'{self.kernel}: {message}')}")
-
-    def split64(self, value: str) -> list[str]:
-        """An i64 as two i32 push constants, low word first (ptx_adapt.py reassembles them)."""
-        low = self.op(f"arith.trunci {value} : i64 to i32")
-        shifted = self.op(f"arith.shrui {value}, {self.constant(32, 'i64')} : i64")
-        return [low, self.op(f"arith.trunci {shifted} : i64 to i32")]
+    return tensor_type(t.dtype, [d.value if isinstance(d, ex.Num) else None for d in t.shape])
 
 
 def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, function: str, checked: bool = True) -> list[str]:
-    b = _Body(k.name, checked)
+    b = FunctionBuilder(k.name, checked=checked)
     symbols: dict[str, str] = {}
     dim_values: dict[tuple[str, int], str] = {}
 
@@ -247,9 +200,7 @@ def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, fun
                 symbols[d.name] = value
     for s in k.scalar_args:
         if s.stype.integer:
-            cast = "index_cast" if s.stype.kind == "int" else "index_castui"
-            b.lines.append(f"%{s.name}.idx = arith.{cast} %{s.name} : {s.stype.func_arg} to index")
-            symbols.setdefault(s.name, f"%{s.name}.idx")
+            symbols.setdefault(s.name, b.to_index(f"%{s.name}", s.stype))
 
     def lower(e: ex.Expr) -> str:
         return ex.lower_to_arith(e, symbols, b.fresh, b.lines)
@@ -304,7 +255,7 @@ def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, fun
     b.lines.append(f"return {', '.join(returned)} : {', '.join(out_types)}")
 
     args = [f"%{t.name}: {_tensor_type(t)}" for t in k.inputs] + [f"%{s.name}: {s.stype.func_arg}" for s in k.scalar_args]
-    ret = out_types[0] if len(out_types) == 1 else f"({', '.join(out_types)})"
+    ret = result_types(out_types)
     # A prebuilt kernel runs on its objects' archs, not the module's.
     archs = list(dict.fromkeys(a.name for v in module.variants_for(k.source) for a in v.archs)) if k.objects else [a.name for a in module.archs]
     description = dict(k.describe(), archs=archs, objects="+".join(o.kind for o in k.objects) if k.objects else module.objects)
@@ -315,22 +266,16 @@ def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, fun
     return [head, *_indent(b.lines, 1), "}"]
 
 
-def _pack_argument(b: _Body, s) -> list[str]:
+def _pack_argument(b: FunctionBuilder, s) -> list[str]:
     """A scalar argument of the generated function → its 32-bit push constants."""
     st, value = s.stype, f"%{s.name}"
-    if st.integer and st.nbytes < 4:
-        # The argument is an i32; a caller such as iree-run-module may pass anything.
-        lo, hi = st.int_range()
-        b.check("sge", value, b.constant(lo, "i32"), f"{s.name} is below the range of {st.ctype} ({lo})", "i32")
-        b.check("sle", value, b.constant(hi, "i32"), f"{s.name} exceeds the range of {st.ctype} ({hi})", "i32")
-    if st.kind in ("half", "bf16"):
-        b.check("ule", value, b.constant(0xFFFF, "i32"), f"{s.name} must be the 16 bits of a {st.ctype}", "i32")
+    b.check_scalar_argument(value, s.name, st)
     if st.kind == "float":
         return [b.op(f"arith.bitcast {value} : f32 to i32")]
     return b.split64(value) if st.nbytes == 8 else [value]
 
 
-def _pack_expression(b: _Body, s, value: str, arg_names: set[str]) -> list[str]:
+def _pack_expression(b: FunctionBuilder, s, value: str, arg_names: set[str]) -> list[str]:
     """A scalar computed from sizes (an index) → its 32-bit push constants, range-checked."""
     st = s.stype
     label = f"scalar {s.name}" if s.value == ex.Sym(s.name) else f"scalar {s.name} = {s.value}"

@@ -35,11 +35,10 @@ from . import expr as ex
 from .archs import parse_arch
 from .dtypes import ELEMENT_TYPES
 from .errors import DeviceError
-from .reflection import REFLECTION_KEY, decode
+from .contract import PROGRAM_REFLECTION_KEY, REFLECTION_KEY, decode, scalar_argument
 
 # Where a Program's generated function (program.py) keeps its description: the same form as a
 # kernel's, under its own key, so that `inspect` (which shows kernels) passes it by.
-PROGRAM_REFLECTION_KEY = "iree_dispatch.program"
 COARSE_FENCES = "coarse-fences"  # iree.abi.model of functions compiled async-external
 
 def cuda_compute_capability(ordinal: int = 0) -> tuple[int, int] | None:
@@ -171,7 +170,7 @@ class KernelFunction:
         for spec, value in zip(self._inputs, values):
             converted.append(self._check_tensor(spec, value, sizes))
         for scalar, value in zip(self._scalars, values[len(self._inputs) :]):
-            converted.append(_check_scalar(self.name, scalar, value))
+            converted.append(scalar_argument(self.name, scalar, value))
         if self._relations:
             self._check_relations(sizes, values)
         return converted
@@ -242,44 +241,6 @@ class KernelFunction:
         if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
             value = np.ascontiguousarray(value)
         return value
-
-
-def _check_scalar(kernel: str, scalar: dict, value):
-    """A Python value for the generated function's argument, as emit.py packs it."""
-    where = f"{kernel}(): argument {scalar['name']!r} ({scalar['ctype']})"
-    kind, bits = scalar["kind"], 8 * scalar["bytes"]
-    if kind in ("float", "double", "half", "bf16"):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{where} must be a number, got {type(value).__name__}")
-        # double, half and bf16 travel as their bits (see dtypes.SCALAR_TYPES).
-        if kind == "double":
-            return int(np.array(float(value), np.float64).view(np.int64))
-        if kind == "half":
-            return int(np.array(float(value), np.float16).view(np.uint16))
-        if kind == "bf16":
-            return _bfloat16_bits(float(value))
-        return float(value)
-    if kind == "bool":
-        if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
-            raise TypeError(f"{where} must be a bool (or 0/1), got {value!r}")
-        return int(bool(value))
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{where} must be an integer, got {type(value).__name__}")
-    value = int(value)
-    lo, hi = (0, 2**bits - 1) if kind == "uint" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-    if not lo <= value <= hi:
-        raise ValueError(f"{where} = {value} is out of range [{lo}, {hi}]")
-    # The argument is an i32 (i64 for 64-bit types): unsigned values travel as the same bits.
-    width = 64 if bits == 64 else 32
-    return value - 2**width if value >= 2 ** (width - 1) else value
-
-
-def _bfloat16_bits(value: float) -> int:
-    """bf16 bits of `value`, rounded to nearest even (as __float2bfloat16 does)."""
-    bits = int(np.array(value, np.float32).view(np.uint32))
-    if (bits & 0x7FFFFFFF) > 0x7F800000:  # NaN: keep it a (quiet) NaN
-        return (bits >> 16) | 0x0040
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
 
 
 def _numpy_dtype(mlir_type: str) -> np.dtype:

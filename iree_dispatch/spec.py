@@ -18,6 +18,7 @@ from typing import Literal, Mapping, Sequence
 
 from . import expr as ex
 from .archs import DEFAULT_ARCHS, Arch, parse_arch, parse_archs
+from .contract import scalar_description
 from .dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
 from .errors import SignatureError, SpecError
 from .prebuilt import PrebuiltObject, is_object_source, read_objects
@@ -136,7 +137,7 @@ class KernelSpec:
             "inputs": [
                 {"name": t.name, "dtype": t.dtype, "shape": [_dim_json(d) for d in t.shape]} for t in self.inputs
             ],
-            "scalars": [{"name": s.name, "ctype": s.stype.ctype, "kind": s.stype.kind, "bytes": s.stype.nbytes} for s in self.scalar_args],
+            "scalars": [scalar_description(s.name, s.stype) for s in self.scalar_args],
             "outputs": [
                 {"name": t.name, "dtype": t.dtype, "shape": [_dim_json(d) for d in t.shape], "inplace": t.role == "inplace"}
                 for t in self.outputs

@@ -10,7 +10,7 @@ from iree_dispatch.abi import check_adapted, ptx_entries
 from iree_dispatch.errors import AbiError
 from iree_dispatch.pipeline import build
 from iree_dispatch.ptx_adapt import adapt_entry
-from iree_dispatch.runtime import _bfloat16_bits, _check_scalar
+from iree_dispatch.contract import bfloat16_bits, scalar_argument
 from iree_dispatch.spec import KernelSpec
 
 from .abi_modules import abi_module
@@ -41,7 +41,7 @@ def scalar(kind, nbytes, ctype="t"):
     ],
 )
 def test_scalar_values_are_packed_as_the_generated_function_expects(kind, nbytes, value, packed):
-    assert _check_scalar("k", scalar(kind, nbytes), value) == packed
+    assert scalar_argument("k", scalar(kind, nbytes), value) == packed
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_scalar_values_are_packed_as_the_generated_function_expects(kind, nbytes
 )
 def test_scalar_values_out_of_range(kind, nbytes, value, error):
     with pytest.raises((TypeError, ValueError), match=error):
-        _check_scalar("k", scalar(kind, nbytes), value)
+        scalar_argument("k", scalar(kind, nbytes), value)
 
 
 def test_bfloat16_rounding_matches_round_to_nearest_even():
@@ -62,8 +62,8 @@ def test_bfloat16_rounding_matches_round_to_nearest_even():
         lower, upper = bits & 0xFFFF0000, (bits & 0xFFFF0000) + 0x10000
         rest = bits & 0xFFFF
         want = upper if rest > 0x8000 or (rest == 0x8000 and (lower >> 16) & 1) else lower
-        assert _bfloat16_bits(float(v)) == want >> 16
-    assert _bfloat16_bits(float("nan")) & 0x7FC0 == 0x7FC0
+        assert bfloat16_bits(float(v)) == want >> 16
+    assert bfloat16_bits(float("nan")) & 0x7FC0 == 0x7FC0
 
 
 ENTRY = """

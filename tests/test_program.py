@@ -18,7 +18,7 @@ from iree_dispatch import runtime
 from iree_dispatch.archs import parse_arch
 from iree_dispatch.errors import SpecError
 from iree_dispatch.program import Program
-from iree_dispatch.reflection import REFLECTION_KEY, encode
+from iree_dispatch.contract import REFLECTION_KEY, encode
 from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
 
 from .conftest import SAMPLES_SPEC, needs_build_tools
@@ -60,7 +60,7 @@ def test_program_text_calls_each_kernel_in_order(samples):
 
 def test_scalar_constants_use_the_function_argument_types(tmp_path):
     """double travels as its bits in an i64, __half as its 16 bits in an i32, integers as
-    themselves: the conversions of runtime._check_scalar."""
+    themselves: the conversions of contract.scalar_argument."""
     from tests.abi_modules import abi_module
 
     echo = next(k for k in abi_module().kernels if k.name == "echo_scalars")
