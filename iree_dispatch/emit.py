@@ -40,11 +40,36 @@ UNCHECKED_SUFFIX = ".unchecked"
 
 @dataclass(frozen=True)
 class Executable:
-    """One source file's kernels and the object of each variant."""
+    """One source file's kernels, its variants in preference order and the object of each."""
 
-    symbol: str
+    source: Path
+    symbol: str  # unique in the module, readable: `simple_mul.cu` → `simple_mul_cu`
     kernels: tuple[KernelSpec, ...]
+    variants: tuple[Variant, ...]
     object_paths: dict[str, str]  # variant name → object path as written into the IR
+
+
+@dataclass(frozen=True)
+class CompiledObjects:
+    """What the objects stage (pipeline.py) hands the emitter for one module: its executables,
+    each kernel's entry name (abi.resolve_entry: mangled for C++ kernels), which the export
+    must carry because IREE looks kernels up by export name, and every file the stage read."""
+
+    module: ModuleSpec
+    executables: tuple[Executable, ...]
+    entries: dict[str, str]  # kernel name → entry name
+    dependencies: tuple[Path, ...]
+
+    @classmethod
+    def of(cls, module: ModuleSpec, object_paths: dict[tuple[Path, str], str], entries: dict[str, str], dependencies) -> "CompiledObjects":
+        """object_paths[(source, variant name)]: the object path to write into the IR."""
+        symbols = executable_symbols(module)
+        executables = []
+        for src in module.sources:
+            variants = module.variants_for(src)
+            kernels = tuple(k for k in module.kernels if k.source == src)
+            executables.append(Executable(src, symbols[src], kernels, variants, {v.name: object_paths[(src, v.name)] for v in variants}))
+        return cls(module, tuple(executables), dict(entries), tuple(dependencies))
 
 
 def executable_symbols(module: ModuleSpec) -> dict[Path, str]:
@@ -60,18 +85,8 @@ def executable_symbols(module: ModuleSpec) -> dict[Path, str]:
     return symbols
 
 
-def emit_module(
-    module: ModuleSpec,
-    object_paths: dict[tuple[Path, str], str],
-    entries: dict[str, str],
-    header: str = "",
-    *,
-    for_linking: bool = False,
-    object_data: dict[str, bytes] | None = None,
-) -> str:
-    """The complete MLIR module. `object_paths[(source, variant name)]` is the object path to write;
-    `entries[kernel name]` the kernel's PTX entry name (abi.resolve_entry), which the export
-    must carry because IREE looks kernels up by export name.
+def emit_module(objects: CompiledObjects, header: str = "", *, for_linking: bool = False, object_data: dict[str, bytes] | None = None) -> str:
+    """The complete MLIR module of `objects.module`.
 
     for_linking: name the wrappers `@<module>.<kernel>` and make them private, the form a
     program's `func.func private @<module>.<kernel>` declarations are resolved against; also
@@ -82,24 +97,22 @@ def emit_module(
     object_data: object path → bytes, to embed the objects in the IR (hermetic: compiles with
     plain iree-compile and no object files).
     """
-    symbols = executable_symbols(module)
-    executables = [
-        Executable(symbols[src], tuple(k for k in module.kernels if k.source == src), {v.name: object_paths[(src, v.name)] for v in module.variants_for(src)})
-        for src in module.sources
-    ]
+    module, entries = objects.module, objects.entries
     lines = [f"// {line}" for line in header.splitlines()]
-    target_archs = dict.fromkeys(v.target_arch.name for src in module.sources for v in module.variants_for(src))
+    target_archs = dict.fromkeys(v.target_arch.name for exe in objects.executables for v in exe.variants)
     lines += [f"#target_{a} = " + _TARGET.format(arch=a) for a in target_archs]
     lines += [f"#layout_{k.function} = " + _layout(k) for k in module.kernels]
     lines.append(f"module @{module.name} {{")
-    for src, exe in zip(module.sources, executables):
-        lines += _indent(_executable(exe, module.variants_for(src), entries, object_data or {}), 1)
+    for exe in objects.executables:
+        lines += _indent(_executable(exe, entries, object_data or {}), 1)
+    executable_of = {k.name: exe for exe in objects.executables for k in exe.kernels}
     for k in module.kernels:
+        exe = executable_of[k.name]
         function = f"private @{module.name}.{k.function}" if for_linking else f"@{k.function}"
-        lines += _indent(_wrapper(k, symbols[k.source], module, entries[k.name], function), 1)
+        lines += _indent(_wrapper(k, exe, module, entries[k.name], function), 1)
         if for_linking:
             unchecked = f"private @{module.name}.{k.function}{UNCHECKED_SUFFIX}"
-            lines += _indent(_wrapper(k, symbols[k.source], module, entries[k.name], unchecked, checked=False), 1)
+            lines += _indent(_wrapper(k, exe, module, entries[k.name], unchecked, checked=False), 1)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -144,9 +157,9 @@ def _condition(variant: Variant) -> list[str]:
     return ["hal.executable.condition(%device: !hal.device) -> i1 {", *_indent(body, 1), "}"]
 
 
-def _executable(exe: Executable, variants: tuple[Variant, ...], entries: dict[str, str], object_data: dict[str, bytes]) -> list[str]:
+def _executable(exe: Executable, entries: dict[str, str], object_data: dict[str, bytes]) -> list[str]:
     lines = [f"hal.executable private @{exe.symbol} {{"]
-    for v in variants:
+    for v in exe.variants:
         path = exe.object_paths[v.name]
         data = object_data.get(path)
         obj = _OBJECT.format(path=path) if data is None else _OBJECT_EMBEDDED.format(path=path, hex=data.hex().upper(), size=len(data))
@@ -181,7 +194,7 @@ def _tensor_type(t: TensorParam) -> str:
     return tensor_type(t.dtype, [d.value if isinstance(d, ex.Num) else None for d in t.shape])
 
 
-def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, function: str, checked: bool = True) -> list[str]:
+def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, function: str, checked: bool = True) -> list[str]:
     b = FunctionBuilder(k.name, checked=checked)
     symbols: dict[str, str] = {}
     dim_values: dict[tuple[str, int], str] = {}
@@ -243,7 +256,7 @@ def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, fun
     operand_types += ["i32"] * len(constants)
 
     workloads = ", ".join(symbols[w] for w in k.workloads)
-    targets = ", ".join(f"@{exe_symbol}::@{v.name}::@{entry}" for v in module.variants_for(k.source))
+    targets = ", ".join(f"@{exe.symbol}::@{v.name}::@{entry}" for v in exe.variants)
     # Names with a "." can't collide with the C parameter names used for the arguments.
     lhs = "%dispatch.result" if len(results) == 1 else f"%dispatch.results:{len(results)}"
     rhs_results = results[0] if len(results) == 1 else f"({', '.join(results)})"
@@ -257,7 +270,7 @@ def _wrapper(k: KernelSpec, exe_symbol: str, module: ModuleSpec, entry: str, fun
     args = [f"%{t.name}: {_tensor_type(t)}" for t in k.inputs] + [f"%{s.name}: {s.stype.func_arg}" for s in k.scalar_args]
     ret = result_types(out_types)
     # A prebuilt kernel runs on its objects' archs, not the module's.
-    archs = list(dict.fromkeys(a.name for v in module.variants_for(k.source) for a in v.archs)) if k.objects else [a.name for a in module.archs]
+    archs = list(dict.fromkeys(a.name for v in exe.variants for a in v.archs)) if k.objects else [a.name for a in module.archs]
     description = dict(k.describe(), archs=archs, objects="+".join(o.kind for o in k.objects) if k.objects else module.objects)
     reflection = mlir_string(encode(description))
     # Only public wrappers are called from outside and need their description at run time.

@@ -8,6 +8,7 @@ concurrent reader never sees a half-written file.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from .abi import check_adapted, check_entry, check_machine_code, resolve_entry
 from .archs import Arch
 from .cache import ENTRY_FILES, ENTRY_META, Cache, digest, file_digest, package_digest
 from .compile import compile_flags, compile_vmfb, iree_compiler_version, link_program, parse_check
-from .emit import emit_module, executable_symbols
+from .emit import CompiledObjects, emit_module, executable_symbols
 from .errors import AbiError, SpecError
 from .ptx_adapt import adapt_module
 from .spec import ModuleSpec
@@ -30,6 +31,23 @@ from .toolchain import PtxObject, Toolchain, object_filename, select_toolchain
 from .variants import Variant
 
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What, beyond the specs and sources, decides the artifacts' bytes."""
+
+    embed_objects: bool = False  # object bytes inside the emitted IR (compiles with plain iree-compile)
+    asynchronous: bool = False  # iree-compile --iree-execution-model=async-external
+    strip_assertions: bool = False  # iree-compile --iree-opt-strip-assertions
+
+    def fingerprint(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @property
+    def compile_options(self) -> dict[str, bool]:
+        """The iree-compile options (compile.compile_flags)."""
+        return {"asynchronous": self.asynchronous, "strip_assertions": self.strip_assertions}
 
 
 @dataclass(frozen=True)
@@ -76,7 +94,7 @@ def build(
     toolchain: "nvcc", "nvrtc", a toolchain.Toolchain, or None for nvcc if one is found, else NVRTC.
     """
     specs = _module_specs(spec, program)
-    options = {"asynchronous": asynchronous, "strip_assertions": strip_assertions}
+    options = BuildOptions(embed_objects, asynchronous, strip_assertions)
     output = Path(output).absolute()
     mlir_out = Path(emit_mlir).absolute() if emit_mlir else None
     objects_home = (mlir_out or output).parent
@@ -90,7 +108,7 @@ def build(
     try:
         # Prebuilt objects need no compiler: a module of only those builds without one.
         tc = select_toolchain(toolchain) if any(not k.objects for s in specs for k in s.kernels) else None
-        manifest_key = _manifest_key(specs, program, f"embed={embed_objects} {options}", compile_name, tc) if store else ""
+        manifest_key = _manifest_key(specs, program, options, compile_name, tc) if store else ""
         with store.lock(manifest_key) if store else contextlib.nullcontext():
             hit = store.lookup(store.entry_key(manifest_key)) if store else None
             if hit is not None:
@@ -103,7 +121,7 @@ def build(
                 say(f"{output.name}: up to date (build cache)")
             else:
                 timings = {}
-                dependencies = _stage(specs, tmp, compile_name, program, embed_objects, options, say, timings, tc)
+                dependencies = _stage(specs, tmp, compile_name, program, options, say, timings, tc)
                 if store:
                     staged = {name: tmp / name for name in (*(objects_dirname(s.name) for s in specs), compile_name, _STAGED_VMFB)}
                     store.store(manifest_key, dependencies, staged, {"dependencies": [str(d) for d in dependencies]})
@@ -150,14 +168,14 @@ def codegen_arch(specs: Sequence[ModuleSpec]) -> Arch:
     return min((s.archs[-1] for s in specs), key=lambda a: (a.major, a.minor))
 
 
-def _manifest_key(specs: Sequence[ModuleSpec], program: str | Path | None, options: str, compile_name: str, tc: Toolchain | None) -> str:
+def _manifest_key(specs: Sequence[ModuleSpec], program: str | Path | None, options: BuildOptions, compile_name: str, tc: Toolchain | None) -> str:
     """Everything known before building that decides the artifacts' bytes (see cache.py)."""
     parts = [
         f"iree_dispatch {__version__} {package_digest()}",
         f"iree-base-compiler {iree_compiler_version()}",
         f"toolchain {tc.identity() if tc else 'none'}",
         *(s.fingerprint() for s in specs),
-        f"{options} name={compile_name}",
+        f"{options.fingerprint()} name={compile_name}",
     ]
     parts += [f"{src.absolute()}\0{file_digest(src)}" for s in specs for src in s.sources]
     parts += [f"{o.path.absolute()}\0{file_digest(o.path)}" for s in specs for k in s.kernels for o in k.objects]
@@ -167,8 +185,7 @@ def _manifest_key(specs: Sequence[ModuleSpec], program: str | Path | None, optio
 
 
 def _stage(
-    specs: Sequence[ModuleSpec], tmp: Path, compile_name: str, program, embed_objects: bool, options: dict[str, bool], say: Progress, timings: dict[str, float],
-    tc: Toolchain | None,
+    specs: Sequence[ModuleSpec], tmp: Path, compile_name: str, program, options: BuildOptions, say: Progress, timings: dict[str, float], tc: Toolchain | None
 ) -> list[Path]:
     """Runs every stage in `tmp`, leaving each module's objects folder, `compile_name` and the
     vmfb there. Returns every file the build read (sources, included headers, the program)."""
@@ -181,14 +198,16 @@ def _stage(
         f"Compile: iree-compile {' '.join(compile_flags(arch, Path('<dir holding ' + ', '.join(objects_dirname(s.name) for s in specs) + '/>')))} <this file>"
     )
     linkables = []
-    for spec, (paths, entries, _) in zip(specs, staged):
-        data = {rel: (tmp / rel).read_bytes() for rel in paths.values()} if embed_objects else None
-        mlir_text = emit_module(spec, paths, entries, header, object_data=data)
+    for objects in staged:
+        spec = objects.module
+        paths = [path for exe in objects.executables for path in exe.object_paths.values()]
+        data = {rel: (tmp / rel).read_bytes() for rel in paths} if options.embed_objects else None
+        mlir_text = emit_module(objects, header, object_data=data)
         kernels_mlir = tmp / (compile_name if program is None else f".{spec.name}.kernels.mlir")
         kernels_mlir.write_text(mlir_text, encoding="utf-8")
         parse_check(mlir_text, compile_name)
         if program is not None:
-            linkables.append((spec.name, emit_module(spec, paths, entries, for_linking=True, object_data=data), [k.name for k in spec.kernels]))
+            linkables.append((spec.name, emit_module(objects, for_linking=True, object_data=data), [k.name for k in spec.kernels]))
     to_compile = tmp / compile_name
     if program is not None:
         names = " and ".join(f"module {s.name}" for s in specs)
@@ -199,19 +218,16 @@ def _stage(
 
     started = time.perf_counter()
     say(f"iree-compile {to_compile.name}")
-    compile_vmfb(to_compile, tmp / _STAGED_VMFB, arch, **options)
+    compile_vmfb(to_compile, tmp / _STAGED_VMFB, arch, **options.compile_options)
     timings["iree-compile"] = time.perf_counter() - started
-    dependencies = [d for _, _, deps in staged for d in deps]
+    dependencies = [d for objects in staged for d in objects.dependencies]
     dependencies += [Path(program).absolute()] if program is not None else []
     return list(dict.fromkeys(dependencies))
 
 
-def _stage_objects(
-    spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str, float], tc: Toolchain | None
-) -> tuple[dict[tuple[Path, str], str], dict[str, str], list[Path]]:
-    """Compiles, checks and adapts one module's objects into `tmp/<module>.objects/`.
-    Returns (object path per (source, variant name), PTX entry per kernel, files read);
-    stage times add up over modules."""
+def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str, float], tc: Toolchain | None) -> CompiledObjects:
+    """Compiles, checks and adapts one module's objects into `tmp/<module>.objects/`; stage
+    times add up over modules."""
     objects_rel = objects_dirname(spec.name)
     (tmp / objects_rel).mkdir()
     prebuilt = {k.source: k.objects for k in spec.kernels if k.objects}
@@ -265,7 +281,7 @@ def _stage_objects(
             paths[(src, obj.variant.name)] = f"{objects_rel}/{staged.name}"
     timings["ptxas+checks"] = timings.get("ptxas+checks", 0.0) + time.perf_counter() - started
     dependencies = [d for o in objects for d in o.dependencies] + [o.path.absolute() for objs in prebuilt.values() for o in objs]
-    return paths, entries, dependencies
+    return CompiledObjects.of(spec, paths, entries, dependencies)
 
 
 def _make_object(variant: Variant, source: Path, ptx_paths: dict[tuple[Path, Arch], Path], objects_dir: Path, scratch: Path, tc: Toolchain) -> Path:

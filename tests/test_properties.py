@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from iree_dispatch.dtypes import POINTEE_TYPES, SCALAR_TYPES
-from iree_dispatch.emit import emit_module
+from iree_dispatch.emit import CompiledObjects, emit_module
 from iree_dispatch.errors import DispatchError
 from iree_dispatch.spec import KernelSpec, ModuleSpec
 
@@ -60,7 +60,7 @@ def declare(source: str, **kw) -> KernelSpec:
 
 def emit(spec: ModuleSpec) -> str:
     paths = {(s, v.name): f"objects/{v.object_filename(s.stem)}" for s in spec.sources for v in spec.variants}
-    return emit_module(spec, paths, {k.name: k.name for k in spec.kernels})
+    return emit_module(CompiledObjects.of(spec, paths, {k.name: k.name for k in spec.kernels}, ()))
 
 
 @needs_build_tools

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from iree_dispatch.archs import parse_archs
-from iree_dispatch.emit import emit_module
+from iree_dispatch.emit import CompiledObjects, emit_module
 from iree_dispatch.errors import SpecError
 from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
 
@@ -27,7 +27,7 @@ def _spec(cu, shared_memory, archs=("sm_90a", "sm_80"), objects="cubin") -> Modu
 def _exports(spec: ModuleSpec) -> dict[str, int | None]:
     """Variant name → the workgroup_local_memory of its export (None when it declares none)."""
     paths = {(s, v.name): f"objects/{v.object_filename(s.stem)}" for s in spec.sources for v in spec.variants}
-    mlir = emit_module(spec, paths, {k.name: k.name for k in spec.kernels})
+    mlir = emit_module(CompiledObjects.of(spec, paths, {k.name: k.name for k in spec.kernels}, ()))
     out = {}
     for variant in re.split(r"hal\.executable\.variant public @", mlir)[1:]:
         name = variant.split(" ", 1)[0]
@@ -118,4 +118,4 @@ def test_table_compiles(tmp_path, cu):
 
     spec = _spec(cu, {"sm_90a": HOPPER, "sm_80": AMPERE})
     paths = {(s, v.name): f"objects/{v.object_filename(s.stem)}" for s in spec.sources for v in spec.variants}
-    parse_check(emit_module(spec, paths, {k.name: k.name for k in spec.kernels}), "m.mlir")
+    parse_check(emit_module(CompiledObjects.of(spec, paths, {k.name: k.name for k in spec.kernels}, ())), "m.mlir")
