@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def build_samples(out: Path, toolchain: str) -> list[dict[str, float]]:
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec_file import load_spec
 
     spec = load_spec(ROOT / "kernels" / "samples.toml")
     return [

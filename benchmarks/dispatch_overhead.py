@@ -1005,7 +1005,7 @@ def environment(opts) -> dict:
             pass
     query = sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm,pstate", "--format=csv,noheader"])
     return {
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "nvidia_smi_L": sh(["nvidia-smi", "-L"]),
         "nvidia_smi_query": query,
         "device_name": query.split(",")[0].strip() if query else None,
@@ -1158,7 +1158,7 @@ def prepare(opts) -> int:
     subprocess.run([iree_dispatch, "build", str(ROOT / "kernels" / "samples.toml"), "-o", str(vmfb), "--emit-mlir"], check=True, cwd=ROOT)
     mlir = vmfb.with_suffix(".mlir")
     iree_compile = shutil.which("iree-compile") or str(Path(sys.executable).with_name("iree-compile"))
-    # Same flags as iree_dispatch.compile.compile_flags, plus the async-external execution model.
+    # Same flags as iree_dispatch.backend.compile.compile_flags, plus the async-external execution model.
     subprocess.run([iree_compile, "--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80",
                     "--iree-execution-model=async-external", "--iree-hal-executable-object-search-path=.",
                     mlir.name, "-o", str(Path(opts.async_vmfb).absolute())], check=True, cwd=mlir.parent)
@@ -1220,7 +1220,7 @@ def write_report(report: dict, out: Path) -> None:
     """dispatch_overhead.{json,md,png} and dispatch_overhead_summary.png from a report's workers."""
     env, workers = report["environment"], report["workers"]
     table = index_results(workers)
-    report["rows"] = [dict(key=k, group=g, label=l, ref=r) for k, g, l, r in ROWS]
+    report["rows"] = [dict(key=k, group=g, label=label, ref=r) for k, g, label, r in ROWS]
     report["table"] = {k: {s: e["stats"] for s, e in v.items()} for k, v in table.items()}
     (out / "dispatch_overhead.json").write_text(json.dumps(report, indent=1))
     md = markdown_table(table)

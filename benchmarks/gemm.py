@@ -30,8 +30,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import common  # benchmarks/common.py, beside this script
+import numpy as np
 from common import cupti_times_us, nvidia_smi, summarize, wall_times_us
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ BATCH, BATCHES, CUPTI_CALLS, WALL_CALLS = 10, 10, 10, 10
 def prepare(out: Path) -> None:
     """The IREE modules (tests/gemm_artifacts.py) and the extra tile configurations' cubins."""
     sys.path.insert(0, str(ROOT))
-    from iree_dispatch.toolchain import find_nvcc
+    from iree_dispatch.toolchains import find_nvcc
     from tests.gemm_artifacts import build_all
 
     build_all(out)
@@ -105,8 +105,8 @@ def measure(args) -> dict:
     import ml_dtypes
     import torch
 
-    from iree_dispatch import expr as ex
     from iree_dispatch import runtime
+    from iree_dispatch.core import expr as ex
 
     torch.cuda.init()
     module = runtime.load(args.dir / "gemm.vmfb")
@@ -138,7 +138,7 @@ def measure(args) -> dict:
     result = {
         "device": runtime.cuda_device_name(),
         "capability": f"{major}.{minor}",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "driver": nvidia_smi("driver_version"),
         "versions": {"cupy": cp.__version__, "torch": torch.__version__, "numpy": np.__version__},
         "method": __doc__.split("\n\n")[1],
@@ -199,7 +199,8 @@ def measure(args) -> dict:
             except Exception as exc:
                 iree["error"] = f"{type(exc).__name__}: {exc}"
             entry["iree"] = iree
-            print(json.dumps({"size": size, "dtype": dtype, "torch_tflops": entry["torch_tflops"], "iree": {x: iree.get(x) for x in ("cupti_tflops", "pct_torch", "wall_tflops", "max_err_over_scale", "error")}}), flush=True)
+            summary = {x: iree.get(x) for x in ("cupti_tflops", "pct_torch", "wall_tflops", "max_err_over_scale", "error")}
+            print(json.dumps({"size": size, "dtype": dtype, "torch_tflops": entry["torch_tflops"], "iree": summary}), flush=True)
             result["rows"].append(entry)
             a = b = c = da = db = None
             torch.cuda.empty_cache()
@@ -219,7 +220,10 @@ def table(result: dict) -> str:
         if "error" in i:
             lines.append(f"| {r['size'][0]} | {r['dtype']} | {r['torch_tflops']:.0f} | error: {i['error']} | | | |")
             continue
-        lines.append(f"| {r['size'][0]} | {r['dtype']} | {r['torch_tflops']:.0f} | {i['cupti_tflops']:.0f} | {i['pct_torch']:.0f}% | {i['wall_tflops']:.0f} | {i['max_err_over_scale']:.1e} |")
+        lines.append(
+            f"| {r['size'][0]} | {r['dtype']} | {r['torch_tflops']:.0f} | {i['cupti_tflops']:.0f} | {i['pct_torch']:.0f}% | {i['wall_tflops']:.0f} "
+            f"| {i['max_err_over_scale']:.1e} |"
+        )
     lines += ["", "Objects launched by CuPy (CUDA events):", "",
               "| M=N=K | dtype | object | TFLOP/s | % torch | max err/scale | correct |", "|---:|---|---|---:|---:|---:|---|"]
     for r in result["rows"]:
@@ -227,7 +231,10 @@ def table(result: dict) -> str:
             if "error" in kr:
                 lines.append(f"| {r['size'][0]} | {r['dtype']} | {kr['name']} | error: {kr['error']} | | | |")
                 continue
-            lines.append(f"| {r['size'][0]} | {r['dtype']} | {kr['name']} | {kr['tflops']:.0f} | {kr['pct_torch']:.0f}% | {kr['max_err_over_scale']:.1e} | {'yes' if kr['correct'] else 'NO'} |")
+            lines.append(
+                f"| {r['size'][0]} | {r['dtype']} | {kr['name']} | {kr['tflops']:.0f} | {kr['pct_torch']:.0f}% | {kr['max_err_over_scale']:.1e} "
+                f"| {'yes' if kr['correct'] else 'NO'} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -36,8 +36,8 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import common  # benchmarks/common.py, beside this script
+import numpy as np
 from common import cupti_times_us, nvidia_smi, summarize, wall_times_us
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def kernel_params(name: str, rows: int, cols: int, ins, outs, scalars):
 
 
 def launch_dims(description: dict, rows: int, cols: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    from iree_dispatch import expr as ex
+    from iree_dispatch.core import expr as ex
 
     env = {"rows": rows, "cols": cols}
     grid = tuple(ex.evaluate(ex.parse(g, "grid"), env) for g in description["grid"])
@@ -167,7 +167,7 @@ def measure(args) -> dict:
     result = {
         "device": runtime.cuda_device_name(),
         "capability": f"{major}.{minor}",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "object": f"{arch}.cubin" if arch else "sm_90.ptx (JIT)",
         "driver": nvidia_smi("driver_version"),
         "versions": {"cupy": cp.__version__, "torch": torch.__version__, "numpy": np.__version__},
@@ -241,7 +241,8 @@ def table(result: dict) -> str:
         + ", ".join(f"{k} {v['GBps']:.0f} GB/s ({v['median']:.1f} µs)" for k, v in copy.items())
         + f"; 100% = {result['copy_GBps']:.0f} GB/s.",
         "",
-        "| kernel | shape | MB moved | CuPy launch µs | GB/s | % copy | IREE kernel µs (CUPTI) | GB/s | % copy | IREE call µs (wall) | minus empty call | max rel err (sampled rows) |",
+        "| kernel | shape | MB moved | CuPy launch µs | GB/s | % copy | IREE kernel µs (CUPTI) | GB/s | % copy | IREE call µs (wall) | minus empty call "
+        "| max rel err (sampled rows) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["kernels"]:

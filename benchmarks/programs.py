@@ -3,7 +3,7 @@
 preallocated (out=) outputs, with CuPy RawKernel launches of the same kernel side by side.
 
 The program is a chain of K `simple_mul` calls (t = t * y, K = 1, 10, 100) built with
-`iree_dispatch.program.Program`, in four builds:
+`iree_dispatch.backend.program.Program`, in four builds:
 
   * `sync`:             as `Program.build` makes it (synchronous functions);
   * `sync_noassert`:    the same linked MLIR compiled with `--iree-opt-strip-assertions`;
@@ -85,8 +85,9 @@ def prepare() -> int:
     """Builds the chain programs in the six builds, and single-kernel modules: samples (sync
     and async) and samples_out (simple_mul with its output taken as an argument)."""
     sys.path.insert(0, str(ROOT))
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import ModuleSpec, load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec import ModuleSpec
+    from iree_dispatch.frontend.spec_file import load_spec
     from tests.gpu_artifacts import mul_chain
 
     spec = load_spec(ROOT / "kernels" / "samples.toml")
@@ -116,7 +117,7 @@ def _count_vm_calls(mlir: Path, static_mlir: Path, spec) -> dict:
     the asserts (from iree-compile --compile-to=vm)."""
     from iree.compiler.tools.binaries import find_tool
 
-    from iree_dispatch.compile import compile_flags
+    from iree_dispatch.backend.compile import compile_flags
 
     counts = {}
     for label, source, extra in (("sync", mlir, []), ("sync_noassert", mlir, [STRIP_ASSERTS]), ("static", static_mlir, [])):
@@ -628,7 +629,8 @@ def markdown(report: dict) -> str:
         for k in KS:
             s = res.get(v["key"].format(k=k), {})
             cells.append(f"{s['median']:.1f} ({s['p10']:.1f}–{s['p90']:.1f})" if s.get("n") else "–")
-        lines.append(f"| {worker} | {MODE_LABELS.get(mode, mode)} | {' | '.join(cells)} | {v['per_dispatch_slope']:.2f} | {v['per_dispatch_slope_10_100']:.2f} | {v['per_dispatch_mean'][100]:.2f} |")
+        slopes = f"{v['per_dispatch_slope']:.2f} | {v['per_dispatch_slope_10_100']:.2f} | {v['per_dispatch_mean'][100]:.2f}"
+        lines.append(f"| {worker} | {MODE_LABELS.get(mode, mode)} | {' | '.join(cells)} | {slopes} |")
     lines += ["", "| worker | single-kernel row | median µs (p10–p90) |", "|---|---|---:|"]
     for key, s in [("cupy:enqueue", cupy.get("cupy:enqueue")), ("cupy:batch", cupy.get("cupy:batch"))]:
         if s and s.get("n"):
@@ -699,7 +701,7 @@ def environment(opts) -> dict:
 
     query = sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
     return {
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "nvidia_smi_L": sh(["nvidia-smi", "-L"]),
         "device_name": query.split(",")[0].strip() if query else None,
         "driver_version": query.split(",")[1].strip() if query else None,

@@ -35,8 +35,8 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import common  # benchmarks/common.py, beside this script
+import numpy as np
 from common import cupti_kernel_records, nvidia_smi, summarize, wall_times_us
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,7 +146,7 @@ def measure(args) -> dict:
     result = {
         "device": runtime.cuda_device_name(),
         "capability": f"{major}.{minor}",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "driver": nvidia_smi("driver_version"),
         "versions": {"torch": torch.__version__, "numpy": np.__version__},
         "sizes": {"T": T, "D": D, "H": H},
@@ -200,7 +200,8 @@ def measure(args) -> dict:
             row["torch"] = torch_time_us(torch_op(torch_kind, t_args))
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"
-        print(json.dumps({k: (v if k != "kernels" else {kk: vv["us"]["median"] for kk, vv in v.items()}) for k, v in row.items() if k != "codegen"} | {"codegen_us": row.get("codegen", {}).get("us", {}).get("median")}), flush=True)
+        summary = {k: (v if k != "kernels" else {kk: vv["us"]["median"] for kk, vv in v.items()}) for k, v in row.items() if k != "codegen"}
+        print(json.dumps(summary | {"codegen_us": row.get("codegen", {}).get("us", {}).get("median")}), flush=True)
         result["ops"].append(row)
         cg_args = k_args = t_args = None
         torch.cuda.empty_cache()
@@ -215,7 +216,8 @@ def table(result: dict) -> str:
         "End to end (one synchronous call of the program on device arrays; µs, median of "
         f"{CALLS} (CUPTI) or {WALL_CALLS} (wall) calls):",
         "",
-        "| program | GPU span | kernels summed | wall (whole call) | dispatches | max abs diff z vs codegen | max rel diff out vs codegen | max abs err z vs float64 (sampled rows) | outputs bitwise equal to |",
+        "| program | GPU span | kernels summed | wall (whole call) | dispatches | max abs diff z vs codegen | max rel diff out vs codegen "
+        "| max abs err z vs float64 (sampled rows) | outputs bitwise equal to |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, r in result["programs"].items():

@@ -129,8 +129,8 @@ else()
   # Prints the toolchain's name, then nvcc's path (empty for NVRTC).
   _iree_dispatch_python("
 import sys
-from iree_dispatch.errors import ToolchainError
-from iree_dispatch.toolchain import select_toolchain
+from iree_dispatch.core.errors import ToolchainError
+from iree_dispatch.toolchains import select_toolchain
 try:
     toolchain = select_toolchain('${_toolchain}')
 except ToolchainError as exc:

@@ -10,11 +10,11 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _LAZY = {
-    "KernelSpec": "spec",
-    "ModuleSpec": "spec",
-    "load_spec": "spec",
-    "build": "pipeline",
-    "BuildResult": "pipeline",
+    "KernelSpec": "frontend.spec",
+    "ModuleSpec": "frontend.spec",
+    "load_spec": "frontend.spec_file",
+    "build": "backend.pipeline",
+    "BuildResult": "backend.pipeline",
     "load": "runtime",
     "Module": "runtime",
 }

@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .errors import DispatchError
+from .core.errors import DispatchError
 
 _print_lock = threading.Lock()
 
@@ -18,8 +18,8 @@ def _progress(message: str) -> None:
 
 
 def _cmd_build(args) -> int:
-    from .pipeline import build, write_depfile
-    from .spec import load_spec
+    from .backend.pipeline import build, write_depfile
+    from .frontend.spec_file import load_spec
 
     specs = [load_spec(path) for path in args.spec]
     if args.arch:
@@ -69,7 +69,7 @@ def _cmd_run(args) -> int:
 def _cmd_inspect(args) -> int:
     path = Path(args.path)
     if path.suffix == ".toml":
-        from .spec import load_spec
+        from .frontend.spec_file import load_spec
 
         spec = load_spec(path)
         print(f"module {spec.name}  archs: {', '.join(a.name for a in spec.archs)} (variant order: newest first)")
@@ -100,7 +100,7 @@ def _cmd_inspect(args) -> int:
 
 
 def _cmd_cache(args) -> int:
-    from .cache import Cache
+    from .backend.cache import Cache
 
     cache = Cache()
     if args.action == "clear":

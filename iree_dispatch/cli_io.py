@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from .dtypes import ELEMENT_TYPES
+from .core.dtypes import ELEMENT_TYPES
 
 _TENSOR = re.compile(r"^(?P<dims>(?:\d+x)*)(?P<dtype>[a-z]+\d+)(?:=(?P<values>.*))?$", re.S)
 

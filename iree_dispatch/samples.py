@@ -12,9 +12,9 @@ from types import ModuleType
 
 import numpy as np
 
-from .dtypes import ELEMENT_TYPES
-from .pipeline import build
-from .spec import load_spec
+from .backend.pipeline import build
+from .core.dtypes import ELEMENT_TYPES
+from .frontend.spec_file import load_spec
 
 SPEC = Path("kernels/samples.toml")
 PROGRAM = Path("mlir/mixed_invocation.mlir")

@@ -1,8 +1,8 @@
-"""Triton kernels dispatched through IREE (iree_dispatch.triton). Each comes with the C
+"""Triton kernels dispatched through IREE (iree_dispatch.frontend.triton). Each comes with the C
 signature iree_dispatch needs (which pointers are inputs and outputs, the element types); the
 numpy references they are checked against on a GPU are in tests/test_gpu_prebuilt.py.
 
-    from iree_dispatch.triton import triton_kernel
+    from iree_dispatch.frontend.triton import triton_kernel
     from kernels.triton_kernels import axpy, AXPY_SIGNATURE
     spec = triton_kernel(axpy, AXPY_SIGNATURE, grid="ceildiv(n, BLOCK)", constexprs={"BLOCK": 1024}, shape=["n"])
 """

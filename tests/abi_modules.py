@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iree_dispatch.spec import KernelSpec, ModuleSpec
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
 ABI_CU = Path(__file__).resolve().parent / "kernels" / "abi.cu"
 CXX_CU = Path(__file__).resolve().parent / "kernels" / "cxx.cu"

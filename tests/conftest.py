@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 import pytest
 
@@ -21,8 +21,8 @@ def have_compiler() -> bool:
 
 
 def have_nvcc() -> bool:
-    from iree_dispatch.errors import ToolchainError
-    from iree_dispatch.toolchain import find_nvcc
+    from iree_dispatch.core.errors import ToolchainError
+    from iree_dispatch.toolchains import find_nvcc
 
     try:
         find_nvcc()

@@ -10,16 +10,17 @@ import re
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 import iree_dispatch
-from iree_dispatch.errors import DispatchError
+from iree_dispatch.core.errors import DispatchError
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
+from iree_dispatch.frontend.spec_file import load_spec
 from iree_dispatch.runtime import KernelFunction
-from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
 
 MUL = 'extern "C" __global__ void mul(const float* a, const float* b, float* out, int n) {}\n'
 
@@ -46,7 +47,7 @@ def _declare(folder: Path, source: str | bytes, name: str = "mul", **kw) -> Kern
 
 
 def _build(folder: Path, source: str, name: str = "mul", flags: tuple[str, ...] = (), toolchain: str | None = None, **kw) -> None:
-    from iree_dispatch.pipeline import build
+    from iree_dispatch.backend.pipeline import build
 
     build(ModuleSpec("m", (_declare(folder, source, name, **kw),), nvcc_flags=flags), folder / "m.vmfb", toolchain=toolchain)
 
@@ -118,7 +119,7 @@ CASES = [
     Case("call: wrong rank", lambda d: _call(np.ones((2, 2), np.float32), _f32(4), 1.0, 2), ValueError),
     Case("call: missing argument", lambda d: _call(_f32(4), _f32(4), 1.0), TypeError),
     Case("call: scalar out of its C type's range", lambda d: _call(_f32(4), _f32(4), 1.0, 70000), ValueError),
-    # Prebuilt objects (iree_dispatch/prebuilt.py): a cubin of `mul`, declared by a signature.
+    # Prebuilt objects (iree_dispatch/frontend/prebuilt.py): a cubin of `mul`, declared by a signature.
     Case("prebuilt object without a signature", lambda d: KernelSpec.declare(_cubin(d), "mul", block=64, grid="n", shape=["n"]), DispatchError, True),
     Case("prebuilt cubin with a 64-bit scalar", lambda d: _prebuilt(d, "void mul(const float* a, const float* b, float* out, long long n)"), DispatchError, True),
     Case("prebuilt signature differs from the cubin", lambda d: _prebuilt(d, "void mul(const float* a, float* out, int n)", build=True), DispatchError, True),
@@ -128,14 +129,14 @@ CASES = [
 def _cubin(folder: Path) -> Path:
     import subprocess
 
-    from iree_dispatch.toolchain import find_nvcc
+    from iree_dispatch.toolchains import find_nvcc
 
     subprocess.run([str(find_nvcc()), "-cubin", "-arch=sm_90", str(_cu(folder, MUL)), "-o", str(folder / "mul.sm_90.cubin")], check=True, capture_output=True)
     return folder / "mul.sm_90.cubin"
 
 
 def _prebuilt(folder: Path, signature: str, build: bool = False) -> None:
-    from iree_dispatch.pipeline import build as build_module
+    from iree_dispatch.backend.pipeline import build as build_module
 
     kernel = KernelSpec.declare(_cubin(folder), "mul", signature=signature, block=64, grid="n", shape=["n"])
     if build:
@@ -143,7 +144,7 @@ def _prebuilt(folder: Path, signature: str, build: bool = False) -> None:
 
 
 def _changed_signature(folder: Path) -> None:
-    from iree_dispatch.pipeline import build
+    from iree_dispatch.backend.pipeline import build
 
     spec = ModuleSpec("m", (_declare(folder, 'extern "C" __global__ void mul(float* out, int n) {}'),))
     _cu(folder, 'extern "C" __global__ void mul(float* out, int n, int extra) {}')

@@ -52,8 +52,8 @@ def flow_ir(mlir: Path, flags: list[str]) -> str:
 
 def check_build_outputs(monkeypatch) -> None:
     """From now on, every build also checks its flow-level dispatches (see the module doc)."""
-    from iree_dispatch import pipeline
-    from iree_dispatch.compile import compile_flags
+    from iree_dispatch.backend import pipeline
+    from iree_dispatch.backend.compile import compile_flags
 
     compile_vmfb = pipeline.compile_vmfb
 

@@ -28,9 +28,9 @@ TENSOR_MAPS = "tensor_maps.sm_90a.cubin"
 
 
 def build_all(out: Path) -> dict[str, Path]:
-    from iree_dispatch.archs import parse_archs
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.core.archs import parse_archs
+    from iree_dispatch.frontend.spec_file import load_spec
 
     spec = load_spec(SPEC)
     paths = {name: out / rel for name, rel in LAYOUT.items()}
@@ -43,7 +43,7 @@ def build_all(out: Path) -> dict[str, Path]:
 
 
 def build_tensor_maps_cubin(path: Path) -> Path:
-    from iree_dispatch.toolchain import find_nvcc
+    from iree_dispatch.toolchains import find_nvcc
 
     subprocess.run([str(find_nvcc()), "-cubin", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{ROOT / 'kernels'}",
                     str(ROOT / "tests" / "kernels" / "tensor_maps.cu"), "-o", str(path)], check=True)

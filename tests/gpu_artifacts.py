@@ -32,7 +32,7 @@ LAYOUT = {
     "cxx": "cxx.vmfb",
     "cxx_poisonable": "poisonable/cxx.vmfb",
     "shared_too_big": "shared_too_big/cxx.vmfb",
-    # programs (iree_dispatch.program), out= kernels, asynchronous builds: tests/test_gpu_program.py
+    # programs (iree_dispatch.backend.program), out= kernels, asynchronous builds: tests/test_gpu_program.py
     "samples_out": "out/samples_out.vmfb",
     "samples_async": "async/samples.vmfb",
     **{f"chain_mul_{k}": f"programs/chain_mul_{k}.vmfb" for k in CHAIN_LENGTHS},
@@ -53,7 +53,7 @@ def with_outputs_in_place(kernel):
 def mul_chain(spec, k: int, name: str, static: int | None = None):
     """t = x; k times t = simple_mul(t, y); returns t (= x * y**k, rounded at every step).
     static: the inputs' size, if it is to be fixed (else any size n)."""
-    from iree_dispatch.program import Program
+    from iree_dispatch.backend.program import Program
 
     mul = next(kernel for kernel in spec.kernels if kernel.function == "simple_mul")
     p = Program(name)
@@ -66,8 +66,8 @@ def mul_chain(spec, k: int, name: str, static: int | None = None):
 
 
 def build_programs(spec, paths: dict[str, Path]) -> None:
-    from iree_dispatch.program import Program
-    from iree_dispatch.spec import ModuleSpec
+    from iree_dispatch.backend.program import Program
+    from iree_dispatch.frontend.spec import ModuleSpec
 
     from .abi_modules import abi_module
 
@@ -100,8 +100,9 @@ def build_programs(spec, paths: dict[str, Path]) -> None:
 
 
 def build_all(out: Path) -> dict[str, Path]:
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
+    from iree_dispatch.frontend.spec_file import load_spec
 
     from .abi_modules import abi_module, cxx_module
 
@@ -137,8 +138,8 @@ def shared_memory_beyond_every_gpu(cxx):
     (the case of PTX for sm_80, limit 163 KB, JIT-compiled for an sm_86 GPU, limit 99 KB)."""
     from unittest import mock
 
-    from iree_dispatch.archs import Arch
-    from iree_dispatch.spec import ModuleSpec
+    from iree_dispatch.core.archs import Arch
+    from iree_dispatch.frontend.spec import ModuleSpec
 
     row_sum = next(k for k in cxx.kernels if k.name == "row_sum")
     with mock.patch.object(Arch, "max_shared_memory", property(lambda self: 1 << 30)):

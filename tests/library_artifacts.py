@@ -17,8 +17,9 @@ LAYOUT = {"library": "library.vmfb", "library_poisonable": "poisonable/library.v
 
 
 def build_all(out: Path) -> dict[str, Path]:
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import ModuleSpec, load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec import ModuleSpec
+    from iree_dispatch.frontend.spec_file import load_spec
 
     spec = load_spec(SPEC)
     paths = {name: out / rel for name, rel in LAYOUT.items()}

@@ -26,9 +26,10 @@ def layout() -> dict[str, str]:
 
 
 def build_all(out: Path) -> dict[str, Path]:
-    from iree_dispatch.archs import parse_archs
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.core.archs import parse_archs
+    from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
+    from iree_dispatch.frontend.spec_file import load_spec
 
     paths = {name: out / rel for name, rel in layout().items()}
     probe = KernelSpec.declare(PROBE_CU, "cuda_arch", block=1, grid=1, shapes={"out": [1]})

@@ -37,7 +37,7 @@ def have_triton() -> bool:
 
 def nvcc_objects(out: Path) -> dict[str, list[Path]]:
     """kind → object files, from kernels/simple_mul.cu, kernels/axpby.cu and tests/kernels/abi.cu."""
-    from iree_dispatch.toolchain import find_nvcc
+    from iree_dispatch.toolchains import find_nvcc
 
     out.mkdir(parents=True, exist_ok=True)
     nvcc = str(find_nvcc())
@@ -56,7 +56,7 @@ def nvcc_objects(out: Path) -> dict[str, list[Path]]:
 
 
 def prebuilt_kernels(objects: list[Path]):
-    from iree_dispatch.spec import KernelSpec
+    from iree_dispatch.frontend.spec import KernelSpec
 
     def of(stem: str) -> list[Path]:
         return [p for p in objects if p.name.startswith(f"{stem}.")]
@@ -72,7 +72,7 @@ def prebuilt_kernels(objects: list[Path]):
 
 def triton_kernels(out: Path):
     sys.path.insert(0, str(ROOT))
-    from iree_dispatch.triton import triton_kernel
+    from iree_dispatch.frontend.triton import triton_kernel
     from kernels import triton_kernels as tk
 
     axpy = triton_kernel(tk.axpy, tk.AXPY_SIGNATURE, grid="ceildiv(n, BLOCK)", constexprs={"BLOCK": 1024}, shape=["n"], out_dir=out)
@@ -83,8 +83,8 @@ def triton_kernels(out: Path):
 
 
 def build_all(out: Path) -> dict[str, Path]:
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import ModuleSpec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec import ModuleSpec
 
     objects = nvcc_objects(out / "objects")
     modules = {kind: prebuilt_kernels(objects[kind]) for kind in KINDS}

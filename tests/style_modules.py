@@ -24,7 +24,7 @@ FLAGS = {"f32": (), "bf16": ("-DENABLE_BF16",)}
 
 def styles_module(precision: str):
     """Every kernel of styles.cu, declared as a user would: by the names the source gives them."""
-    from iree_dispatch.spec import KernelSpec, ModuleSpec
+    from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
     flags = FLAGS[precision]
 
@@ -47,8 +47,8 @@ def styles_module(precision: str):
 def prebuilt_cxx_module(folder: Path):
     """C++ kernels compiled to a cubin (sm_90) and PTX (sm_80) elsewhere, declared by plain and
     namespace-qualified names: found by their mangled symbols."""
-    from iree_dispatch.spec import KernelSpec, ModuleSpec
-    from iree_dispatch.toolchain import find_nvcc
+    from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
+    from iree_dispatch.toolchains import find_nvcc
 
     folder.mkdir(parents=True, exist_ok=True)
     objects = [folder / "styles.sm_90.cubin", folder / "styles.sm_80.ptx"]
@@ -63,8 +63,8 @@ def prebuilt_cxx_module(folder: Path):
 
 
 def build_all(out: Path) -> dict[str, Path]:
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import ModuleSpec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec import ModuleSpec
 
     paths = {name: out / rel for name, rel in LAYOUT.items()}
     for precision in FLAGS:

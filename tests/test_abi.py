@@ -6,12 +6,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from iree_dispatch.abi import check_adapted, ptx_entries
-from iree_dispatch.errors import AbiError
-from iree_dispatch.pipeline import build
-from iree_dispatch.ptx_adapt import adapt_entry
-from iree_dispatch.contract import bfloat16_bits, scalar_argument
-from iree_dispatch.spec import KernelSpec
+from iree_dispatch.backend.abi import check_adapted, ptx_entries
+from iree_dispatch.backend.pipeline import build
+from iree_dispatch.backend.ptx_adapt import adapt_entry
+from iree_dispatch.core.contract import bfloat16_bits, scalar_argument
+from iree_dispatch.core.errors import AbiError
+from iree_dispatch.frontend.spec import KernelSpec
 
 from .abi_modules import abi_module
 from .conftest import needs_build_tools

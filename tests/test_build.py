@@ -7,9 +7,10 @@ import zipfile
 
 import pytest
 
-from iree_dispatch.errors import AbiError, CompileError, ToolchainError
-from iree_dispatch.pipeline import build
-from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
+from iree_dispatch.backend.pipeline import build
+from iree_dispatch.core.errors import AbiError, CompileError, ToolchainError
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
+from iree_dispatch.frontend.spec_file import load_spec
 
 from .conftest import MIXED_PROGRAM, SAMPLES_SPEC, needs_build_tools
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from iree_dispatch.cache import Cache
-from iree_dispatch.pipeline import build
-from iree_dispatch.spec import KernelSpec, ModuleSpec
+from iree_dispatch.backend.cache import Cache
+from iree_dispatch.backend.pipeline import build
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
 from .conftest import ROOT, needs_build_tools
 
@@ -31,7 +31,7 @@ def project(tmp_path, monkeypatch):
     log = tmp_path / "nvcc.log"
     wrapper = tmp_path / "bin" / "nvcc"
     wrapper.parent.mkdir()
-    from iree_dispatch.toolchain import find_nvcc
+    from iree_dispatch.toolchains import find_nvcc
 
     real = find_nvcc()
     # `nvcc --version` (the toolchain's identity in the cache key) is not a compile: not counted.
@@ -78,7 +78,7 @@ BUILD_SCRIPT = textwrap.dedent(
     import sys
     from pathlib import Path
     sys.path.insert(0, {root!r})
-    from iree_dispatch.pipeline import build
+    from iree_dispatch.backend.pipeline import build
     from tests.test_cache import spec_of
     folder = Path({folder!r})
     build(spec_of(folder), folder / "out{{}}".format(sys.argv[1]) / "m.vmfb")
@@ -126,8 +126,8 @@ def test_cache_info_and_clear(project, capsys):
 def test_spec_changes_that_callers_dont_see_change_the_key(tmp_path, monkeypatch, cu):
     """A computed scalar's expression or a declared signature changes the generated code
     without changing the function's arguments: each must miss the cache."""
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import KernelSpec, ModuleSpec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
     monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
     source = cu('extern "C" __global__ void k(const float* x, float* y, int n, int m) { int i = threadIdx.x; if (i < n) y[i] = x[i] * m; }\n')

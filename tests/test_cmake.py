@@ -203,8 +203,8 @@ def test_find_package_reports_not_found(tmp_path):
 
 
 def _nvrtc_available() -> bool:
-    from iree_dispatch.errors import ToolchainError
-    from iree_dispatch.toolchain import select_toolchain
+    from iree_dispatch.core.errors import ToolchainError
+    from iree_dispatch.toolchains import select_toolchain
 
     try:
         select_toolchain("nvrtc")
@@ -231,9 +231,10 @@ def test_nvrtc_toolchain_and_embedded_objects(tmp_path):
     alone = tmp_path / "empty"
     alone.mkdir()
     (alone / "mod_a.mlir").write_bytes(mlir.read_bytes())
-    from iree_dispatch.archs import parse_arch
-    from iree_dispatch.compile import compile_flags
+    from iree_dispatch.backend.compile import compile_flags
+    from iree_dispatch.core.archs import parse_arch
 
-    iree_compile = subprocess.run([sys.executable, "-c", "from iree.compiler.tools.binaries import find_tool; print(find_tool('iree-compile'))"], capture_output=True, text=True).stdout.strip()
+    find = "from iree.compiler.tools.binaries import find_tool; print(find_tool('iree-compile'))"
+    iree_compile = subprocess.run([sys.executable, "-c", find], capture_output=True, text=True).stdout.strip()
     proc = subprocess.run([iree_compile, "mod_a.mlir", "-o", "mod_a.vmfb", *compile_flags(parse_arch("sm_80"), None)], cwd=alone, capture_output=True, text=True)
     assert proc.returncode == 0 and (alone / "mod_a.vmfb").stat().st_size > 0, proc.stderr

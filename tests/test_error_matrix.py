@@ -3,7 +3,7 @@ docs/errors.md quotes exactly what users see today."""
 
 import pytest
 
-from iree_dispatch.errors import DispatchError
+from iree_dispatch.core.errors import DispatchError
 
 from .conftest import ROOT, needs_build_tools
 from .error_matrix import CASES, markdown, message

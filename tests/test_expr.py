@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iree_dispatch import expr as ex
-from iree_dispatch.errors import SpecError
+from iree_dispatch.core import expr as ex
+from iree_dispatch.core.errors import SpecError
 
 
 def test_evaluate_matches_python_semantics():

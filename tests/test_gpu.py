@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from iree_dispatch import runtime
-from iree_dispatch.errors import DeviceError
+from iree_dispatch.core.errors import DeviceError
 
 from .conftest import ROOT, module_paths
 from .gpu_artifacts import LAYOUT, build_all

@@ -79,7 +79,8 @@ def check(name: str, got: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
     assert got.shape == want.shape and got.dtype == np.float32, (got.shape, got.dtype, want.shape)
     err = np.abs(got.astype(np.float64) - want)
     bad = ~(err <= RTOL * scale)  # NaN fails
-    assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, first at {np.argwhere(bad)[0].tolist()}: got {got[tuple(np.argwhere(bad)[0])]}, want {want[tuple(np.argwhere(bad)[0])]}"
+    first = tuple(np.argwhere(bad)[0]) if bad.any() else ()
+    assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, first at {list(first)}: got {got[first]}, want {want[first]}"
     return f"max err/scale {np.max(err / scale):.2e}"
 
 
@@ -121,7 +122,8 @@ def check_epilogue(name: str, got: np.ndarray, a: np.ndarray, b: np.ndarray, bia
     assert got.shape == want.shape, (got.shape, want.shape)
     err = np.abs(got.astype(np.float64) - want)
     bad = ~(err <= bound)  # NaN fails
-    assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, first at {np.argwhere(bad)[0].tolist()}: got {got[tuple(np.argwhere(bad)[0])]}, want {want[tuple(np.argwhere(bad)[0])]}"
+    first = tuple(np.argwhere(bad)[0]) if bad.any() else ()
+    assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, first at {list(first)}: got {got[first]}, want {want[first]}"
     return f"max err/bound {np.max(err / bound):.2f}"
 
 

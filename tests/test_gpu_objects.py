@@ -24,8 +24,8 @@ def objects(tmp_path_factory) -> dict[str, Path]:
 def expected_arch(policy: str, archs: list[str], capability: tuple[int, int]) -> int:
     """__CUDA_ARCH__ the GPU should run: the variant plan's choice (a fatbin: the driver's,
     i.e. the newest cubin of the GPU's family, else the PTX)."""
-    from iree_dispatch.archs import parse_archs
-    from iree_dispatch.variants import plan_variants, rule_holds
+    from iree_dispatch.core.archs import parse_archs
+    from iree_dispatch.core.variants import plan_variants, rule_holds
 
     parsed = tuple(parse_archs(archs))
     variant = next(v for v in plan_variants(parsed, policy) if v.runs_on(*capability))

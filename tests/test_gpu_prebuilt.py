@@ -5,7 +5,6 @@ element the kernel fails to write shows up (IREE-allocated outputs arrive zeroed
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

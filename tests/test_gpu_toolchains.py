@@ -35,7 +35,7 @@ def built(request, tmp_path_factory) -> dict[str, Path]:
     """One toolchain's modules: built here if the compiler and that toolchain are installed,
     else the prebuilt ones (python -m tests.gpu_artifacts); skipped if that toolchain was not
     installed where they were built either."""
-    from iree_dispatch.errors import ToolchainError
+    from iree_dispatch.core.errors import ToolchainError
 
     name = request.param
     if have_compiler():

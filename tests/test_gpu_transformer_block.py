@@ -29,7 +29,6 @@ Kernel bounds at the block's sizes (float64 reference from the same inputs):
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

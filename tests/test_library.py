@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import importlib.util
 
+from iree_dispatch.backend.pipeline import build
 from iree_dispatch.cli import main
-from iree_dispatch.pipeline import build
-from iree_dispatch.spec import load_spec
+from iree_dispatch.frontend.spec_file import load_spec
 
 from .conftest import ROOT, needs_build_tools
 
 SPEC = ROOT / "kernels" / "library.toml"
-KERNELS = ["bias_gelu_f32", "bias_gelu_f16", "bias_gelu_bf16", "bias_gelu_f32_bf16", "row_sum_f32", "row_max_f32", "softmax_f32", "layernorm_f32", "rmsnorm_f32", "softmax_bf16", "layernorm_bf16", "rmsnorm_bf16",
-           "softmax_f16", "layernorm_f16", "rmsnorm_f16", "softmax_warp_f32", "layernorm_warp_f32", "softmax_warp_bf16", "layernorm_warp_bf16",
+KERNELS = ["bias_gelu_f32", "bias_gelu_f16", "bias_gelu_bf16", "bias_gelu_f32_bf16", "row_sum_f32", "row_max_f32", "softmax_f32", "layernorm_f32",
+           "rmsnorm_f32", "softmax_bf16", "layernorm_bf16", "rmsnorm_bf16", "softmax_f16", "layernorm_f16", "rmsnorm_f16", "softmax_warp_f32",
+           "layernorm_warp_f32", "softmax_warp_bf16", "layernorm_warp_bf16",
            "rmsnorm_warp_bf16", "softmax_warp_f16", "layernorm_warp_f16", "rmsnorm_warp_f16", "transpose_f32"]
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from iree_dispatch.errors import DispatchError
-from iree_dispatch.pipeline import build
-from iree_dispatch.spec import KernelSpec, ModuleSpec
+from iree_dispatch.backend.pipeline import build
+from iree_dispatch.core.errors import DispatchError
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
 from .conftest import needs_build_tools
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from iree_dispatch.cli import main
-from iree_dispatch.errors import SpecError
+from iree_dispatch.core.errors import SpecError
 
 from .conftest import ROOT, have_compiler, needs_build_tools, prebuilt_dir
 
@@ -71,8 +71,8 @@ def write_sources(root: Path) -> tuple[Path, Path, Path]:
 
 
 def build_all(out: Path) -> dict[str, Path]:
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec_file import load_spec
 
     a, b, program = write_sources(out / "src")
     vmfb = out / "two_modules.vmfb"
@@ -82,8 +82,8 @@ def build_all(out: Path) -> dict[str, Path]:
 
 @needs_build_tools
 def test_program_calls_kernels_of_two_modules(tmp_path):
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec_file import load_spec
 
     a, b, program = write_sources(tmp_path / "src")
     out = tmp_path / "out" / "two_modules.vmfb"
@@ -119,8 +119,8 @@ def test_cli_builds_a_program_from_two_specs(tmp_path, capsys):
 
 
 def test_clashing_module_names_are_refused(tmp_path, capsys):
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec_file import load_spec
 
     a, _, program = write_sources(tmp_path / "src")
     other = tmp_path / "src" / "b" / "also_a.toml"
@@ -133,8 +133,8 @@ def test_clashing_module_names_are_refused(tmp_path, capsys):
 
 
 def test_several_specs_need_a_program(tmp_path):
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec_file import load_spec
 
     a, b, _ = write_sources(tmp_path / "src")
     with pytest.raises(SpecError, match=r"2 module specs \(a, b\) but no program"):

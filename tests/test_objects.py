@@ -4,11 +4,11 @@ import re
 
 import pytest
 
-from iree_dispatch.archs import parse_archs
-from iree_dispatch.errors import SpecError
-from iree_dispatch.pipeline import build
-from iree_dispatch.spec import load_spec
-from iree_dispatch.variants import plan_variants
+from iree_dispatch.backend.pipeline import build
+from iree_dispatch.core.archs import parse_archs
+from iree_dispatch.core.errors import SpecError
+from iree_dispatch.core.variants import plan_variants
+from iree_dispatch.frontend.spec_file import load_spec
 
 from .conftest import SAMPLES_SPEC, needs_build_tools
 

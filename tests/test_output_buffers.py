@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from iree_dispatch.archs import parse_archs
-from iree_dispatch.compile import compile_flags
-from iree_dispatch.pipeline import build
-from iree_dispatch.program import Program
-from iree_dispatch.spec import KernelSpec, ModuleSpec
+from iree_dispatch.backend.compile import compile_flags
+from iree_dispatch.backend.pipeline import build
+from iree_dispatch.backend.program import Program
+from iree_dispatch.core.archs import parse_archs
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
 from .conftest import needs_build_tools
 from .flow_check import flow_ir, shared_results

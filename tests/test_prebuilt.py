@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from iree_dispatch.backend.pipeline import build
 from iree_dispatch.cli import main
-from iree_dispatch.errors import AbiError, SpecError
-from iree_dispatch.pipeline import build
-from iree_dispatch.prebuilt import cubin_kernels, read_object
-from iree_dispatch.spec import KernelSpec, ModuleSpec
+from iree_dispatch.core.errors import AbiError, SpecError
+from iree_dispatch.frontend.prebuilt import cubin_kernels, read_object
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
 from .conftest import ROOT, needs_build_tools
 from .prebuilt_artifacts import AXPBY, SIMPLE_MUL
@@ -24,7 +24,7 @@ SIMPLE_MUL_CU = ROOT / "kernels" / "simple_mul.cu"
 
 
 def nvcc(tmp_path: Path, name: str, *flags: str, source: Path = SIMPLE_MUL_CU) -> Path:
-    from iree_dispatch.toolchain import find_nvcc
+    from iree_dispatch.toolchains import find_nvcc
 
     out = tmp_path / name
     subprocess.run([str(find_nvcc()), "-O3", *flags, str(source), "-o", str(out)], check=True, capture_output=True)

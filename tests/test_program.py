@@ -1,4 +1,4 @@
-"""Programs (iree_dispatch.program), out= kernels (KernelSpec.with_outputs_in_place) and the
+"""Programs (iree_dispatch.backend.program), out= kernels (KernelSpec.with_outputs_in_place) and the
 asynchronous call path of the runtime, without a GPU.
 
 The asynchronous path is exercised on IREE's CPU device (`local-task`) with a small function
@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from iree_dispatch import runtime
-from iree_dispatch.archs import parse_arch
-from iree_dispatch.errors import SpecError
-from iree_dispatch.program import Program
-from iree_dispatch.contract import REFLECTION_KEY, encode
-from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
+from iree_dispatch.backend.program import Program
+from iree_dispatch.core.archs import parse_arch
+from iree_dispatch.core.contract import REFLECTION_KEY, encode
+from iree_dispatch.core.errors import SpecError
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
+from iree_dispatch.frontend.spec_file import load_spec
 
 from .conftest import SAMPLES_SPEC, needs_build_tools
 
@@ -138,7 +139,7 @@ def test_build_needs_outputs_and_the_kernels_module(samples, cu):
 def compile_to(phase: str, mlir: Path, spec: ModuleSpec) -> str:
     from iree.compiler.tools.binaries import find_tool
 
-    from iree_dispatch.compile import compile_flags
+    from iree_dispatch.backend.compile import compile_flags
 
     return subprocess.run(
         [find_tool("iree-compile"), *compile_flags(spec.archs[-1], Path(".")), f"--compile-to={phase}", mlir.name, "-o", "-"],

@@ -9,10 +9,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from iree_dispatch.dtypes import POINTEE_TYPES, SCALAR_TYPES
-from iree_dispatch.emit import CompiledObjects, emit_module
-from iree_dispatch.errors import DispatchError
-from iree_dispatch.spec import KernelSpec, ModuleSpec
+from iree_dispatch.backend.emit import CompiledObjects, emit_module
+from iree_dispatch.core.dtypes import POINTEE_TYPES, SCALAR_TYPES
+from iree_dispatch.core.errors import DispatchError
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
 from .conftest import needs_build_tools
 
@@ -67,7 +67,7 @@ def emit(spec: ModuleSpec) -> str:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kernels())
 def test_valid_declarations_give_ir_that_parses(kernel):
-    from iree_dispatch.compile import parse_check
+    from iree_dispatch.backend.compile import parse_check
 
     source, kw = kernel
     spec = ModuleSpec("m", (declare(source, **kw),))
@@ -79,8 +79,8 @@ def test_valid_declarations_give_ir_that_parses(kernel):
 @given(kernels())
 def test_valid_declarations_compile(tmp_path_factory, kernel):
     """iree-compile embeds object bytes as they are, so placeholder PTX files suffice here."""
-    from iree_dispatch.archs import parse_archs
-    from iree_dispatch.compile import compile_vmfb
+    from iree_dispatch.backend.compile import compile_vmfb
+    from iree_dispatch.core.archs import parse_archs
 
     source, kw = kernel
     spec = ModuleSpec("m", (declare(source, **kw),))

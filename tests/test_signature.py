@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from iree_dispatch.errors import SignatureError
-from iree_dispatch.signature import find_kernel, parse_kernels
+from iree_dispatch.core.errors import SignatureError
+from iree_dispatch.frontend.signature import find_kernel, parse_kernels
 
 
 def kernels(text):

@@ -3,9 +3,10 @@ is a SpecError that names the file, the kernel and what to change."""
 
 import pytest
 
-from iree_dispatch.archs import parse_arch, parse_archs
-from iree_dispatch.errors import DispatchError, SpecError
-from iree_dispatch.spec import KernelSpec, load_spec
+from iree_dispatch.core.archs import parse_arch, parse_archs
+from iree_dispatch.core.errors import DispatchError, SpecError
+from iree_dispatch.frontend.spec import KernelSpec
+from iree_dispatch.frontend.spec_file import load_spec
 
 from .conftest import SAMPLES_SPEC
 

@@ -8,10 +8,11 @@ import re
 
 import pytest
 
-from iree_dispatch.archs import parse_archs
-from iree_dispatch.emit import CompiledObjects, emit_module
-from iree_dispatch.errors import SpecError
-from iree_dispatch.spec import KernelSpec, ModuleSpec, load_spec
+from iree_dispatch.backend.emit import CompiledObjects, emit_module
+from iree_dispatch.core.archs import parse_archs
+from iree_dispatch.core.errors import SpecError
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
+from iree_dispatch.frontend.spec_file import load_spec
 
 from .conftest import needs_build_tools
 
@@ -114,7 +115,7 @@ def test_out_form_keeps_the_table(cu):
 
 @needs_build_tools
 def test_table_compiles(tmp_path, cu):
-    from iree_dispatch.compile import parse_check
+    from iree_dispatch.backend.compile import parse_check
 
     spec = _spec(cu, {"sm_90a": HOPPER, "sm_80": AMPERE})
     paths = {(s, v.name): f"objects/{v.object_filename(s.stem)}" for s in spec.sources for v in spec.variants}

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from iree_dispatch.abi import ptx_entries
-from iree_dispatch.pipeline import build
-from iree_dispatch.spec import KernelSpec, ModuleSpec
+from iree_dispatch.backend.abi import ptx_entries
+from iree_dispatch.backend.pipeline import build
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
 from .conftest import needs_build_tools
 from .style_modules import STYLES_CU, prebuilt_cxx_module, styles_module

@@ -1,4 +1,4 @@
-"""Toolchains (iree_dispatch/toolchain.py, iree_dispatch/nvrtc.py): each builds the samples, its
+"""Toolchains (iree_dispatch/toolchains/__init__.py, iree_dispatch/toolchains/nvrtc.py): each builds the samples, its
 PTX passes the ABI check, NVRTC's PTX is nvcc's, errors carry the compiler log with file:line,
 NVRTC's header list is complete for the build cache, the cache key tells toolchains apart, and
 auto-selection. Tests of a toolchain that is not installed skip, naming what to install
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from iree_dispatch.archs import parse_archs
-from iree_dispatch.errors import ToolchainError
+from iree_dispatch.core.archs import parse_archs
+from iree_dispatch.core.errors import ToolchainError
 
 from .abi_modules import abi_module, cxx_module
 from .conftest import ROOT, SAMPLES_SPEC, have_compiler
@@ -28,7 +28,7 @@ MAX_PTX_ISA = (9, 0)
 def toolchain_or_skip(name: str):
     """The toolchain `name` ("nvcc": what find_nvcc finds; "nvcc_wheel"; "nvrtc"), or a skip
     saying what to install."""
-    from iree_dispatch.toolchain import select_toolchain
+    from iree_dispatch.toolchains import select_toolchain
 
     try:
         return select_toolchain("nvcc") if name == "nvcc" else make_toolchain(name)
@@ -61,9 +61,9 @@ def code_of(ptx: str) -> str:
 
 @needs_iree_compiler
 def test_each_toolchain_builds_the_samples(toolchain, tmp_path):
-    from iree_dispatch.pipeline import build
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec_file import load_spec
     from iree_dispatch.runtime import read_descriptions
-    from iree_dispatch.spec import load_spec
 
     result = build(load_spec(SAMPLES_SPEC), tmp_path / "samples.vmfb", toolchain=toolchain, cache=False)
     assert toolchain.name in result.timings
@@ -84,9 +84,9 @@ def test_each_toolchains_ptx_passes_the_abi_check(toolchain, module, tmp_path):
     """What the pipeline checks after compiling, on every kernel of three modules (extern "C",
     every scalar and element type, C++ templates): entry found, parameters of the C types'
     sizes, and the adapted entry what IREE passes."""
-    from iree_dispatch.abi import check_adapted, check_entry, resolve_entry
-    from iree_dispatch.ptx_adapt import adapt_module
-    from iree_dispatch.spec import load_spec
+    from iree_dispatch.backend.abi import check_adapted, check_entry, resolve_entry
+    from iree_dispatch.backend.ptx_adapt import adapt_module
+    from iree_dispatch.frontend.spec_file import load_spec
 
     spec = {"samples": lambda: load_spec(SAMPLES_SPEC), "abi": abi_module, "cxx": cxx_module}[module]()
     for source in spec.sources:
@@ -185,7 +185,7 @@ def test_nvrtc_takes_the_specs_nvcc_flags(nvrtc, cu, tmp_path):
 
 
 def test_nvrtc_missing_header_says_where_it_looked(nvrtc, cu, tmp_path):
-    from iree_dispatch.nvrtc import SHIM_DIR
+    from iree_dispatch.toolchains.nvrtc import SHIM_DIR
 
     source = cu('#include <no_such_header.h>\nextern "C" __global__ void k(float* p) { p[0] = 1.0f; }\n')
     with pytest.raises(ToolchainError, match=r"cannot open source file") as error:
@@ -229,8 +229,8 @@ def test_nvrtc_refuses_an_include_it_cannot_follow(nvrtc, cu, tmp_path):
 
 @needs_iree_compiler
 def test_nvrtc_build_cache_sees_a_nested_header_change(nvrtc, tmp_path, monkeypatch):
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import KernelSpec, ModuleSpec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
     monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
     write_tree(tmp_path, {
@@ -251,8 +251,8 @@ def test_nvrtc_build_cache_sees_a_nested_header_change(nvrtc, tmp_path, monkeypa
 
 @needs_iree_compiler
 def test_cache_key_includes_the_toolchain(nvrtc, tmp_path, monkeypatch, cu):
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import KernelSpec, ModuleSpec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
     nvcc = toolchain_or_skip("nvcc")
     monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
@@ -269,8 +269,8 @@ def test_cache_key_includes_the_toolchain(nvrtc, tmp_path, monkeypatch, cu):
 
 
 def test_auto_selection_prefers_nvcc_then_nvrtc_then_says_what_to_install(monkeypatch):
-    from iree_dispatch import nvrtc as nvrtc_module
-    from iree_dispatch import toolchain as tc
+    from iree_dispatch import toolchains as tc
+    from iree_dispatch.toolchains import nvrtc as nvrtc_module
 
     if not _try(tc.find_nvcc):
         pytest.skip("no nvcc to prefer")
@@ -308,7 +308,7 @@ def _try(make) -> bool:
 def test_wheel_nvcc_is_found_and_its_missing_companions_named(tmp_path, monkeypatch):
     """The nvidia-cuda-nvcc wheel's nvcc runs only with cicc and the CUDA headers of four
     other wheels beside it (site-packages/nvidia/cu13/...)."""
-    from iree_dispatch import toolchain as tc
+    from iree_dispatch.toolchains import base as tc
 
     root = tmp_path / "nvidia" / "cu13"
     write_tree(root, {"bin/nvcc": "#!/bin/sh\n"})
@@ -324,7 +324,7 @@ def test_wheel_nvcc_is_found_and_its_missing_companions_named(tmp_path, monkeypa
 
 
 def test_nvrtc_fatbin_needs_the_fatbinary_tool(nvrtc, monkeypatch, tmp_path):
-    from iree_dispatch import nvrtc as nvrtc_module
+    from iree_dispatch.toolchains import nvrtc as nvrtc_module
 
     def missing(name: str, nvcc=None) -> Path:
         raise ToolchainError(f"{name} not found on PATH or beside an nvcc")
@@ -336,7 +336,7 @@ def test_nvrtc_fatbin_needs_the_fatbinary_tool(nvrtc, monkeypatch, tmp_path):
 
 def test_nvrtc_cubins_come_from_ptxas_without_nvjitlink(monkeypatch, cu, tmp_path):
     """nvJitLink is the NVRTC route's assembler; where it is missing a ptxas found is used."""
-    from iree_dispatch import nvrtc as nvrtc_module
+    from iree_dispatch.toolchains import nvrtc as nvrtc_module
 
     toolchain_or_skip("nvrtc")
     try:

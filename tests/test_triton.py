@@ -1,4 +1,4 @@
-"""Triton kernels compiled offline (iree_dispatch.triton): signature mapping, the hidden
+"""Triton kernels compiled offline (iree_dispatch.frontend.triton): signature mapping, the hidden
 scratch parameters Triton 3.x appends, block size and shared memory from the metadata, the
 objects made per arch, and errors. Skipped where triton is not installed."""
 
@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("triton")
 
-from iree_dispatch.abi import ptx_entries  # noqa: E402
-from iree_dispatch.errors import SpecError  # noqa: E402
-from iree_dispatch.pipeline import build  # noqa: E402
-from iree_dispatch.spec import ModuleSpec  # noqa: E402
-from iree_dispatch.triton import load_triton_kernel, strip_hidden_params, triton_kernel  # noqa: E402
+from iree_dispatch.backend.abi import ptx_entries  # noqa: E402
+from iree_dispatch.backend.pipeline import build  # noqa: E402
+from iree_dispatch.core.errors import SpecError  # noqa: E402
+from iree_dispatch.frontend.spec import ModuleSpec  # noqa: E402
+from iree_dispatch.frontend.triton import load_triton_kernel, strip_hidden_params, triton_kernel  # noqa: E402
 
 from .conftest import ROOT, needs_build_tools  # noqa: E402
 
@@ -147,7 +147,7 @@ shape = ["rows", "cols"]
 
 
 def test_toml_errors(tmp_path):
-    from iree_dispatch.spec import load_spec
+    from iree_dispatch.frontend.spec_file import load_spec
 
     def spec(body: str):
         path = tmp_path / "t.toml"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLCHAINS = ("nvrtc", "nvcc_wheel")
@@ -38,8 +38,9 @@ def layout(toolchain: str) -> dict[str, str]:
 
 def make_toolchain(name: str):
     """The Toolchain called `name`; ToolchainError (saying what to install) if it isn't installed."""
-    from iree_dispatch.errors import ToolchainError
-    from iree_dispatch.toolchain import NvccToolchain, select_toolchain, wheel_nvcc
+    from iree_dispatch.core.errors import ToolchainError
+    from iree_dispatch.toolchains import NvccToolchain, select_toolchain
+    from iree_dispatch.toolchains.base import wheel_nvcc
 
     if name == "nvrtc":
         return select_toolchain("nvrtc")
@@ -51,8 +52,9 @@ def make_toolchain(name: str):
 
 def build_toolchain(name: str, out: Path) -> dict[str, Path]:
     """Every module of MODULES built with toolchain `name` under out/<name>/."""
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import ModuleSpec, load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec import ModuleSpec
+    from iree_dispatch.frontend.spec_file import load_spec
 
     from .abi_modules import abi_module, cxx_module
 
@@ -72,7 +74,7 @@ def build_toolchain(name: str, out: Path) -> dict[str, Path]:
 
 def build_all(out: Path, say: Callable[[str], None] = print) -> dict[str, Path]:
     """Each installed toolchain's modules, keyed "<toolchain>/<module>"."""
-    from iree_dispatch.errors import ToolchainError
+    from iree_dispatch.core.errors import ToolchainError
 
     built: dict[str, Path] = {}
     for name in TOOLCHAINS:

@@ -96,7 +96,8 @@ def compile_plain(program: Path, out: Path) -> None:
 def kernel_module():
     """Module `transformer`: transformer.toml's kernels, plus gemm_bf16 (with gemm.toml's archs)
     when kernels/gemm.toml exists."""
-    from iree_dispatch.spec import ModuleSpec, load_spec
+    from iree_dispatch.frontend.spec import ModuleSpec
+    from iree_dispatch.frontend.spec_file import load_spec
 
     spec = load_spec(SPEC)
     if not have_gemm():
@@ -149,8 +150,9 @@ def block_reference(p: dict[str, np.ndarray], rows: np.ndarray | slice = slice(N
 
 
 def build_all(out: Path) -> dict[str, Path]:
-    from iree_dispatch.pipeline import build
-    from iree_dispatch.spec import ModuleSpec, load_spec
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec import ModuleSpec
+    from iree_dispatch.frontend.spec_file import load_spec
 
     spec, merged = load_spec(SPEC), kernel_module()
     gemm = load_spec(GEMM_SPEC) if have_gemm() else None

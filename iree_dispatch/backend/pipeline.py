@@ -1,0 +1,313 @@
+"""The build half, end to end: ModuleSpec → PTX per arch → ABI check → MLIR → .vmfb.
+
+Everything is produced in a private temporary folder beside the output and moved into place
+only when every stage succeeded, so a failed build leaves no partial artifact, and a
+concurrent reader never sees a half-written file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import __version__
+from ..core.archs import Arch
+from ..core.errors import AbiError, SpecError
+from ..core.variants import Variant
+from ..frontend.spec import ModuleSpec
+from ..toolchains import PtxObject, Toolchain, object_filename, select_toolchain
+from .abi import check_adapted, check_entry, check_machine_code, resolve_entry
+from .cache import ENTRY_FILES, ENTRY_META, Cache, digest, file_digest, package_digest
+from .compile import compile_flags, compile_vmfb, iree_compiler_version, link_program, parse_check
+from .emit import CompiledObjects, emit_module, executable_symbols
+from .ptx_adapt import adapt_module
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What, beyond the specs and sources, decides the artifacts' bytes."""
+
+    embed_objects: bool = False  # object bytes inside the emitted IR (compiles with plain iree-compile)
+    asynchronous: bool = False  # iree-compile --iree-execution-model=async-external
+    strip_assertions: bool = False  # iree-compile --iree-opt-strip-assertions
+
+    def fingerprint(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @property
+    def compile_options(self) -> dict[str, bool]:
+        """The iree-compile options (compile.compile_flags)."""
+        return {"asynchronous": self.asynchronous, "strip_assertions": self.strip_assertions}
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    vmfb: Path
+    mlir: Path | None  # the emitted (or linked) IR, if asked for
+    objects_dir: Path  # the PTX files the IR refers to (the first module's, when a program links several)
+    timings: dict[str, float]  # seconds per stage
+    dependencies: tuple[Path, ...]  # every file read, absolute: sources, the headers they include, the program
+    objects_dirs: tuple[Path, ...] = ()  # every module's objects folder, in the order the specs were given
+
+
+def objects_dirname(module_name: str) -> str:
+    return f"{module_name}.objects"
+
+
+def build(
+    spec: ModuleSpec | Sequence[ModuleSpec],
+    output: str | Path,
+    *,
+    emit_mlir: str | Path | None = None,
+    program: str | Path | None = None,
+    embed_objects: bool = False,
+    asynchronous: bool = False,
+    strip_assertions: bool = False,
+    progress: Progress | None = None,
+    cache: Cache | bool = True,
+    toolchain: str | Toolchain | None = None,
+) -> BuildResult:
+    """Builds `spec` into the .vmfb `output`.
+
+    spec: one ModuleSpec, or several for a `program` that calls kernels of several modules
+    (`@<moduleA>.<kernel>` and `@<moduleB>.<kernel>`): each module keeps its name and its own
+    objects folder; module names must differ.
+    emit_mlir: also write the IR there (objects go beside it, in `<module>.objects/`, and the
+    IR refers to them by that relative path).
+    program: an MLIR file whose functions call the kernels through declarations like
+    `func.func private @<module>.<kernel>(...)`; it is linked with the kernels and the result
+    is what `output` holds.
+    embed_objects: write the object bytes into the emitted IR, so it compiles anywhere with
+    plain iree-compile (no object files, no search path).
+    asynchronous, strip_assertions: iree-compile options, see compile.compile_flags.
+    cache: reuse and record builds in the build cache (cache.py); False builds from scratch.
+    toolchain: "nvcc", "nvrtc", a toolchain.Toolchain, or None for nvcc if one is found, else NVRTC.
+    """
+    specs = _module_specs(spec, program)
+    options = BuildOptions(embed_objects, asynchronous, strip_assertions)
+    output = Path(output).absolute()
+    mlir_out = Path(emit_mlir).absolute() if emit_mlir else None
+    objects_home = (mlir_out or output).parent
+    say = progress or (lambda _msg: None)
+    store = Cache() if cache is True else (cache or None)
+    # The vmfb records the compiled file's name in its debug locations: name it as the user sees it.
+    compile_name = mlir_out.name if mlir_out else f"{Path(program).stem if program is not None else specs[0].name}.mlir"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    objects_home.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        # Prebuilt objects need no compiler: a module of only those builds without one.
+        tc = select_toolchain(toolchain) if any(not k.objects for s in specs for k in s.kernels) else None
+        manifest_key = _manifest_key(specs, program, options, compile_name, tc) if store else ""
+        with store.lock(manifest_key) if store else contextlib.nullcontext():
+            hit = store.lookup(store.entry_key(manifest_key)) if store else None
+            if hit is not None:
+                started = time.perf_counter()
+                for item in (hit / ENTRY_FILES).iterdir():
+                    (shutil.copytree if item.is_dir() else shutil.copyfile)(item, tmp / item.name)
+                meta = json.loads((hit / ENTRY_META).read_text())
+                dependencies = [Path(d) for d in meta["dependencies"]]
+                timings = {"cache": time.perf_counter() - started}
+                say(f"{output.name}: up to date (build cache)")
+            else:
+                timings = {}
+                dependencies = _stage(specs, tmp, compile_name, program, options, say, timings, tc)
+                if store:
+                    staged = {name: tmp / name for name in (*(objects_dirname(s.name) for s in specs), compile_name, _STAGED_VMFB)}
+                    store.store(manifest_key, dependencies, staged, {"dependencies": [str(d) for d in dependencies]})
+
+        # Every stage passed: move the artifacts into place.
+        final_objects = tuple(objects_home / objects_dirname(s.name) for s in specs)
+        for i, (s, final) in enumerate(zip(specs, final_objects)):
+            if final.exists():
+                os.replace(final, tmp / f"stale-objects-{i}")
+            os.replace(tmp / objects_dirname(s.name), final)
+        if mlir_out:
+            os.replace(tmp / compile_name, mlir_out)
+        os.replace(tmp / _STAGED_VMFB, output)
+        return BuildResult(output, mlir_out, final_objects[0], timings, tuple(dependencies), final_objects)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+_STAGED_VMFB = "module.vmfb"
+
+
+def _module_specs(spec: ModuleSpec | Sequence[ModuleSpec], program: str | Path | None) -> tuple[ModuleSpec, ...]:
+    """`spec` as a tuple of modules, checked: one module, or several linked into one program."""
+    specs = (spec,) if isinstance(spec, ModuleSpec) else tuple(spec)
+    if not specs:
+        raise SpecError("build: no module spec given")
+    if len(specs) > 1 and program is None:
+        # Without a program, each module is its own vmfb (its functions are named by kernel
+        # alone, so two modules could clash): several specs only make sense linked into one.
+        raise SpecError(f"build: {len(specs)} module specs ({', '.join(s.name for s in specs)}) but no program; several specs build one --program that calls their kernels")
+    names = [s.name for s in specs]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise SpecError(
+            f"build: module name {', '.join(clashes)} given by more than one spec; a program calls @<module>.<kernel>, so every module needs its own name "
+            "(rename one in its spec's [module] name)"
+        )
+    return specs
+
+
+def codegen_arch(specs: Sequence[ModuleSpec]) -> Arch:
+    """The arch IREE generates a program's own ops for: the oldest arch of any module, whose PTX
+    the driver JIT-compiles forward for newer GPUs (archs are kept newest first)."""
+    return min((s.archs[-1] for s in specs), key=lambda a: (a.major, a.minor))
+
+
+def _manifest_key(specs: Sequence[ModuleSpec], program: str | Path | None, options: BuildOptions, compile_name: str, tc: Toolchain | None) -> str:
+    """Everything known before building that decides the artifacts' bytes (see cache.py)."""
+    parts = [
+        f"iree_dispatch {__version__} {package_digest()}",
+        f"iree-base-compiler {iree_compiler_version()}",
+        f"toolchain {tc.identity() if tc else 'none'}",
+        *(s.fingerprint() for s in specs),
+        f"{options.fingerprint()} name={compile_name}",
+    ]
+    parts += [f"{src.absolute()}\0{file_digest(src)}" for s in specs for src in s.sources]
+    parts += [f"{o.path.absolute()}\0{file_digest(o.path)}" for s in specs for k in s.kernels for o in k.objects]
+    if program is not None:
+        parts.append(f"program {Path(program).absolute()}\0{file_digest(Path(program))}")
+    return digest(*parts)
+
+
+def _stage(
+    specs: Sequence[ModuleSpec], tmp: Path, compile_name: str, program, options: BuildOptions, say: Progress, timings: dict[str, float], tc: Toolchain | None
+) -> list[Path]:
+    """Runs every stage in `tmp`, leaving each module's objects folder, `compile_name` and the
+    vmfb there. Returns every file the build read (sources, included headers, the program)."""
+    arch = codegen_arch(specs)
+    staged = [_stage_objects(spec, tmp, say, timings, tc) for spec in specs]
+
+    started = time.perf_counter()
+    header = (
+        f"Generated by iree_dispatch {__version__} for iree-base-compiler {iree_compiler_version()}; do not edit.\n"
+        f"Compile: iree-compile {' '.join(compile_flags(arch, Path('<dir holding ' + ', '.join(objects_dirname(s.name) for s in specs) + '/>')))} <this file>"
+    )
+    linkables = []
+    for objects in staged:
+        spec = objects.module
+        paths = [path for exe in objects.executables for path in exe.object_paths.values()]
+        data = {rel: (tmp / rel).read_bytes() for rel in paths} if options.embed_objects else None
+        mlir_text = emit_module(objects, header, object_data=data)
+        kernels_mlir = tmp / (compile_name if program is None else f".{spec.name}.kernels.mlir")
+        kernels_mlir.write_text(mlir_text, encoding="utf-8")
+        parse_check(mlir_text, compile_name)
+        if program is not None:
+            linkables.append((spec.name, emit_module(objects, for_linking=True, object_data=data), [k.name for k in spec.kernels]))
+    to_compile = tmp / compile_name
+    if program is not None:
+        names = " and ".join(f"module {s.name}" for s in specs)
+        say(f"link {Path(program).name} with {names}")
+        linked = link_program(Path(program), linkables)
+        to_compile.write_text(f"// {header.splitlines()[0]}\n// Linked from {Path(program).name} and {names}.\n{linked}", encoding="utf-8")
+    timings["emit+check"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    say(f"iree-compile {to_compile.name}")
+    compile_vmfb(to_compile, tmp / _STAGED_VMFB, arch, **options.compile_options)
+    timings["iree-compile"] = time.perf_counter() - started
+    dependencies = [d for objects in staged for d in objects.dependencies]
+    dependencies += [Path(program).absolute()] if program is not None else []
+    return list(dict.fromkeys(dependencies))
+
+
+def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str, float], tc: Toolchain | None) -> CompiledObjects:
+    """Compiles, checks and adapts one module's objects into `tmp/<module>.objects/`; stage
+    times add up over modules."""
+    objects_rel = objects_dirname(spec.name)
+    (tmp / objects_rel).mkdir()
+    prebuilt = {k.source: k.objects for k in spec.kernels if k.objects}
+    symbols = executable_symbols(spec)
+    jobs = [(src, arch, tmp / objects_rel / object_filename(src.stem, arch)) for src in spec.sources if src not in prebuilt for arch in spec.archs]
+    started = time.perf_counter()
+    objects = tc.compile_all(jobs, spec.nvcc_flags, say) if tc and jobs else []
+    stage = tc.name if tc else "compile"
+    timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - started
+    # Prebuilt PTX is checked and adapted below exactly like nvcc's; machine code is checked here.
+    # kernel name → PTX entry name (mangled for C++ kernels)
+    entries: dict[str, str] = {}
+    for src, objs in prebuilt.items():
+        kernels = [k for k in spec.kernels if k.source == src]
+        for obj in objs:
+            if obj.kind == "ptx":
+                staged = tmp / objects_rel / f"{symbols[src]}.{obj.variant.name}.ptx"
+                shutil.copyfile(obj.path, staged)
+                objects.append(PtxObject(src, obj.variant.target_arch, staged, (obj.path.absolute(),)))
+            else:
+                for kernel, entry in check_machine_code(kernels, obj).items():
+                    if entries.setdefault(kernel, entry) != entry:
+                        raise AbiError(f"{obj.path}: kernel {kernel} is named {entry} here but {entries[kernel]} in another object")
+
+    started = time.perf_counter()
+    for o in objects:
+        kernels = [k for k in spec.kernels if k.source == o.source]
+        text = o.text()
+        for kernel in kernels:
+            entry = resolve_entry(kernel, text, o.arch.name)
+            if entries.setdefault(kernel.name, entry) != entry:
+                raise AbiError(f"{kernel.signature.where}: kernel {kernel.name} has entry {entry} for {o.arch.name} but {entries[kernel.name]} for another arch")
+            check_entry(kernel, entry, text, o.arch.name)
+        adapted = adapt_module(text, kernels, entries, o.arch.name)
+        for kernel in kernels:
+            check_adapted(kernel, entries[kernel.name], adapted, o.arch.name)
+        if adapted != text:
+            o.path.write_text(adapted, encoding="utf-8")
+    ptx_paths = {(o.source, o.arch): o.path for o in objects}
+    paths = {
+        (src, variant.name): f"{objects_rel}/{_make_object(variant, src, ptx_paths, tmp / objects_rel, tmp, tc).name}"
+        for src in spec.sources
+        if src not in prebuilt
+        for variant in spec.variants
+    }
+    for src, objs in prebuilt.items():
+        for obj in objs:
+            staged = ptx_paths[(src, obj.variant.target_arch)] if obj.kind == "ptx" else tmp / objects_rel / f"{symbols[src]}.{obj.variant.name}.{obj.kind}"
+            if obj.kind != "ptx":
+                shutil.copyfile(obj.path, staged)
+            paths[(src, obj.variant.name)] = f"{objects_rel}/{staged.name}"
+    timings["ptxas+checks"] = timings.get("ptxas+checks", 0.0) + time.perf_counter() - started
+    dependencies = [d for o in objects for d in o.dependencies] + [o.path.absolute() for objs in prebuilt.values() for o in objs]
+    return CompiledObjects.of(spec, paths, entries, dependencies)
+
+
+def _make_object(variant: Variant, source: Path, ptx_paths: dict[tuple[Path, Arch], Path], objects_dir: Path, scratch: Path, tc: Toolchain) -> Path:
+    """The object `variant` carries for `source`, made from the checked, adapted PTX."""
+    target = objects_dir / variant.object_filename(source.stem)
+    if variant.kind == "ptx":
+        return ptx_paths[(source, variant.target_arch)]
+    if variant.kind == "cubin":
+        return tc.assemble_cubin(ptx_paths[(source, variant.target_arch)], variant.target_arch, target)
+    cubins = {a: tc.assemble_cubin(ptx_paths[(source, a)], a, scratch / f"{source.stem}.{a.name}.cubin") for a in variant.archs}
+    return tc.make_fatbin(cubins, (variant.target_arch, ptx_paths[(source, variant.target_arch)]), target)
+
+
+def write_depfile(path: str | Path, target: Path, prerequisites: Sequence[Path]) -> None:
+    """Writes `target: prerequisites` as a Makefile-style depfile, which Ninja and Make read.
+
+    Written beside and renamed into place like the other outputs, so a build system that reads
+    it never sees half of one.
+    """
+    path = Path(path).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(" \\\n  ".join([f"{_make_escape(target)}:", *map(_make_escape, prerequisites)]) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _make_escape(path: Path) -> str:
+    # Make and Ninja both read `\ ` as a space, `\#` as '#' and `$$` as '$'.
+    return str(path).replace("$", "$$").replace("#", "\\#").replace(" ", "\\ ")

@@ -1,0 +1,98 @@
+"""Stage 2b: adapt each kernel's PTX entry to IREE's push-constant ABI.
+
+IREE passes every buffer first, then every scalar as one 32-bit push constant, each in its
+own kernel-parameter slot. A kernel compiled from unchanged CUDA may put scalars before or
+between pointers, and declares 1-, 2- and 8-byte parameters too. Rather than ask users to
+change their kernels, the compiled entry is rewritten so the two sides agree:
+
+- the parameter list is reordered: pointers first, then scalars, each group in source order;
+- a 64-bit parameter P becomes two 32-bit parameters P__lo, P__hi, and each load of P becomes
+  two 32-bit loads packed back into the register the kernel's code reads;
+- a 1- or 2-byte parameter becomes a 4-byte one; the kernel's narrow load reads its low bytes,
+  where the generated wrapper puts the value (little-endian).
+
+The rewrite touches only the parameter list and `ld.param` of 64-bit scalar parameters, and refuses
+(with the kernel and parameter named) any use of a 64-bit parameter it doesn't understand.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..core.errors import AbiError
+from ..frontend.spec import KernelSpec
+
+_LD_WIDE = r"ld\.param\.(?:u64|s64|b64|f64)\s+(%[\w$]+)\s*,\s*\[{name}(?:\+0)?\]\s*;"
+
+
+def _entry_spans(ptx: str, name: str) -> tuple[int, int, int, int]:
+    """(params_start, params_end, body_start, body_end) of `.entry name`."""
+    match = re.search(rf"\.entry\s+{re.escape(name)}\s*\(", ptx)
+    if not match:
+        raise AbiError(f"no PTX entry named {name!r}")
+    params_start = match.end()
+    params_end = ptx.index(")", params_start)
+    body_start = ptx.index("{", params_end)
+    depth = 0
+    for i in range(body_start, len(ptx)):
+        depth += {"{": 1, "}": -1}.get(ptx[i], 0)
+        if depth == 0:
+            return params_start, params_end, body_start, i + 1
+    raise AbiError(f"PTX entry {name!r} has an unterminated body")
+
+
+def adapt_entry(ptx: str, spec: KernelSpec, entry: str, where: str) -> str:
+    """`ptx` with `spec`'s entry (named `entry`) rewritten so each scalar uses whole 32-bit slots."""
+    params_start, params_end, body_start, body_end = _entry_spans(ptx, entry)
+    decls = [d.strip() for d in ptx[params_start:params_end].split(",") if d.strip()]
+    if len(decls) != len(spec.signature.params):
+        raise AbiError(f"{where}: signature has {len(spec.signature.params)} parameters but the PTX entry has {len(decls)}")
+    sizes = {s.name: s.stype.nbytes for s in spec.scalars}
+    body = ptx[body_start:body_end]
+    pointers, scalars = [], []
+    for decl, param in zip(decls, spec.signature.params):
+        name = decl.split()[-1].partition("[")[0]
+        size = sizes.get(param.name)
+        # The code names its parameters, never their positions: reordering the list is safe.
+        new_decls = pointers if param.pointer else scalars
+        if size is None or size == 4:
+            new_decls.append(decl)
+        elif size < 4:
+            new_decls.append(f".param .align 4 .b8 {name}[4]")
+        else:
+            new_decls += [f".param .u32 {name}__lo", f".param .u32 {name}__hi"]
+            body, count = re.subn(_LD_WIDE.format(name=re.escape(name)), _split_load(name), body)
+            if re.search(rf"\b{re.escape(name)}\b(?!__)", body):
+                raise AbiError(
+                    f"{where}: the kernel uses 64-bit parameter {param.name!r} in a way iree_dispatch can't split into two "
+                    "32-bit push constants (only plain loads are rewritten); pass it in a 1-element tensor instead"
+                )
+    params = "\n\t" + ",\n\t".join(pointers + scalars) + "\n"
+    return ptx[:params_start] + params + ptx[params_end:body_start] + body + ptx[body_end:]
+
+
+def _split_load(name: str):
+    def replace(match: re.Match) -> str:
+        target = match[1]
+        return (
+            "{ .reg .b32 %iree_dispatch_lo, %iree_dispatch_hi; "
+            f"ld.param.u32 %iree_dispatch_lo, [{name}__lo]; ld.param.u32 %iree_dispatch_hi, [{name}__hi]; "
+            f"mov.b64 {target}, {{%iree_dispatch_lo, %iree_dispatch_hi}}; }}"
+        )
+
+    return replace
+
+
+def pointers_first(spec: KernelSpec) -> bool:
+    """True when every pointer parameter comes before every scalar, as IREE passes them."""
+    kinds = [p.pointer for p in spec.signature.params]
+    return kinds == sorted(kinds, reverse=True)
+
+
+def adapt_module(ptx: str, kernels: list[KernelSpec], entries: dict[str, str], arch_name: str) -> str:
+    """Adapts every kernel of one PTX module; kernels with only 32-bit scalars are unchanged.
+    `entries` maps each kernel's name to its PTX entry name."""
+    for spec in kernels:
+        if any(s.stype.nbytes != 4 for s in spec.scalars) or not pointers_first(spec):
+            ptx = adapt_entry(ptx, spec, entries[spec.name], f"{spec.signature.where}: kernel {spec.name} ({arch_name} PTX)")
+    return ptx

@@ -1,0 +1,177 @@
+"""Integer expressions over named workloads: grid sizes and output dimensions.
+
+Syntax is a Python subset (parsed with `ast`, never evaluated by Python): integers, names,
+`+ - * // %`, parentheses, `ceildiv(a, b)`, `min(a, b, ...)`, `max(a, b, ...)`.
+Expressions are evaluated in Python (checks, inspect) and lowered to `arith` ops on `index`
+(the export `count` region and the wrapper function), from the same tree.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Union
+
+from .errors import SpecError
+
+Expr = Union["Num", "Sym", "BinOp", "Call"]
+
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+_FUNCS = {"ceildiv": 2, "min": None, "max": None}
+
+
+@dataclass(frozen=True)
+class Num:
+    value: int
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class Sym:
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str
+    lhs: Expr
+    rhs: Expr
+
+    def __str__(self) -> str:
+        return f"({self.lhs} {self.op} {self.rhs})"
+
+
+@dataclass(frozen=True)
+class Call:
+    func: str
+    args: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        return f"{self.func}({', '.join(map(str, self.args))})"
+
+
+def parse(text: str | int, what: str) -> Expr:
+    """Parses `text`; `what` names the field in error messages (e.g. "kernel foo: grid[0]")."""
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise SpecError(f"{what}: expected an integer or an expression string, got {text!r}")
+    if isinstance(text, int):
+        return Num(text)
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError) as exc:  # ValueError: e.g. a NUL character
+        raise SpecError(f"{what}: can't parse expression {text!r}: {getattr(exc, 'msg', exc)}") from None
+    expr = _convert(tree.body, text, what)
+    _check_constant_divisors(expr, text, what)
+    return expr
+
+
+def _convert(node: ast.AST, text: str, what: str) -> Expr:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return Num(node.value)
+    if isinstance(node, ast.Name):
+        return Sym(node.id)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return BinOp(_BINOPS[type(node.op)], _convert(node.left, text, what), _convert(node.right, text, what))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        raise SpecError(f"{what}: '/' in {text!r} is ambiguous for sizes; use '//' (floor) or ceildiv(a, b)")
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS and not node.keywords:
+        arity = _FUNCS[node.func.id]
+        if (arity is not None and len(node.args) != arity) or (arity is None and len(node.args) < 2):
+            expected = f"{arity} arguments" if arity else "at least 2 arguments"
+            raise SpecError(f"{what}: {node.func.id}() in {text!r} takes {expected}")
+        return Call(node.func.id, tuple(_convert(arg, text, what) for arg in node.args))
+    fragment = ast.get_source_segment(text.strip(), node) or type(node).__name__
+    raise SpecError(
+        f"{what}: unsupported term {fragment!r} in {text!r}; allowed are integers, names, "
+        "+ - * // %, ceildiv(a, b), min(...), max(...)"
+    )
+
+
+def _check_constant_divisors(expr: Expr, text: str, what: str) -> None:
+    for node in walk(expr):
+        divisor = None
+        if isinstance(node, BinOp) and node.op in ("//", "%"):
+            divisor = node.rhs
+        elif isinstance(node, Call) and node.func == "ceildiv":
+            divisor = node.args[1]
+        if divisor is not None and not symbols(divisor) and evaluate(divisor, {}) == 0:
+            raise SpecError(f"{what}: {text!r} divides by zero")
+
+
+def walk(expr: Expr):
+    yield expr
+    if isinstance(expr, BinOp):
+        yield from walk(expr.lhs)
+        yield from walk(expr.rhs)
+    elif isinstance(expr, Call):
+        for arg in expr.args:
+            yield from walk(arg)
+
+
+def symbols(expr: Expr) -> list[str]:
+    """Names used, in first-appearance order, without repeats."""
+    seen: dict[str, None] = {}
+    for node in walk(expr):
+        if isinstance(node, Sym):
+            seen.setdefault(node.name, None)
+    return list(seen)
+
+
+def evaluate(expr: Expr, env: dict[str, int]) -> int:
+    if isinstance(expr, Num):
+        return expr.value
+    if isinstance(expr, Sym):
+        return env[expr.name]
+    if isinstance(expr, BinOp):
+        a, b = evaluate(expr.lhs, env), evaluate(expr.rhs, env)
+        if expr.op in ("//", "%") and b == 0:
+            raise ZeroDivisionError(f"{expr} divides by zero")
+        if expr.op == "+":
+            return a + b
+        if expr.op == "-":
+            return a - b
+        if expr.op == "*":
+            return a * b
+        return a // b if expr.op == "//" else a % b
+    values = [evaluate(arg, env) for arg in expr.args]
+    if expr.func == "ceildiv":
+        if values[1] == 0:
+            raise ZeroDivisionError(f"{expr} divides by zero")
+        return -(-values[0] // values[1])
+    return min(values) if expr.func == "min" else max(values)
+
+
+_ARITH = {"+": "addi", "-": "subi", "*": "muli", "//": "floordivsi", "%": "remsi"}
+_ARITH_CALL = {"ceildiv": "ceildivsi", "min": "minsi", "max": "maxsi"}
+
+
+def lower_to_arith(expr: Expr, values: dict[str, str], fresh: Callable[[], str], lines: list[str]) -> str:
+    """Appends `arith` ops computing `expr` on `index` to `lines`; returns the SSA name.
+
+    `values` maps each symbol to an SSA value of type index; `fresh()` returns unused names.
+    """
+    if isinstance(expr, Num):
+        name = fresh()
+        lines.append(f"{name} = arith.constant {expr.value} : index")
+        return name
+    if isinstance(expr, Sym):
+        return values[expr.name]
+    if isinstance(expr, BinOp):
+        a = lower_to_arith(expr.lhs, values, fresh, lines)
+        b = lower_to_arith(expr.rhs, values, fresh, lines)
+        name = fresh()
+        lines.append(f"{name} = arith.{_ARITH[expr.op]} {a}, {b} : index")
+        return name
+    result = lower_to_arith(expr.args[0], values, fresh, lines)
+    for arg in expr.args[1:]:
+        b = lower_to_arith(arg, values, fresh, lines)
+        name = fresh()
+        lines.append(f"{name} = arith.{_ARITH_CALL[expr.func]} {result}, {b} : index")
+        result = name
+    return result

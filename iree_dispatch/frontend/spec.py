@@ -1,0 +1,572 @@
+"""The one data model: `KernelSpec` and `ModuleSpec`.
+
+A `KernelSpec` is built once, from the kernel's C signature plus what a signature can't say
+(block size, grid, tensor shapes, in-place outputs), validated here, and then flows unchanged
+through every later stage. The Python API (`KernelSpec.declare`) and the TOML spec file
+(`load_spec`) are two front doors to the same constructor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from ..core import expr as ex
+from ..core.archs import DEFAULT_ARCHS, Arch, parse_arch, parse_archs
+from ..core.contract import scalar_description
+from ..core.dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
+from ..core.errors import SignatureError, SpecError
+from ..core.variants import POLICIES, Variant, plan_variants
+from .prebuilt import PrebuiltObject, is_object_source, read_objects
+from .signature import KernelSignature, Param, find_kernel, parse_signature, signature_text
+from .type_probe import needs_probe, resolve_types
+
+# IREE's CUDA HAL limits per export: bindings and 32-bit push constants per dispatch, threads per block.
+MAX_BINDINGS = 16
+MAX_CONSTANTS = 64
+MAX_THREADS_PER_BLOCK = 1024
+
+Dim = ex.Expr  # inputs: Sym or Num; outputs: any expression over bound symbols
+
+
+@dataclass(frozen=True)
+class TensorParam:
+    """A pointer parameter: one binding, one tensor of the wrapper function."""
+
+    param: Param
+    dtype: str  # MLIR element type
+    shape: tuple[Dim, ...]
+    role: Literal["input", "output", "inplace"]
+
+    @property
+    def name(self) -> str:
+        return self.param.name
+
+    @property
+    def writable(self) -> bool:
+        return self.role != "input"
+
+
+@dataclass(frozen=True)
+class ScalarParam:
+    """A scalar parameter: one 32-bit push constant, from a size expression or a call argument."""
+
+    param: Param
+    stype: ScalarType
+    value: ex.Expr | None  # None: the caller passes it as an argument
+
+    @property
+    def name(self) -> str:
+        return self.param.name
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    signature: KernelSignature
+    block: tuple[int, int, int]
+    grid: tuple[ex.Expr, ex.Expr, ex.Expr]
+    tensors: tuple[TensorParam, ...]
+    scalars: tuple[ScalarParam, ...]
+    shared_memory: int = 0  # bytes of dynamic shared memory per block (with a per-arch table: its largest entry)
+    function: str = ""  # the generated function's name
+    objects: tuple[PrebuiltObject, ...] = ()  # prebuilt objects (no .cu source), in variant order
+    # Per-arch sizes (`shared_memory = { sm_90a = ..., sm_80 = ... }`), newest arch first; empty
+    # when one size serves every arch. Each variant's export gets its own size.
+    shared_memory_by_arch: tuple[tuple[Arch, int], ...] = ()
+    # The nvcc flags and arch the parameter types were resolved with (type_probe.py), when a
+    # type is an alias; the module re-resolves a kernel declared with other flags than its own.
+    types_resolved_with: tuple[tuple[str, ...], Arch] | None = None
+
+    def shared_memory_for(self, variant: Variant) -> int:
+        """Bytes of dynamic shared memory the export of `variant` declares. A variant carrying
+        several archs (a fatbin) needs the largest of theirs: IREE sets one size per export."""
+        if not self.shared_memory_by_arch:
+            return self.shared_memory
+        table = dict(self.shared_memory_by_arch)
+        missing = [a.name for a in variant.archs if a not in table]
+        if missing:
+            raise SpecError(
+                f"{self.signature.where}: kernel {self.name}: shared_memory has no size for {missing[0]} "
+                f"(given for {', '.join(a.name for a in table)}); add {missing[0]} = <bytes> to the table"
+            )
+        return max(table[a] for a in variant.archs)
+
+    @property
+    def source(self) -> Path:
+        """The .cu file, or for a prebuilt kernel its first object: kernels of one source share
+        an executable."""
+        return self.signature.source
+
+    @property
+    def inputs(self) -> tuple[TensorParam, ...]:
+        return tuple(t for t in self.tensors if t.role != "output")
+
+    @property
+    def outputs(self) -> tuple[TensorParam, ...]:
+        return tuple(t for t in self.tensors if t.role != "input")
+
+    @property
+    def scalar_args(self) -> tuple[ScalarParam, ...]:
+        return tuple(s for s in self.scalars if s.value is None)
+
+    @property
+    def workloads(self) -> tuple[str, ...]:
+        """Symbols the grid depends on: the workload operands of the dispatch."""
+        seen: dict[str, None] = {}
+        for dim in self.grid:
+            for name in ex.symbols(dim):
+                seen.setdefault(name, None)
+        return tuple(seen)
+
+    def describe(self) -> dict:
+        """JSON-able summary; embedded in the vmfb for call-time checks and `inspect`."""
+        return {
+            "kernel": self.name,
+            "function": self.function,
+            "source": self.source.name,
+            # An int, or {arch: bytes} as declared per arch.
+            "shared_memory": {a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory,
+            "block": list(self.block),
+            "grid": [str(g) for g in self.grid],
+            "inputs": [
+                {"name": t.name, "dtype": t.dtype, "shape": [_dim_json(d) for d in t.shape]} for t in self.inputs
+            ],
+            "scalars": [scalar_description(s.name, s.stype) for s in self.scalar_args],
+            "outputs": [
+                {"name": t.name, "dtype": t.dtype, "shape": [_dim_json(d) for d in t.shape], "inplace": t.role == "inplace"}
+                for t in self.outputs
+            ],
+        }
+
+    def fingerprint(self) -> dict:
+        """describe() plus what it leaves out because callers don't pass it, but the generated
+        code depends on: the C signature (a declared one may differ from the source's) and the
+        expressions of the scalars computed from sizes."""
+        return {
+            **self.describe(),
+            "signature": signature_text(self.signature),
+            "extern_c": self.signature.extern_c,
+            "declared": self.signature.declared,
+            "computed_scalars": {s.name: str(s.value) for s in self.scalars if s.value is not None},
+        }
+
+    @classmethod
+    def declare(
+        cls,
+        source: str | Path,
+        name: str,
+        *,
+        block: int | Sequence[int] | None,
+        grid: str | int | Sequence[str | int] | None,
+        shape: Sequence[str | int] | None = None,
+        shapes: Mapping[str, Sequence[str | int]] | None = None,
+        scalars: Mapping[str, str | int] | None = None,
+        inplace: Sequence[str] = (),
+        readonly: Sequence[str] = (),
+        shared_memory: str | int | Mapping[str, str | int] = 0,
+        function: str | None = None,
+        signature: str | None = None,
+        nvcc_flags: Sequence[str] = (),
+        arch: str | Arch | None = None,
+    ) -> KernelSpec:
+        """Reads kernel `name` from `source` and completes it with what the signature can't say.
+
+        source: a .cu file, or prebuilt objects: a .ptx, .cubin or .fatbin file or a list of them
+        (one variant each, the arch read from the file). A prebuilt kernel needs `signature`, its
+        C declaration (`"void k(const float* x, int n)"`), since machine code can't tell a pointer
+        from a 64-bit integer or an input from an output; `name` is its entry name. In a .cu
+        source, `signature` declares an extern "C" kernel that a macro defines (the signature
+        reader doesn't expand macros); the build checks it against the compiled entry.
+
+        block: threads per block, 1-3 ints. grid: blocks per grid, 1-3 expressions.
+        shape: the shape of every pointer param not in `shapes` (dims: symbol names or ints).
+        scalars: expressions for scalar params; a scalar named like a shape symbol takes its
+        value; any other scalar becomes an argument of the generated function.
+        inplace: non-const pointers that are read and written (input and result, same buffer).
+        readonly: non-const pointers the kernel only reads.
+        shared_memory: bytes of dynamic shared memory (`extern __shared__`), an integer or an
+        expression of block_x, block_y, block_z. It is fixed per kernel (IREE sets it on the
+        export, not per launch), so it can't depend on sizes. A mapping arch → size
+        (`{"sm_90a": 197632, "sm_80": 62592}`) sizes each arch's variant on its own (each has its
+        own export); the module must then build only archs the mapping names.
+        function: name of the generated function (default: `name` with every run of other
+        characters than letters, digits and _ replaced by one _: `scale<float>` → `scale_float`,
+        `ns::kernel` → `ns_kernel`).
+        nvcc_flags, arch: what parameter types spelled through aliases (`typedef`, `using`, a
+        `-D`-selected `#if`) are resolved with, by compiling a probe (type_probe.py); default: no
+        flags, the newest default arch. A ModuleSpec with other flags or archs resolves its
+        kernels again with its own.
+        """
+        objects: tuple[PrebuiltObject, ...] = ()
+        if is_object_source(source):
+            objects = read_objects(source, f"kernel {name}")
+            if signature is None:
+                raise SpecError(f"{objects[0].path}: kernel {name}: a prebuilt object needs signature = \"void {name}(...)\" (its C declaration)")
+            namespace, _, leaf = name.removeprefix("::").rpartition("::")
+            signature = dataclasses.replace(parse_signature(signature, objects[0].path, leaf), namespace=namespace)
+        elif signature is not None:
+            signature = _declared_in_source(Path(source), name, signature)
+        else:
+            signature = find_kernel(Path(source), name)
+        types_resolved_with = None
+        if not objects and needs_probe(signature):
+            probe_arch = arch if isinstance(arch, Arch) else parse_arch(arch or DEFAULT_ARCHS[-1])
+            signature = resolve_types(signature, tuple(nvcc_flags), probe_arch)
+            types_resolved_with = (tuple(nvcc_flags), probe_arch)
+        where = f"{signature.where}: kernel {name}"
+        function = function or re.sub(r"\W+", "_", name).strip("_")
+        if not function.isidentifier():
+            raise SpecError(f"{where}: function name {function!r} must be an identifier (letters, digits, _)")
+        params_by_name = {p.name: p for p in signature.params}
+        shapes = _table(shapes, f"{where}: shapes")
+        scalar_exprs = _table(scalars, f"{where}: scalars")
+        inplace = _names(inplace, f"{where}: inplace")
+        readonly = _names(readonly, f"{where}: readonly")
+        if function is not None and not isinstance(function, str):
+            raise SpecError(f"{where}: function must be a string, got {function!r}")
+        _check_names(where, "shapes", shapes, params_by_name, want_pointer=True)
+        _check_names(where, "scalars", scalar_exprs, params_by_name, want_pointer=False)
+        _check_names(where, "inplace", dict.fromkeys(inplace), params_by_name, want_pointer=True)
+        _check_names(where, "readonly", dict.fromkeys(readonly), params_by_name, want_pointer=True)
+
+        # IREE passes every binding before every push constant. A PTX entry is reordered to
+        # match (ptx_adapt.py); machine code can't be rewritten, so its kernel must agree.
+        first_scalar = next((p for p in signature.params if not p.pointer), None)
+        machine_code = [o.path.name for o in objects if o.kind != "ptx"]
+        if first_scalar and machine_code:
+            late = next((p for p in signature.params[signature.params.index(first_scalar) :] if p.pointer), None)
+            if late:
+                raise SpecError(
+                    f"{where}: pointer parameter {late.name!r} comes after scalar {first_scalar.name!r}; IREE passes all buffers "
+                    f"first and then all scalars. PTX entries are reordered to match, machine code ({', '.join(machine_code)}) "
+                    "can't be: give the kernel's PTX instead, or compile it with its pointer parameters first"
+                )
+
+        tensors = []
+        bound: dict[str, str] = {}  # symbol → where it is bound, for error messages
+        for p in (p for p in signature.params if p.pointer):
+            if p.ctype not in POINTEE_TYPES:
+                written = f" (written {p.written!r})" if p.written and p.written != p.ctype else ""
+                raise SpecError(f"{_param_where(signature, p)}: unknown element type {p.ctype!r}{written} of pointer {p.name!r}; supported: {', '.join(sorted(POINTEE_TYPES))}")
+            if p.name in inplace and p.name in readonly:
+                raise SpecError(f"{where}: {p.name!r} is listed both in inplace and readonly")
+            if p.const and (p.name in inplace):
+                raise SpecError(f"{where}: {p.name!r} points to const data, so it can't be in-place; drop const or the inplace entry")
+            role = "input" if (p.const or p.name in readonly) else ("inplace" if p.name in inplace else "output")
+            dims_src = shapes.get(p.name, shape)
+            if dims_src is None:
+                raise SpecError(f"{where}: pointer parameter {p.name!r} needs a shape; add shape = [...] for all tensors or shapes.{p.name} = [...]")
+            if not isinstance(dims_src, (list, tuple)) or not dims_src:
+                raise SpecError(f"{where}: shape of {p.name!r} must be a non-empty list of dims, got {dims_src!r}")
+            dims = tuple(ex.parse(d, f"{where}: shape of {p.name}[{i}]") for i, d in enumerate(dims_src))
+            if role != "output":
+                for i, d in enumerate(dims):
+                    if not isinstance(d, (ex.Sym, ex.Num)):
+                        raise SpecError(f"{where}: input {p.name!r} dim {i} is {d}; input dims must be a name or an integer (expressions are for output shapes)")
+                    if isinstance(d, ex.Num) and d.value < 0:
+                        raise SpecError(f"{where}: input {p.name!r} dim {i} is negative")
+                    if isinstance(d, ex.Sym):
+                        bound.setdefault(d.name, f"{p.name} dim {i}")
+            tensors.append(TensorParam(p, POINTEE_TYPES[p.ctype], dims, role))
+
+        scalar_list = []
+        for p in (p for p in signature.params if not p.pointer):
+            stype = SCALAR_TYPES.get(p.ctype)
+            if stype is None:
+                written = f" (written {p.written!r})" if p.written and p.written != p.ctype else ""
+                raise SpecError(f"{_param_where(signature, p)}: scalar {p.name!r} has type {p.ctype!r}{written}; {SCALAR_HINT}")
+            if p.name in scalar_exprs:
+                if not (stype.integer or stype.kind == "float"):
+                    raise SpecError(f"{where}: scalars.{p.name}: a {p.ctype} can't be computed from sizes (only integer types and float can); make it an argument")
+                value = ex.parse(scalar_exprs[p.name], f"{where}: scalars.{p.name}")
+            elif p.name in bound:
+                value = ex.Sym(p.name)
+            else:
+                value = None
+                if stype.integer:
+                    bound.setdefault(p.name, f"argument {p.name}")
+            scalar_list.append(ScalarParam(p, stype, value))
+            if stype.nbytes != 4 and machine_code:
+                raise SpecError(
+                    f"{where}: scalar {p.name!r} is a {stype.nbytes}-byte {p.ctype}, but IREE passes each scalar as one 32-bit push "
+                    f"constant; PTX is rewritten to match (64-bit values split in two, narrow ones widened), machine code "
+                    f"({', '.join(machine_code)}) can't be: give PTX instead, or make the parameter 32-bit"
+                )
+
+        for s in scalar_list:
+            if s.value is not None:
+                _check_bound(s.value, bound, f"{where}: scalars.{s.name}")
+        for t in tensors:
+            if t.role == "output":
+                for i, d in enumerate(t.shape):
+                    _check_bound(d, bound, f"{where}: output {t.name!r} dim {i}")
+
+        block_dims = _parse_block(block, where)
+        if isinstance(shared_memory, Mapping):
+            by_arch = _parse_shared_memory_table(shared_memory, block_dims, where)
+            shared_bytes = max(n for _, n in by_arch)
+        else:
+            by_arch, shared_bytes = (), _parse_shared_memory(shared_memory, block_dims, where)
+        grid_exprs = _parse_grid(grid, where)
+        for i, g in enumerate(grid_exprs):
+            _check_bound(g, bound, f"{where}: grid[{i}]")
+
+        if not any(t.writable for t in tensors):
+            raise SpecError(f"{where}: the kernel writes no tensor (every pointer is const or readonly), so it has no result")
+        if len(tensors) > MAX_BINDINGS:
+            raise SpecError(f"{where}: {len(tensors)} pointer parameters, but IREE's CUDA HAL allows at most {MAX_BINDINGS} bindings per dispatch")
+        slots = sum(s.stype.slots for s in scalar_list)
+        if slots > MAX_CONSTANTS:
+            raise SpecError(f"{where}: the scalar parameters need {slots} 32-bit push constants (64-bit values take two), but IREE allows at most {MAX_CONSTANTS} per dispatch")
+        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects, by_arch, types_resolved_with)
+
+    def with_outputs_in_place(self, function: str | None = None) -> KernelSpec:
+        """The same kernel with every fresh output declared in place: its generated function
+        takes the output buffers as arguments (in the kernel's parameter order) and writes into
+        them, so no output is allocated per call (the `out=` form).
+
+        function: the new function's name (default: unchanged). Both forms of one kernel can't
+        share a module yet (the executable names its export after the PTX entry): build the
+        out= form into a module of its own.
+
+        Declared again from the source with everything else unchanged (block, grid, shapes,
+        scalar expressions, readonly pointers). A scalar that sized an output and was a call
+        argument is then taken from the output buffer's size instead.
+        """
+        where = f"{self.signature.where}: kernel {self.name}"
+        for t in self.tensors:
+            for i, d in enumerate(t.shape):
+                if t.role == "output" and not isinstance(d, (ex.Sym, ex.Num)):
+                    raise SpecError(
+                        f"{where}: output {t.name!r} dim {i} is {d}; a caller-provided output needs dims that are names or "
+                        f"integers (declare shapes.{t.name} with a name, or keep the output allocated by IREE)"
+                    )
+        return self._declared_again(inplace=[t.name for t in self.tensors if t.writable], function=function or self.function)
+
+    def with_types_resolved(self, nvcc_flags: Sequence[str], arch: Arch) -> KernelSpec:
+        """The same kernel with its aliased parameter types resolved with these flags and arch
+        (a module's), or itself when it has no aliases or was resolved with them already."""
+        if self.types_resolved_with is None or self.types_resolved_with == (tuple(nvcc_flags), arch):
+            return self
+        return self._declared_again(nvcc_flags=nvcc_flags, arch=arch)
+
+    def _declared_again(self, **changes) -> KernelSpec:
+        """Declared again from the source, with `changes` to the declaration's arguments."""
+        flags, arch = self.types_resolved_with or ((), None)
+        arguments = dict(
+            signature=signature_text(self.signature, written=True) if self.signature.declared else None,
+            block=list(self.block),
+            grid=[_dim_json(g) for g in self.grid],
+            shapes={t.name: [_dim_json(d) for d in t.shape] for t in self.tensors},
+            scalars={s.name: _dim_json(s.value) for s in self.scalars if s.value is not None and s.value != ex.Sym(s.name)},
+            inplace=[t.name for t in self.tensors if t.role == "inplace"],
+            readonly=[t.name for t in self.tensors if t.role == "input" and not t.param.const],
+            shared_memory={a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory,
+            function=self.function,
+            nvcc_flags=flags,
+            arch=arch,
+        )
+        return KernelSpec.declare([o.path for o in self.objects] if self.objects else self.source, self.name, **{**arguments, **changes})
+
+
+def _declared_in_source(source: Path, name: str, signature: str) -> KernelSignature:
+    """The declared signature of a kernel in a .cu source: for one a macro defines (the reader
+    can't see it), or to state the types of one it can see. The build checks it against the
+    compiled PTX entry, as any signature. A kernel the reader sees keeps its name, namespace and
+    linkage; the declaration must agree with it on the parameters' names and pointer-ness."""
+    leaf = name.partition("<")[0].rpartition("::")[2]
+    try:
+        found = find_kernel(source, name)
+    except SignatureError:
+        return dataclasses.replace(parse_signature(signature, source, leaf), name=name.removeprefix("::"))
+    declared = parse_signature(signature, source, leaf)
+    shape_of = lambda params: [f"{p.name}{'*' if p.pointer else ''}" for p in params]  # noqa: E731
+    if shape_of(declared.params) != shape_of(found.params):
+        raise SpecError(
+            f"{found.where}: kernel {name}: signature {signature!r} disagrees with the source's parameters "
+            f"({', '.join(shape_of(found.params))}); give the same parameters, in order"
+        )
+    params = tuple(dataclasses.replace(d, line=f.line) for d, f in zip(declared.params, found.params))
+    return dataclasses.replace(found, params=params, declared=True)
+
+
+def _param_where(signature: KernelSignature, p: Param) -> str:
+    return f"{signature.source}:{p.line}: kernel {signature.name}"
+
+
+def _dim_json(d: ex.Expr) -> str | int:
+    return d.value if isinstance(d, ex.Num) else str(d)
+
+
+def _table(value, what: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise SpecError(f"{what} must be a table of parameter names, got {value!r}")
+    return dict(value)
+
+
+def _names(value, what: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"{what} must be a list of parameter names, got {value!r}")
+    return tuple(value)
+
+
+def _check_names(where, field_name, given: Mapping, params: Mapping[str, Param], want_pointer: bool) -> None:
+    for key in given:
+        if key not in params:
+            raise SpecError(f"{where}: {field_name} names {key!r}, which is not a parameter (parameters: {', '.join(params) or 'none'})")
+        p = params[key]
+        if p.pointer != want_pointer:
+            kind = f"a pointer ({p.ctype}*), a tensor" if p.pointer else f"a scalar ({p.ctype})"
+            raise SpecError(f"{where}: {field_name} names {key!r}, but the signature declares it as {kind}")
+
+
+def _check_bound(e: ex.Expr, bound: Mapping[str, str], what: str) -> None:
+    for name in ex.symbols(e):
+        if name not in bound:
+            known = ", ".join(sorted(bound)) or "none"
+            raise SpecError(f"{what}: {str(e)!r} uses {name!r}, which no input dim or integer argument defines (known: {known})")
+
+
+def _parse_block(block, where) -> tuple[int, int, int]:
+    if block is None:
+        raise SpecError(f"{where}: missing block size; add block = [threads_x, threads_y, threads_z] (e.g. block = [256])")
+    dims = list(block) if isinstance(block, (list, tuple)) else [block]
+    if not 1 <= len(dims) <= 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        raise SpecError(f"{where}: block must be 1 to 3 positive integers, got {block!r}")
+    dims += [1] * (3 - len(dims))
+    if dims[0] * dims[1] * dims[2] > MAX_THREADS_PER_BLOCK:
+        raise SpecError(f"{where}: block {dims} has {dims[0] * dims[1] * dims[2]} threads; CUDA allows at most {MAX_THREADS_PER_BLOCK}")
+    return tuple(dims)  # type: ignore[return-value]
+
+
+def _parse_shared_memory(value, block: tuple[int, int, int], where: str) -> int:
+    e = ex.parse(value, f"{where}: shared_memory")
+    names = {"block_x": block[0], "block_y": block[1], "block_z": block[2]}
+    unknown = [n for n in ex.symbols(e) if n not in names]
+    if unknown:
+        raise SpecError(
+            f"{where}: shared_memory uses {unknown[0]!r}; it may use only block_x, block_y, block_z, because IREE fixes "
+            "the dynamic shared memory size per kernel, not per launch"
+        )
+    size = ex.evaluate(e, names)
+    if size < 0:
+        raise SpecError(f"{where}: shared_memory is {size} bytes")
+    return size
+
+
+def _parse_shared_memory_table(table: Mapping, block: tuple[int, int, int], where: str) -> tuple[tuple[Arch, int], ...]:
+    if not table:
+        raise SpecError(f"{where}: shared_memory is an empty table; give bytes per arch, e.g. {{ sm_90a = 197632, sm_80 = 98304 }}")
+    sizes: dict[Arch, int] = {}
+    for key, value in table.items():
+        try:
+            arch = parse_arch(key)
+        except SpecError as exc:
+            raise SpecError(f"{where}: shared_memory key {key!r}: {exc}") from None
+        if arch in sizes:
+            raise SpecError(f"{where}: shared_memory gives {arch.name} twice")
+        sizes[arch] = _parse_shared_memory(value, block, f"{where}: shared_memory.{key}")
+    return tuple(sorted(sizes.items(), key=lambda item: (item[0].major, item[0].minor, item[0].suffix != ""), reverse=True))
+
+
+def _parse_grid(grid, where) -> tuple[ex.Expr, ex.Expr, ex.Expr]:
+    if grid is None:
+        raise SpecError(f"{where}: missing grid; add grid = [\"ceildiv(n, 256)\"] (expressions over shape symbols)")
+    items = list(grid) if isinstance(grid, (list, tuple)) else [grid]
+    if not 1 <= len(items) <= 3:
+        raise SpecError(f"{where}: grid must have 1 to 3 expressions, got {grid!r}")
+    exprs = [ex.parse(g, f"{where}: grid[{i}]") for i, g in enumerate(items)]
+    for i, e in enumerate(exprs):
+        if not ex.symbols(e) and ex.evaluate(e, {}) < 1:
+            raise SpecError(f"{where}: grid[{i}] is {ex.evaluate(e, {})}; a grid dimension must be at least 1")
+    exprs += [ex.Num(1)] * (3 - len(exprs))
+    return tuple(exprs)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """What one `.vmfb` holds: kernels, the archs to build them for, and nvcc flags."""
+
+    name: str
+    kernels: tuple[KernelSpec, ...]
+    archs: tuple[Arch, ...] = field(default_factory=lambda: tuple(parse_archs(DEFAULT_ARCHS)))
+    nvcc_flags: tuple[str, ...] = ()
+    objects: str = "cubin"  # object policy, see variants.py: "ptx", "cubin" or "fatbin"
+
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        return plan_variants(self.archs, self.objects)
+
+    def variants_for(self, source: Path) -> tuple[Variant, ...]:
+        """The variants of `source`'s executable: the policy's for a .cu file, one per object
+        for prebuilt objects (their archs are the objects', not the module's)."""
+        kernel = next(k for k in self.kernels if k.source == source)
+        return tuple(o.variant for o in kernel.objects) if kernel.objects else self.variants
+
+    def __post_init__(self) -> None:
+        # Kernels whose types are aliases mean what this module's flags make them mean.
+        if self.archs:
+            resolved = tuple(k.with_types_resolved(self.nvcc_flags, self.archs[0]) for k in self.kernels)
+            object.__setattr__(self, "kernels", resolved)
+        if self.objects not in POLICIES:
+            raise SpecError(f"module {self.name}: objects = {self.objects!r}; choose one of {', '.join(POLICIES)}")
+        if not self.name.isidentifier():
+            raise SpecError(f"module name {self.name!r} must be an identifier (letters, digits, _)")
+        if not self.kernels:
+            raise SpecError(f"module {self.name}: no kernels declared")
+        seen: dict[str, KernelSpec] = {}
+        entries: dict[tuple[Path, str], KernelSpec] = {}
+        for k in self.kernels:
+            # One executable per source holds each kernel once: its export is named by the entry.
+            if (k.source, k.name) in entries:
+                raise SpecError(
+                    f"module {self.name}: kernel {k.name} of {k.source.name} is declared twice ({entries[(k.source, k.name)].function}, "
+                    f"{k.function}); put the second declaration (e.g. an out= form) in another module"
+                )
+            entries[(k.source, k.name)] = k
+            other = next((o for o in self.kernels if o.source == k.source and o.objects != k.objects), None)
+            if other is not None:
+                raise SpecError(f"module {self.name}: kernels {other.name} and {k.name} both come from {k.source.name} but list different objects; list the same objects for both")
+            if k.function in seen:
+                raise SpecError(f"module {self.name}: two kernels generate function {k.function!r} ({seen[k.function].name}, {k.name}); set function = ... on one")
+            seen[k.function] = k
+            # Each variant's export declares its own size, which every arch it carries must allow.
+            for variant in self.variants_for(k.source):
+                size = k.shared_memory_for(variant)
+                for arch in variant.archs:
+                    if size > arch.max_shared_memory:
+                        raise SpecError(
+                            f"{k.signature.where}: kernel {k.name}: shared_memory {size} bytes exceeds the {arch.max_shared_memory} bytes "
+                            f"a block can have on {arch.name}"
+                        )
+
+    @property
+    def sources(self) -> tuple[Path, ...]:
+        return tuple(dict.fromkeys(k.source for k in self.kernels))
+
+    def with_archs(self, archs) -> ModuleSpec:
+        return dataclasses.replace(self, archs=tuple(parse_archs(archs)))
+
+    def with_objects(self, policy: str) -> ModuleSpec:
+        return dataclasses.replace(self, objects=policy)
+
+    def fingerprint(self) -> str:
+        """Stable text of everything declared, for reproducibility checks."""
+        return json.dumps(
+            {
+                "name": self.name,
+                "archs": [a.name for a in self.archs],
+                "objects": self.objects,
+                "nvcc_flags": list(self.nvcc_flags),
+                "kernels": [k.fingerprint() for k in self.kernels],
+            },
+            sort_keys=True,
+        )
