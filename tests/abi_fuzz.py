@@ -33,9 +33,10 @@ import hashlib
 import random
 import re
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -246,7 +247,7 @@ class FuzzKernel:
 
     def declare(self, source: str | Path):
         """The KernelSpec of this kernel in `source` (the module's .cu file)."""
-        from iree_dispatch.spec import KernelSpec
+        from iree_dispatch.frontend.spec import KernelSpec
 
         return KernelSpec.declare(source, self.name, **self.declare_options())
 
@@ -477,7 +478,7 @@ def _kernel_source(k: FuzzKernel, decls: Sequence[str]) -> str:
         kernel.append(f"  for (long long fz_i = (long long)blockIdx.x * blockDim.x + threadIdx.x; fz_i < (long long){k.size};"
                       f" fz_i += (long long)gridDim.x * blockDim.x) {call}")
     else:
-        kernel += [f"  const long long fz_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
+        kernel += ["  const long long fz_i = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
                    f"  if (fz_i < (long long){k.size}) {call}"]
     kernel.append("}")
     if k.name_style == "namespace":
@@ -710,8 +711,8 @@ class FuzzModule:
 
     def spec(self, source: Path, kernels: Sequence | None = None, archs: Sequence[str] = DEFAULT_ARCHS, name: str | None = None):
         """The ModuleSpec of `kernels` (KernelSpecs; default: every kernel declared from `source`)."""
-        from iree_dispatch.archs import parse_archs
-        from iree_dispatch.spec import ModuleSpec
+        from iree_dispatch.core.archs import parse_archs
+        from iree_dispatch.frontend.spec import ModuleSpec
 
         kernels = tuple(k.declare(source) for k in self.kernels) if kernels is None else tuple(kernels)
         return ModuleSpec(name or self.name, kernels, tuple(parse_archs(list(archs))), self.nvcc_flags)
@@ -767,7 +768,7 @@ def host_source(module: FuzzModule) -> str:
 
 def build_host_library(module: FuzzModule, folder: Path) -> Path:
     """Compiles host_source(module) into a shared library with nvcc."""
-    from iree_dispatch.toolchain import find_nvcc
+    from iree_dispatch.toolchains import find_nvcc
 
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / f"{module.name}_host.cu"

@@ -55,7 +55,7 @@ def build_module(module: abi_fuzz.FuzzModule, out: Path, archs=abi_fuzz.DEFAULT_
     """Builds both forms of `module` under `out`; returns its manifest entry. Kernels that
     can't be declared or built are left out (and recorded): the module is built from the rest,
     and when a build fails each kernel is built alone to find the ones to leave out."""
-    from iree_dispatch.pipeline import build
+    from iree_dispatch.backend.pipeline import build
 
     source = module.write(out / "sources")
     failed: dict[str, str] = {}
@@ -159,7 +159,7 @@ def summary(manifest: dict) -> str:
         for k in m["failed"].values():
             first = k["error"].splitlines()[0]
             errors.setdefault(_without_names(first), []).append(f"{k['name']} ({first})")
-    for pattern, examples in sorted(errors.items(), key=lambda item: -len(item[1])):
+    for examples in sorted(errors.values(), key=len, reverse=True):
         lines.append(f"  {len(examples):4d} x {examples[0]}")
     return "\n".join(lines)
 

@@ -148,7 +148,17 @@ def shared_memory_beyond_every_gpu(cxx):
 
 if __name__ == "__main__":
     # Everything every GPU test module needs, in the folders their fixtures read.
-    from . import gemm_artifacts, library_artifacts, object_artifacts, prebuilt_artifacts, style_modules, test_multi_spec, toolchain_artifacts, transformer_artifacts
+    from . import (
+        fuzz_artifacts,
+        gemm_artifacts,
+        library_artifacts,
+        object_artifacts,
+        prebuilt_artifacts,
+        style_modules,
+        test_multi_spec,
+        toolchain_artifacts,
+        transformer_artifacts,
+    )
 
     target = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests")
     built = {**build_all(target), **object_artifacts.build_all(target / "objects"), **library_artifacts.build_all(target / "library")}
@@ -158,5 +168,6 @@ if __name__ == "__main__":
     built.update({f"gemm/{name}": path for name, path in gemm_artifacts.build_all(target / "gemm").items()})
     built.update({f"multi_spec/{name}": path for name, path in test_multi_spec.build_all(target / "multi_spec").items()})
     built.update({f"styles/{name}": path for name, path in style_modules.build_all(target / "styles").items()})
+    built.update({f"fuzz/{name}": path for name, path in fuzz_artifacts.build_all(target / "fuzz").items()})
     for name, path in built.items():
         print(f"{name}: {path}")

@@ -124,8 +124,8 @@ def test_batches_cover_every_feature():
 
 def build_and_check(module: FuzzModule, folder: Path, in_place: bool) -> None:
     """Builds `module` (one form) and checks (a), (b) and (c) of the module doc."""
-    from iree_dispatch.abi import ptx_entries
-    from iree_dispatch.pipeline import build
+    from iree_dispatch.backend.abi import ptx_entries
+    from iree_dispatch.backend.pipeline import build
     from iree_dispatch.runtime import read_descriptions
 
     source = module.write(folder)
@@ -170,7 +170,8 @@ def check_description(k: FuzzKernel, d: dict, in_place: bool) -> None:
 def ptx_entry_names(kernels: tuple[FuzzKernel, ...], ptx: str) -> dict[str, str]:
     """Each kernel's PTX entry: its name if extern "C", else the entry whose demangled name is
     the kernel's qualified name (found here independently of iree_dispatch's own lookup)."""
-    from iree_dispatch.abi import demangle, ptx_entries
+    from iree_dispatch.backend.abi import ptx_entries
+    from iree_dispatch.frontend.cxx_names import demangle
 
     names = sorted(ptx_entries(ptx))
     pretty = demangle(names)
@@ -195,8 +196,8 @@ def flow_dispatches(mlir: Path) -> dict[str, list[tuple[list[str], list[str], li
     compiled to flow level with the build's own flags."""
     from iree.compiler.tools.binaries import find_tool
 
-    from iree_dispatch.archs import parse_arch
-    from iree_dispatch.compile import compile_flags
+    from iree_dispatch.backend.compile import compile_flags
+    from iree_dispatch.core.archs import parse_arch
 
     flags = compile_flags(parse_arch(abi_fuzz.DEFAULT_ARCHS[0]), Path("."))
     proc = subprocess.run([find_tool("iree-compile"), *flags, "--compile-to=flow", mlir.name], cwd=mlir.parent, capture_output=True, text=True)
