@@ -9,26 +9,60 @@ over what is known up front names the header list of the last build; the entry k
 those headers' current bytes.
 
 Entries are written to a temporary folder and renamed into place, so a killed build never
-leaves a half entry. Builds of the same manifest key take a file lock (flock: released by the
-OS when a process dies, so a killed build never blocks the next), so concurrent processes
-building the same kernels do the work once and the others find it cached.
+leaves a half entry (stale temporary folders are swept on a later store). Builds of the same
+manifest key take a file lock (flock: released by the OS when a process dies, so a killed
+build never blocks the next), so concurrent processes building the same kernels do the work
+once and the others find it cached.
+
+Nothing found in the cache is trusted: an entry's meta.json records the sha256 of every file
+of the entry (and its own checksum and key), and every use checks them all. Any damage (a
+missing, extra or changed file, unreadable JSON, a missing folder) is a miss: the build runs,
+says once what was wrong, and the entry is replaced. The cache folder must be the user's own
+and not writable by anyone else (like ccache and pip); it is created with mode 0o700 and
+tagged with a CACHEDIR.TAG, and `clear` deletes only the cache's own files, and only where
+that tag is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterator
+import time
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from ..core.errors import DispatchError
 
 ENTRY_FILES = "files"  # an entry's artifacts, by relative path
 ENTRY_META = "meta.json"
+FORMAT = 2  # of entries and manifests; older ones read as damaged, never as hits
+MARKER = "CACHEDIR.TAG"
+MARKER_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"  # https://bford.info/cachedir/
+MARKER_TEXT = (
+    f"{MARKER_SIGNATURE}\n# This file is a cache directory tag created by iree_dispatch (its build cache).\n"
+    "# For information about cache directory tags, see:\n#\thttps://bford.info/cachedir/\n"
+)
+SUBDIRS = ("entries", "manifests", "locks")  # everything the cache writes lives in these (and MARKER)
+RESERVED = frozenset({"format", "key", "files", "check"})  # meta.json's keys of the cache's own; the rest is the caller's meta
+STALE_SECONDS = 3600  # temporary files older than this are left over by killed builds
+SETTING = "set IREE_DISPATCH_CACHE_DIR to a folder of your own, or build without the cache (iree-dispatch build --no-cache, or build(..., cache=False))"
+
+
+class CacheError(DispatchError):
+    """The build cache folder can't be used safely (owner, mode, not a folder, not writable)."""
+
+
+class CacheWarning(UserWarning):
+    """A damaged cache entry was found and is being rebuilt."""
 
 
 def cache_dir() -> Path:
@@ -63,64 +97,323 @@ def package_digest() -> str:
     return digest(*(f"{p.relative_to(root)}\0{file_digest(p)}" for p in files))
 
 
+def _sealed(record: dict) -> bytes:
+    """`record` as JSON with a checksum of its own content, so any change to it is seen."""
+    body = {k: v for k, v in record.items() if k != "check"}
+    return json.dumps({**body, "check": digest(json.dumps(body, sort_keys=True))}, sort_keys=True).encode()
+
+
+def _unseal(data: bytes) -> dict:
+    """The record written by _sealed; ValueError if it isn't one, intact."""
+    record = json.loads(data)
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise ValueError("not a record of this cache format")
+    body = {k: v for k, v in record.items() if k != "check"}
+    if record.get("check") != digest(json.dumps(body, sort_keys=True)):
+        raise ValueError("checksum mismatch (edited or garbled)")
+    return body
+
+
+class _Damaged(Exception):
+    """What is wrong with an entry or manifest (the message)."""
+
+
+def _entry_files(files: Path) -> dict[str, str]:
+    """Every file under `files`, relative path → sha256. Anything but plain files and folders
+    (a symlink, a device) is damage: an entry never holds one."""
+    found: dict[str, str] = {}
+    if not stat.S_ISDIR(os.lstat(files).st_mode):
+        raise _Damaged(f"{ENTRY_FILES}/ is not a folder")
+    stack = [files]
+    while stack:
+        folder = stack.pop()
+        with os.scandir(folder) as it:
+            for item in it:
+                rel = Path(item.path).relative_to(files).as_posix()
+                if item.is_dir(follow_symlinks=False):
+                    stack.append(Path(item.path))
+                elif item.is_file(follow_symlinks=False):
+                    with open(item.path, "rb") as handle:
+                        found[rel] = hashlib.file_digest(handle, "sha256").hexdigest() if hasattr(hashlib, "file_digest") else hashlib.sha256(handle.read()).hexdigest()
+                else:
+                    raise _Damaged(f"{ENTRY_FILES}/{rel} is not a plain file")
+    return found
+
+
 class Cache:
     def __init__(self, root: Path | None = None):
         self.root = Path(root or cache_dir())
+        self._checked = False
+
+    # --- the folder itself -------------------------------------------------------------------
+
+    def _ready(self) -> None:
+        """Creates the cache folder (mode 0o700, tagged) if it is missing, and refuses one that
+        isn't safe to use: not a folder, another user's, writable by group or others, or not
+        writable. Raises CacheError naming the path and the setting to change."""
+        if self._checked:
+            return
+        root = self.root
+        try:
+            if not root.exists():
+                root.mkdir(mode=0o700, parents=True, exist_ok=True)
+                self._tag()
+        except FileExistsError as exc:
+            raise CacheError(f"build cache {root}: is not a folder; {SETTING}") from exc
+        except OSError as exc:
+            raise CacheError(f"build cache {root}: can't be created ({exc.strerror or exc}); {SETTING}") from exc
+        try:
+            st = os.stat(root)
+        except OSError as exc:
+            raise CacheError(f"build cache {root}: can't be read ({exc.strerror or exc}); {SETTING}") from exc
+        if not stat.S_ISDIR(st.st_mode):
+            raise CacheError(f"build cache {root}: is not a folder; {SETTING}")
+        if st.st_uid != os.geteuid():
+            raise CacheError(
+                f"build cache {root}: owned by another user (uid {st.st_uid}, you are uid {os.geteuid()}); a cache someone else can write could serve you "
+                f"their builds, so it is not used; {SETTING}"
+            )
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            who = " and ".join(w for w, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if st.st_mode & bit)
+            raise CacheError(
+                f"build cache {root}: writable by {who} "
+                f"(mode {stat.S_IMODE(st.st_mode):o}); another user could plant builds in it, so it is not used; make it yours alone (chmod go-w {root}), or {SETTING}"
+            )
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise CacheError(f"build cache {root}: not writable; {SETTING}")
+        if not (root / MARKER).exists() and self._only_cache_files():
+            with contextlib.suppress(OSError):
+                self._tag()  # a cache from before the tag: tag it, so `clear` knows it
+        self._checked = True
+
+    def _tag(self) -> None:
+        self._write_atomic(self.root / MARKER, MARKER_TEXT.encode())
+
+    def _tagged(self) -> bool:
+        try:
+            with open(self.root / MARKER, "rb") as handle:
+                return handle.read(len(MARKER_SIGNATURE)) == MARKER_SIGNATURE.encode()
+        except OSError:
+            return False
+
+    def _only_cache_files(self) -> bool:
+        try:
+            return all(name in SUBDIRS or name == MARKER or name.startswith(f".{MARKER}.") for name in os.listdir(self.root))
+        except OSError:
+            return False
+
+    def _subdir(self, name: str) -> Path:
+        folder = self.root / name
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise CacheError(f"build cache {self.root}: can't create {name}/ ({exc.strerror or exc}); {SETTING}") from exc
+        return folder
+
+    # --- builds ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
-        locks = self.root / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        with open(locks / f"{key}.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        self._ready()
+        path = self._subdir("locks") / f"{key}.lock"
+        # Never follow a symlink, never truncate (a planted link must not damage its target),
+        # never block on a FIFO; only a plain file is a lock.
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            what = "is a symlink" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+            raise CacheError(f"build cache lock {path}: {what}; remove it, or {SETTING}") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CacheError(f"build cache lock {path}: is not a plain file; remove it, or {SETTING}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 yield
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _manifest(self, manifest_key: str) -> list[str] | None:
+        """The dependencies the last build of `manifest_key` read; None if none was recorded.
+        Raises _Damaged if the manifest can't be read back intact."""
+        path = self.root / "manifests" / f"{manifest_key}.json"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _Damaged(f"manifest {path} unreadable ({exc.strerror or exc})") from exc
+        try:
+            record = _unseal(data)
+            dependencies = record["dependencies"]
+            if record.get("key") != manifest_key or not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
+                raise ValueError("not this manifest's record")
+        except (ValueError, KeyError) as exc:
+            raise _Damaged(f"manifest {path} damaged ({exc})") from exc
+        return dependencies
 
     def entry_key(self, manifest_key: str) -> str | None:
-        """The entry key for the headers the last build of `manifest_key` read, or None."""
+        """The entry key for the headers the last build of `manifest_key` read, or None (none
+        recorded, or the record is damaged)."""
         try:
-            dependencies = json.loads((self.root / "manifests" / f"{manifest_key}.json").read_text())["dependencies"]
-        except (OSError, ValueError, KeyError):
+            dependencies = self._manifest(manifest_key)
+        except _Damaged:
             return None
+        return None if dependencies is None else self._entry_key(manifest_key, dependencies)
+
+    @staticmethod
+    def _entry_key(manifest_key: str, dependencies: list[str]) -> str:
         return digest(manifest_key, *(f"{d}\0{file_digest(Path(d))}" for d in dependencies))
 
-    def lookup(self, entry_key: str | None) -> Path | None:
+    def find(self, manifest_key: str, warn: Callable[[str], None] | None = None) -> Path | None:
+        """The verified entry of the last build of `manifest_key` if its headers are unchanged,
+        else None. Damage is reported through `warn` (default: a CacheWarning) and is a miss."""
+        try:
+            dependencies = self._manifest(manifest_key)
+        except _Damaged as exc:
+            self._warn(warn, f"build cache: {exc}; rebuilding")
+            return None
+        return None if dependencies is None else self.lookup(self._entry_key(manifest_key, dependencies), warn)
+
+    def lookup(self, entry_key: str | None, warn: Callable[[str], None] | None = None) -> Path | None:
+        """The entry `entry_key`, after checking every file of it against the sha256 its meta
+        recorded; None if there is none or it is damaged (then it is reported through `warn`,
+        default a CacheWarning, and removed, so the rebuild replaces it)."""
         if entry_key is None:
             return None
         entry = self.root / "entries" / entry_key
-        return entry if (entry / ENTRY_META).is_file() else None
+        try:
+            os.lstat(entry)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            pass  # verify says what is wrong
+        try:
+            self.verify(entry)
+        except _Damaged as exc:
+            self._warn(warn, f"build cache entry {entry_key[:16]} ({entry}) is damaged: {exc}; rebuilding it")
+            self._discard(entry)
+            return None
+        return entry
+
+    def verify(self, entry: Path) -> dict:
+        """The entry's meta, if every file is there, unchanged, and nothing else is; else raises
+        _Damaged saying what is wrong."""
+        try:
+            if not stat.S_ISDIR(os.lstat(entry).st_mode):
+                raise _Damaged("not a folder")
+            meta_path = entry / ENTRY_META
+            if not stat.S_ISREG(os.lstat(meta_path).st_mode):
+                raise _Damaged(f"{ENTRY_META} is not a plain file")
+            try:
+                record = _unseal(meta_path.read_bytes())
+            except ValueError as exc:
+                raise _Damaged(f"{ENTRY_META} unreadable ({exc})") from exc
+            recorded = record.get("files")
+            if record.get("key") != entry.name or not isinstance(recorded, dict):
+                raise _Damaged(f"{ENTRY_META} belongs to another entry")
+            names = set(os.listdir(entry))
+            if names - {ENTRY_META, ENTRY_FILES}:
+                raise _Damaged(f"unexpected {', '.join(sorted(names - {ENTRY_META, ENTRY_FILES}))}")
+            found = _entry_files(entry / ENTRY_FILES)
+        except FileNotFoundError as exc:
+            raise _Damaged(f"{Path(exc.filename).relative_to(entry) if exc.filename and Path(exc.filename).is_relative_to(entry) else exc.filename} is missing") from exc
+        except OSError as exc:
+            raise _Damaged(f"unreadable ({exc.strerror or exc}: {exc.filename})") from exc
+        missing = sorted(set(recorded) - set(found))
+        extra = sorted(set(found) - set(recorded))
+        changed = sorted(name for name in set(recorded) & set(found) if recorded[name] != found[name])
+        problems = [
+            *(f"{ENTRY_FILES}/{n} is missing" for n in missing),
+            *(f"{ENTRY_FILES}/{n} is not part of it" for n in extra),
+            *(f"{ENTRY_FILES}/{n} changed (sha256 {found[n][:12]}, recorded {str(recorded[n])[:12]})" for n in changed),
+        ]
+        if problems:
+            raise _Damaged("; ".join(problems))
+        return {k: v for k, v in record.items() if k not in RESERVED}
+
+    def meta(self, entry: Path) -> dict:
+        """The meta given to `store` for a (verified) entry."""
+        return {k: v for k, v in _unseal((entry / ENTRY_META).read_bytes()).items() if k not in RESERVED}
+
+    @staticmethod
+    def _warn(warn: Callable[[str], None] | None, message: str) -> None:
+        if warn is not None:
+            warn(message)
+        else:
+            warnings.warn(message, CacheWarning, stacklevel=3)
+
+    def _discard(self, path: Path) -> None:
+        """Removes `path` (an entry) at once: renamed aside, then deleted."""
+        trash = path.parent / f".old-{path.name}-{os.getpid()}-{time.monotonic_ns()}"
+        try:
+            os.rename(path, trash)
+        except OSError:
+            return
+        _remove(trash)
 
     def store(self, manifest_key: str, dependencies: list[Path], staged: dict[str, Path], meta: dict) -> None:
-        """Records a finished build: its artifacts (relative name → file or folder) and meta."""
-        manifest = {"dependencies": [str(d) for d in dependencies]}
-        self._write_atomic(self.root / "manifests" / f"{manifest_key}.json", json.dumps(manifest).encode())
-        entry_key = self.entry_key(manifest_key)
-        final = self.root / "entries" / entry_key
-        if final.exists():
-            return
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=final.parent))
+        """Records a finished build: its artifacts (relative name → file or folder) and meta.
+        An existing entry of the same key is kept if it verifies, else replaced atomically."""
+        if RESERVED & set(meta):
+            raise ValueError(f"Cache.store: meta keys {', '.join(sorted(RESERVED & set(meta)))} are the cache's own")
+        self._ready()
+        deps = [str(d) for d in dependencies]
+        self._sweep()
+        self._write_atomic(self._subdir("manifests") / f"{manifest_key}.json", _sealed({"format": FORMAT, "key": manifest_key, "dependencies": deps}))
+        entry_key = self._entry_key(manifest_key, deps)
+        entries = self._subdir("entries")
+        final = entries / entry_key
+        if os.path.lexists(final):
+            try:
+                self.verify(final)
+                return
+            except _Damaged:
+                pass
+        tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=entries))
         try:
             for name, path in staged.items():
                 target = tmp / ENTRY_FILES / name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 (shutil.copytree if path.is_dir() else shutil.copyfile)(path, target)
-            (tmp / ENTRY_META).write_text(json.dumps(meta, sort_keys=True))
+            if not (tmp / ENTRY_FILES).exists():
+                (tmp / ENTRY_FILES).mkdir()
+            files = _entry_files(tmp / ENTRY_FILES)
+            (tmp / ENTRY_META).write_bytes(_sealed({**meta, "format": FORMAT, "key": entry_key, "files": files}))
+            if os.path.lexists(final):  # damaged: moved aside, so the rename below puts the new one in its place
+                self._discard(final)
             os.rename(tmp, final)
-        except OSError:
-            if not final.exists():
-                raise
+        except OSError as exc:
+            if not os.path.lexists(final):
+                raise CacheError(f"build cache {self.root}: can't store the build ({exc.strerror or exc}); {SETTING}") from exc
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            _remove(tmp)
+
+    def _sweep(self) -> None:
+        """Deletes temporary files and folders that killed builds left behind (older than an hour)."""
+        cutoff = time.time() - STALE_SECONDS
+        for folder, prefixes in ((self.root / "entries", (".new-", ".old-")), (self.root / "manifests", (".",)), (self.root, (f".{MARKER}.",))):
+            try:
+                with os.scandir(folder) as it:
+                    stale = [Path(i.path) for i in it if i.name.startswith(prefixes) and i.stat(follow_symlinks=False).st_mtime < cutoff]
+            except OSError:
+                continue
+            for path in stale:
+                _remove(path)
 
     def _write_atomic(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    # --- info and clear ----------------------------------------------------------------------
 
     def info(self) -> dict:
         entries = list((self.root / "entries").glob("[!.]*")) if (self.root / "entries").is_dir() else []
@@ -128,4 +421,39 @@ class Cache:
         return {"path": str(self.root), "entries": len(entries), "bytes": size}
 
     def clear(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Deletes the cache's own folders (entries, manifests, locks), only in a folder that
+        carries the cache's CACHEDIR.TAG; other files are left alone. The folder itself goes
+        too if nothing else is in it. A missing folder is already clear."""
+        root = self.root
+        if not os.path.lexists(root):
+            return
+        if not root.is_dir():
+            raise CacheError(f"build cache {root}: is not a folder, so there is no cache to clear (IREE_DISPATCH_CACHE_DIR names the cache folder)")
+        if not self._tagged():
+            raise CacheError(
+                f"refusing to clear {root}: it has no {MARKER} with the cache signature, so it may not be an iree_dispatch build cache; "
+                f"check IREE_DISPATCH_CACHE_DIR, or delete its {', '.join(f'{s}/' for s in SUBDIRS)} yourself"
+            )
+        try:
+            for name in os.listdir(root):
+                if name in SUBDIRS or name.startswith(f".{MARKER}."):
+                    _remove(root / name, strict=True)
+            if os.listdir(root) == [MARKER]:  # nothing but the cache's: the folder goes too
+                os.unlink(root / MARKER)
+                os.rmdir(root)
+        except OSError as exc:
+            raise CacheError(f"build cache {root}: can't clear it ({exc.strerror or exc}: {exc.filename})") from exc
+
+
+def _remove(path: Path, strict: bool = False) -> None:
+    """Deletes a file or a folder tree without following symlinks (a link is removed, not its target)."""
+    try:
+        if os.path.islink(path) or not os.path.isdir(path):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        if strict:
+            raise
