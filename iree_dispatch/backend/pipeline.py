@@ -110,7 +110,7 @@ def build(
         tc = select_toolchain(toolchain) if any(not k.objects for s in specs for k in s.kernels) else None
         manifest_key = _manifest_key(specs, program, options, compile_name, tc) if store else ""
         with store.lock(manifest_key) if store else contextlib.nullcontext():
-            hit = store.lookup(store.entry_key(manifest_key)) if store else None
+            hit = store.find(manifest_key, say) if store else None
             if hit is not None:
                 started = time.perf_counter()
                 for item in (hit / ENTRY_FILES).iterdir():
