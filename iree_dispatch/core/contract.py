@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 
@@ -40,6 +41,10 @@ def scalar_argument(kernel: str, scalar: dict, value) -> int | float:
     if kind in ("float", "double", "half", "bf16"):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise TypeError(f"{where} must be a number, got {type(value).__name__}")
+        # A finite value that rounds to an infinity in the C type is refused, as an out-of-range
+        # integer is (infinities and NaN themselves pass as they are).
+        if kind != "double" and math.isfinite(float(value)) and math.isinf(_rounded(kind, float(value))):
+            raise ValueError(f"{where} = {value!r} is out of the range of {scalar['ctype']}")
         # double, half and bf16 travel as their bits (see dtypes.SCALAR_TYPES).
         if kind == "double":
             return int(np.array(float(value), np.float64).view(np.int64))
@@ -71,3 +76,9 @@ def bfloat16_bits(value: float) -> int:
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
 
 
+def _rounded(kind: str, value: float) -> float:
+    """`value` rounded to the scalar kind's type (float, half or bf16), as a Python float."""
+    with np.errstate(over="ignore"):
+        if kind == "bf16":
+            return float(np.array(bfloat16_bits(value) << 16, np.uint32).view(np.float32))
+        return float(np.float16(value) if kind == "half" else np.float32(value))

@@ -61,7 +61,7 @@ def parse(text: str | int, what: str) -> Expr:
     if isinstance(text, bool) or not isinstance(text, (str, int)):
         raise SpecError(f"{what}: expected an integer or an expression string, got {text!r}")
     if isinstance(text, int):
-        return Num(text)
+        return _in_range(Num(text), str(text), what)
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError) as exc:  # ValueError: e.g. a NUL character
@@ -71,9 +71,19 @@ def parse(text: str | int, what: str) -> Expr:
     return expr
 
 
+# Sizes are `index` values, 64-bit signed in IREE: a constant beyond that can't be written.
+_INDEX_MIN, _INDEX_MAX = -(2**63), 2**63 - 1
+
+
+def _in_range(num: Num, text: str, what: str) -> Num:
+    if not _INDEX_MIN <= num.value <= _INDEX_MAX:
+        raise SpecError(f"{what}: integer {num.value} in {text!r} doesn't fit a 64-bit size (index)")
+    return num
+
+
 def _convert(node: ast.AST, text: str, what: str) -> Expr:
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return Num(node.value)
+        return _in_range(Num(node.value), text, what)
     if isinstance(node, ast.Name):
         return Sym(node.id)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
@@ -93,15 +103,37 @@ def _convert(node: ast.AST, text: str, what: str) -> Expr:
     )
 
 
-def _check_constant_divisors(expr: Expr, text: str, what: str) -> None:
+def divisors(expr: Expr) -> list[Expr]:
+    """The divisors of every `//`, `%` and ceildiv in `expr`."""
+    found = []
     for node in walk(expr):
-        divisor = None
         if isinstance(node, BinOp) and node.op in ("//", "%"):
-            divisor = node.rhs
+            found.append(node.rhs)
         elif isinstance(node, Call) and node.func == "ceildiv":
-            divisor = node.args[1]
-        if divisor is not None and not symbols(divisor) and evaluate(divisor, {}) == 0:
-            raise SpecError(f"{what}: {text!r} divides by zero")
+            found.append(node.args[1])
+    return found
+
+
+# Sizes a divisor is tried with: one that is zero at all of them (`n - n`, `n * 0`, `n % 1`) is
+# zero for every size, and the expression can never be evaluated.
+_PROBE_SIZES = (1, 7, 1024, 65537)
+
+
+def _check_constant_divisors(expr: Expr, text: str, what: str) -> None:
+    for divisor in divisors(expr):
+        names = symbols(divisor)
+        envs = [dict.fromkeys(names, size) for size in _PROBE_SIZES] if names else [{}]
+        # Names given different sizes too: `m - n` is zero only when they are equal.
+        envs += [{name: _PROBE_SIZES[(i + j) % len(_PROBE_SIZES)] for j, name in enumerate(names)} for i in range(len(_PROBE_SIZES))] if len(names) > 1 else []
+        if all(_zero(divisor, env) for env in envs):
+            raise SpecError(f"{what}: {text!r} divides by zero ({divisor} is 0 for every size)")
+
+
+def _zero(expr: Expr, env: dict[str, int]) -> bool:
+    try:
+        return evaluate(expr, env) == 0
+    except ZeroDivisionError:  # a divisor that itself divides by zero there
+        return True
 
 
 def walk(expr: Expr):

@@ -40,6 +40,7 @@ class KernelSignature:
     template_params: tuple[str, ...] = ()  # type parameter names, e.g. ("T",)
     declared: bool = False  # given in the spec (parse_signature), not read from the source
     namespace: str = ""  # enclosing namespaces, "a::b"; "" at global scope
+    variadic: bool = False  # a template with a parameter pack (`typename... Ts`)
     # The parameter types as the compiler spells them (type_probe.py), when they were resolved.
     canonical_params: tuple[str, ...] | None = None
 
@@ -132,8 +133,20 @@ def _namespace_at(ranges: list[tuple[int, int, str]], offset: int) -> str:
     return "::".join(name for start, end, name in ranges if start <= offset < end)
 
 
+def _blank_directives(code: str) -> str:
+    """Blanks preprocessor lines (with their `\\` continuations), keeping every newline: a
+    `__global__` inside a `#define` is a macro's body, not a kernel of the file."""
+    lines = code.split("\n")
+    continued = False
+    for i, line in enumerate(lines):
+        if continued or line.lstrip().startswith("#"):
+            continued = line.rstrip().endswith("\\")
+            lines[i] = " " * len(line)
+    return "\n".join(lines)
+
+
 def parse_kernels(text: str, source: Path) -> list[KernelSignature]:
-    code = _blank_comments(text)
+    code = _blank_directives(_blank_comments(text))
     line_of = lambda offset: code.count("\n", 0, offset) + 1  # noqa: E731
     extern_blocks = _extern_c_ranges(code)
     namespaces = _namespace_ranges(code)
@@ -176,7 +189,8 @@ def parse_kernels(text: str, source: Path) -> list[KernelSignature]:
                 extern_c=extern_c,
                 template=template is not None,
                 launch_bounds=launch_bounds,
-                template_params=tuple(re.findall(r"(?:typename|class)\s+(\w+)", template[1])) if template else (),
+                template_params=tuple(re.findall(r"(?:typename|class)\s*(?:\.\.\.)?\s*(\w+)", template[1])) if template else (),
+                variadic=bool(template and "..." in template[1]),
                 namespace=_namespace_at(namespaces, match.start()),
             )
         )
@@ -265,6 +279,11 @@ def find_kernel(source: Path, name: str) -> KernelSignature:
             "by name: rename one, or give each an extern \"C\" wrapper"
         )
     kernel = matches[0]
+    if kernel.variadic:
+        raise SignatureError(
+            f"{kernel.where}: kernel {kernel.qualified_name} is a variadic template; its parameters have no fixed list to map to "
+            "bindings: call an instantiation from an extern \"C\" kernel with named parameters, and declare that one"
+        )
     if not args_text:
         if kernel.template:
             raise SignatureError(f"{kernel.where}: kernel {kernel.name} is a template; name an instantiation, e.g. {kernel.name}<float>")

@@ -491,6 +491,10 @@ def _parse_grid(grid, where) -> tuple[ex.Expr, ex.Expr, ex.Expr]:
     return tuple(exprs)  # type: ignore[return-value]
 
 
+# nvcc/NVRTC flags that pick the target architecture: the module's archs decide that.
+_ARCH_FLAG = re.compile(r"^(-arch|--gpu-architecture|-gencode|--generate-code|-code|--gpu-code)(=|$)")
+
+
 @dataclass(frozen=True)
 class ModuleSpec:
     """What one `.vmfb` holds: kernels, the archs to build them for, and nvcc flags."""
@@ -516,6 +520,13 @@ class ModuleSpec:
         if self.archs:
             resolved = tuple(k.with_types_resolved(self.nvcc_flags, self.archs[0]) for k in self.kernels)
             object.__setattr__(self, "kernels", resolved)
+        arch_flags = [f for f in self.nvcc_flags if _ARCH_FLAG.match(f)]
+        if arch_flags:
+            raise SpecError(
+                f"module {self.name}: nvcc_flags {arch_flags} choose the target architecture, but iree_dispatch compiles each arch "
+                f"the module builds itself (archs: {', '.join(a.name for a in self.archs)}); drop the flag and list the archs in "
+                "[module] archs (or --arch)"
+            )
         if self.objects not in POLICIES:
             raise SpecError(f"module {self.name}: objects = {self.objects!r}; choose one of {', '.join(POLICIES)}")
         if not self.name.isidentifier():

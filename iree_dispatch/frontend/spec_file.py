@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..core.archs import DEFAULT_ARCHS, parse_archs
 from ..core.errors import SpecError
+from .prebuilt import SUFFIXES, is_object_source
 from .spec import KernelSpec, ModuleSpec
 from .triton import load_triton_kernel
 
@@ -20,9 +21,17 @@ def load_spec(path: str | Path) -> ModuleSpec:
     """Reads a TOML spec file; relative `source` paths are relative to the spec file."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as exc:
         raise SpecError(f"can't read spec {path}: {exc.strerror}") from None
+    try:
+        # Editors on some systems start UTF-8 files with a byte-order mark, which TOML doesn't allow.
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError(f"{path}:{line}: spec is not valid UTF-8 (byte 0x{raw[exc.start]:02x}); save it as UTF-8") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: invalid TOML: {exc}") from None
     unknown = set(data) - {"module", "kernel"}
@@ -50,6 +59,11 @@ def load_spec(path: str | Path) -> ModuleSpec:
         source = k["source"]
         if isinstance(source, list) and all(isinstance(s, str) for s in source):
             source = [path.parent / s for s in source]  # prebuilt objects, one variant each
+            if not is_object_source(source):
+                raise SpecError(
+                    f"{label}: source is a list, which is for prebuilt object files ({', '.join(SUFFIXES)}), one variant each; "
+                    f"a .cu (or Triton .py) source is one file name: source = \"{Path(k['source'][0]).name}\""
+                )
         elif isinstance(source, str):
             source = path.parent / source
         else:
