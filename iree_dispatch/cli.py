@@ -1,15 +1,28 @@
-"""`iree-dispatch`: build | run | inspect | samples."""
+"""`iree-dispatch`: build | run | inspect | cache | samples.
+
+Every error a user can cause ends as one line `iree-dispatch CMD: error: ...` naming the path
+involved, exit 1 (never a traceback); Ctrl-C stops the command and its compilers at once, exit
+130; a closed stdout (`| head`) ends it quietly.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import os
+import signal
+import stat
 import sys
 import threading
 from pathlib import Path
 
-from .core.errors import DispatchError
+from .core.errors import DispatchError, SpecError
 
 _print_lock = threading.Lock()
+
+MAX_INPUT_BYTES = 64 << 20  # a spec, source or program past this is refused before it is read (pipeline.MAX_INPUT_BYTES)
+_COMPILER_INSTALL = "pip install iree-dispatch (it brings iree-base-compiler==3.13.0; or pip install iree-base-compiler==3.13.0 into this environment)"
 
 
 def _progress(message: str) -> None:
@@ -17,27 +30,105 @@ def _progress(message: str) -> None:
         print(f"[iree-dispatch] {message}", file=sys.stderr, flush=True)
 
 
+def _require_compiler() -> None:
+    """A runtime-only install (iree-base-runtime, no compiler) can run and inspect, not build."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        importlib.metadata.version("iree-base-compiler")
+        found = importlib.util.find_spec("iree.compiler") is not None
+    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+        found = False
+    if not found:
+        raise DispatchError(f"building needs iree-base-compiler, which is not installed here (a runtime-only install?): {_COMPILER_INSTALL}")
+
+
+def _check_input(what: str, path: Path) -> None:
+    """A spec, source or program must be a regular file of sane size: /dev/zero or a FIFO as a
+    kernel source would hang or exhaust memory. A missing one is left to the loader to name."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise SpecError(f"can't read {what} {path}: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise SpecError(f"{what} {path} is a folder; give a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise SpecError(f"{what} {path} is not a regular file (a device, pipe or socket); give a file")
+    if st.st_size > MAX_INPUT_BYTES:
+        raise SpecError(f"{what} {path} is {st.st_size / 2**20:.0f} MiB, over the {MAX_INPUT_BYTES >> 20} MiB an input may have; is it the right file?")
+
+
+def _declared(spec_path: Path) -> tuple[str, list[Path]]:
+    """The module name and source files a spec declares, read before load_spec reads the
+    sources (errors in the spec are left to load_spec, which names them precisely)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(spec_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return spec_path.stem, []
+    module = data.get("module") if isinstance(data.get("module"), dict) else {}
+    name = module.get("name") if isinstance(module.get("name"), str) else spec_path.stem
+    sources = []
+    for kernel in data.get("kernel", []) if isinstance(data.get("kernel"), list) else []:
+        source = kernel.get("source") if isinstance(kernel, dict) else None
+        for item in [source] if isinstance(source, str) else source if isinstance(source, list) else []:
+            if isinstance(item, str):
+                sources.append(spec_path.parent / item)
+    return name, sources
+
+
 def _cmd_build(args) -> int:
-    from .backend.pipeline import build, write_depfile
+    _require_compiler()
+    from .backend.pipeline import build, build_inputs, check_outputs, objects_dirname, write_depfile
     from .frontend.spec_file import load_spec
 
-    specs = [load_spec(path) for path in args.spec]
+    spec_paths = [Path(path) for path in args.spec]
+    program = Path(args.program) if args.program else None
+    inputs: list[tuple[str, Path]] = []
+    declared_names = []
+    for path in spec_paths:
+        _check_input("spec", path)
+        name, sources = _declared(path)
+        declared_names.append(name)
+        inputs += [("spec", path), *(("kernel source", src) for src in sources)]
+    if program is not None:
+        _check_input("program", program)
+        inputs.append(("program", program))
+    for what, path in inputs:
+        _check_input(what, path)
+
+    def outputs(names: list[str]) -> list[tuple[str, Path, str]]:
+        stem = program.stem if program else names[0]
+        output = Path(args.output or Path("build") / f"{stem}.vmfb")
+        emit = None
+        if args.emit_mlir is not None:
+            emit = Path(args.emit_mlir) if args.emit_mlir else output.with_suffix(".mlir")
+        found = [("-o", output, "file")] + ([("--emit-mlir", emit, "file")] if emit else []) + ([("--depfile", Path(args.depfile), "file")] if args.depfile else [])
+        found += [(f"objects folder of module {n}", (emit or output).parent / objects_dirname(n), "folder") for n in names]
+        return found
+
+    # Before anything is compiled (a spec's type probe included): outputs writable, none an input.
+    check_outputs(outputs(declared_names), inputs)
+    specs = [load_spec(path) for path in spec_paths]
     if args.arch:
         specs = [s.with_archs([a for item in args.arch for a in item.split(",")]) for s in specs]
     if args.objects:
         specs = [s.with_objects(args.objects) for s in specs]
-    stem = Path(args.program).stem if args.program else specs[0].name
-    output = Path(args.output or Path("build") / f"{stem}.vmfb")
-    emit = None
-    if args.emit_mlir is not None:
-        emit = Path(args.emit_mlir) if args.emit_mlir else output.with_suffix(".mlir")
+    planned = outputs([s.name for s in specs])
+    check_outputs(planned, [*(("spec", path) for path in spec_paths), *build_inputs(specs, program)])
+    output = planned[0][1]
+    emit = planned[1][1] if len(planned) > 1 and planned[1][0] == "--emit-mlir" else None
     result = build(
         specs[0] if len(specs) == 1 else specs, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects,
         asynchronous=args.asynchronous, strip_assertions=args.strip_assertions, progress=_progress, cache=not args.no_cache,
         toolchain=args.toolchain,
     )
     if args.depfile:
-        write_depfile(args.depfile, result.vmfb, [*(Path(path).absolute() for path in args.spec), *result.dependencies])
+        write_depfile(args.depfile, result.vmfb, [*(path.absolute() for path in spec_paths), *result.dependencies])
     stages = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
     print(f"wrote {result.vmfb}" + (f" and {result.mlir}" if result.mlir else "") + f" ({stages})")
     return 0
@@ -52,6 +143,8 @@ def _cmd_run(args) -> int:
     path = args.vmfb or args.module_flag
     if not path:
         raise DispatchError("no module given: iree-dispatch run FILE.vmfb --function=NAME [--input=...]")
+    if Path(path).is_dir():
+        raise DispatchError(f"{path} is a folder; run takes a built module (.vmfb) file")
     module = runtime.load(path, args.device)
     if args.function not in module.functions:
         raise DispatchError(f"{path}: no function {args.function!r} (functions: {', '.join(module.functions)})")
@@ -68,6 +161,11 @@ def _cmd_run(args) -> int:
 
 def _cmd_inspect(args) -> int:
     path = Path(args.path)
+    if path.is_dir():
+        raise DispatchError(f"{path} is a folder; inspect takes a spec (.toml) or a module (.vmfb) file")
+    if not path.exists():
+        raise DispatchError(f"{path}: no such file; inspect takes a spec (.toml) or a module (.vmfb) file")
+    _check_input("spec" if path.suffix == ".toml" else "module", path)
     if path.suffix == ".toml":
         from .frontend.spec_file import load_spec
 
@@ -77,7 +175,10 @@ def _cmd_inspect(args) -> int:
     else:
         from .runtime import read_descriptions
 
-        name, found = read_descriptions(path)
+        try:
+            name, found = read_descriptions(path)
+        except (RuntimeError, ValueError) as exc:
+            raise DispatchError(f"{path}: not a module IREE can read ({str(exc).strip().splitlines()[-1]}); inspect takes a spec (.toml) or a built .vmfb") from None
         print(f"module {name}  ({path})")
         descriptions = {k: v for k, v in found.items() if v}
         for other in (k for k, v in found.items() if not v):
@@ -103,6 +204,8 @@ def _cmd_cache(args) -> int:
     from .backend.cache import Cache
 
     cache = Cache()
+    if cache.root.exists() and not cache.root.is_dir():
+        raise DispatchError(f"build cache {cache.root} is a file, not a folder: remove it, or set IREE_DISPATCH_CACHE_DIR to a folder")
     if args.action == "clear":
         cache.clear()
         print(f"cleared {cache.root}")
@@ -120,12 +223,14 @@ def _cmd_samples(args) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="iree-dispatch", description="Hand-written CUDA kernels as IREE dispatches.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--version", action=_Version, help="print the versions of iree-dispatch, iree-base-compiler, iree-base-runtime and the CUDA compiler a build would use")
+    sub = p.add_subparsers(dest="command", required=True, help="what to do (iree-dispatch COMMAND -h for its options)")
 
     b = sub.add_parser("build", help="spec (.toml) + .cu sources -> .vmfb")
     b.add_argument("spec", nargs="+", help="kernel spec file(s) (TOML); several only with --program, which calls @<module>.<kernel> of each")
     b.add_argument("-o", "--output", help="output .vmfb (default: build/<module>.vmfb)")
-    b.add_argument("--emit-mlir", nargs="?", const="", metavar="PATH", help="also keep the generated MLIR (default: next to the .vmfb)")
+    b.add_argument("--emit-mlir", nargs="?", const="", metavar="PATH",
+                   help="also keep the generated MLIR, at PATH (--emit-mlir=PATH) or beside the .vmfb; a .toml after it is a spec, not PATH")
     b.add_argument("--arch", action="append", help="CUDA archs, e.g. sm_80,sm_90 (repeatable; overrides the spec)")
     b.add_argument("--objects", choices=("cubin", "ptx", "fatbin"), help="objects per arch (overrides the spec; default cubin + PTX fallback)")
     b.add_argument("--embed-objects", action="store_true", help="write the object bytes into the MLIR (compiles anywhere with plain iree-compile)")
@@ -141,34 +246,163 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a function of a .vmfb on a CUDA device (like iree-run-module)")
     r.add_argument("vmfb", nargs="?", help=".vmfb file (or --module=FILE, as iree-run-module spells it)")
     r.add_argument("--module", dest="module_flag", metavar="FILE", help=argparse.SUPPRESS)
-    r.add_argument("--function", required=True)
+    r.add_argument("--function", required=True, help="the function to call (iree-dispatch inspect lists them)")
     r.add_argument("--input", action="append", default=[], help="e.g. 8xf32=2, 2x2xi32=1 2 3 4, f32=0.5, @x.npy")
     r.add_argument("--device", default="cuda", help="cuda or cuda://N (default: cuda)")
-    r.add_argument("--print-max-element-count", type=int, default=1024)
+    r.add_argument("--print-max-element-count", type=int, default=1024, metavar="N", help="print at most N elements of each result (default: 1024)")
     r.set_defaults(func=_cmd_run)
 
     i = sub.add_parser("inspect", help="kernels, ABI and variants of a spec (.toml) or .vmfb")
-    i.add_argument("path")
+    i.add_argument("path", help="a spec (.toml) or a built module (.vmfb)")
     i.set_defaults(func=_cmd_inspect)
 
     c = sub.add_parser("cache", help="the build cache ($IREE_DISPATCH_CACHE_DIR or ~/.cache/iree_dispatch)")
-    c.add_argument("action", choices=("info", "clear"))
+    c.add_argument("action", choices=("info", "clear"), help="info: location, number of builds and size; clear: remove every cached build")
     c.set_defaults(func=_cmd_cache)
 
     s = sub.add_parser("samples", help="build the samples and run them on the first CUDA device")
     s.add_argument("--root", default=".", help="repository root (holds kernels/ and mlir/)")
     s.add_argument("--out", default="build", help="artifact folder (default: build)")
-    s.add_argument("--device", default="cuda")
+    s.add_argument("--device", default="cuda", help="cuda or cuda://N (default: cuda)")
     s.set_defaults(func=_cmd_samples)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def version_text() -> str:
+    """iree-dispatch's version, iree-base-compiler's and iree-base-runtime's, and the CUDA
+    compiler a build would use: what to put in a bug report. Never fails."""
+    import importlib.metadata
+
+    from . import __version__
+
+    lines = [f"iree-dispatch {__version__} ({Path(__file__).resolve().parent})"]
+    for package in ("iree-base-compiler", "iree-base-runtime"):
+        try:
+            lines.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            lines.append(f"{package}: not installed" + (f" (needed to build: {_COMPILER_INSTALL})" if package == "iree-base-compiler" else ""))
     try:
-        return args.func(args)
-    except (DispatchError, ValueError, TypeError, FileNotFoundError) as exc:
-        print(f"iree-dispatch {args.command}: error: {exc}", file=sys.stderr)
+        from .toolchains import select_toolchain
+
+        lines.append(f"CUDA compiler: {select_toolchain().identity()}")
+    except Exception as exc:  # noqa: BLE001 - a report, whatever is missing
+        lines.append(f"CUDA compiler: none found ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
+    return "\n".join(lines)
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
+def _split_emit_mlir(argv: list[str]) -> list[str]:
+    """`--emit-mlir` takes an optional PATH; `--emit-mlir k.toml` means the default PATH and the
+    spec k.toml, never "write the MLIR over the spec"."""
+    out = list(argv)
+    for i, token in enumerate(out[:-1]):
+        if token == "--emit-mlir" and out[i + 1].lower().endswith(".toml"):
+            out[i] = "--emit-mlir="
+    return out
+
+
+def _children() -> list[int]:
+    """Our child processes (nvcc, ptxas, iree-compile): Linux's /proc, else none known."""
+    me, found = os.getpid(), []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    with open(f"/proc/{entry}/stat") as handle:
+                        if int(handle.read().rsplit(")", 1)[1].split()[1]) == me:
+                            found.append(int(entry))
+    return found
+
+
+def _stop_children() -> None:
+    for pid in _children():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _interrupts_stop_compilers():
+    """Ctrl-C in a terminal reaches the compilers too; a SIGINT sent to this process alone
+    (a build system, kill -INT) is passed on to them, so no compile outlives the command."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum, frame):
+        _stop_children()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+_WRITE_ERRORS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EISDIR, errno.EEXIST, errno.ENOTEMPTY}
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for any OSError: the path, what failed, what to do."""
+    path = exc.filename if exc.filename is not None else exc.filename2
+    reason = exc.strerror or str(exc)
+    if path is None:
+        return f"{reason}"
+    verb = "can't write" if exc.errno in _WRITE_ERRORS else "can't read" if exc.errno == errno.ENOENT else "can't access"
+    text = f"{verb} {path}" + (f" (to {exc.filename2})" if exc.filename2 is not None and exc.filename is not None else "") + f": {reason}"
+    try:
+        from .backend.cache import cache_dir
+
+        root = os.path.abspath(cache_dir())
+        if os.path.abspath(path) == root or os.path.abspath(path).startswith(root + os.sep):
+            return text + "; this is the build cache: make it a writable folder, set IREE_DISPATCH_CACHE_DIR to one, or build with --no-cache"
+    except Exception:  # noqa: BLE001 - the hint is optional
+        pass
+    hints = {errno.ENOSPC: "free some space", errno.EDQUOT: "free some space", errno.EROFS: "choose a writable location",
+             errno.EACCES: "check its permissions", errno.EPERM: "check its permissions", errno.ENOENT: "check the path"}
+    return text + (f"; {hints[exc.errno]}" if exc.errno in hints else "")
+
+
+def _quiet_stdout() -> None:
+    """stdout's reader is gone (`| head`): point stdout at /dev/null, so the exit flush is silent."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(_split_emit_mlir(sys.argv[1:] if argv is None else list(argv)))
+    prefix = f"iree-dispatch {args.command}: error:"
+    with _interrupts_stop_compilers():
+        try:
+            code = args.func(args)
+            sys.stdout.flush()
+            return code
+        except KeyboardInterrupt:
+            _stop_children()
+            print(f"iree-dispatch {args.command}: interrupted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:
+            _quiet_stdout()
+            return 141  # 128 + SIGPIPE, as the tools a pipe usually ends do
+        except (DispatchError, ValueError, TypeError) as exc:
+            print(f"{prefix} {exc}", file=sys.stderr)
+        except ImportError as exc:  # incl. importlib.metadata.PackageNotFoundError
+            name = getattr(exc, "name", None) or str(exc)
+            need = _COMPILER_INSTALL if "compiler" in str(name) or args.command == "build" else "pip install iree-dispatch"
+            print(f"{prefix} a package iree-dispatch needs is missing ({name}): {need}", file=sys.stderr)
+        except MemoryError:
+            print(f"{prefix} out of memory; is an input (a spec, source or program) far larger than it should be?", file=sys.stderr)
+        except OSError as exc:
+            print(f"{prefix} {os_error_message(exc)}", file=sys.stderr)
         return 1
 
 

@@ -62,7 +62,11 @@ class Toolchain(ABC):
         """A CUDA toolkit program this toolchain uses (fatbinary), or ToolchainError."""
 
     def compile_all(self, jobs: list[tuple[Path, Arch, Path]], flags: tuple[str, ...] = (), progress: Callable[[str], None] | None = None) -> list[PtxObject]:
-        """Compiles all (source, arch, out) jobs in parallel; raises the first failure in job order."""
+        """Compiles all (source, arch, out) jobs in parallel; raises the first failure in job order.
+
+        On the first failure, or an interrupt (Ctrl-C), jobs not yet started are cancelled: a
+        failed or interrupted build returns at once instead of starting every queued compile.
+        """
 
         def run(job: tuple[Path, Arch, Path]) -> PtxObject:
             source, arch, out = job
@@ -70,9 +74,20 @@ class Toolchain(ABC):
                 progress(f"{self.name} {source.name} -> {arch.name}")
             return self.compile_ptx(source, arch, out, flags)
 
-        with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1)))
+        try:
             futures = [pool.submit(run, job) for job in jobs]
-            return [f.result() for f in futures]
+            results = [f.result() for f in futures]
+        except KeyboardInterrupt:
+            # Don't wait for the running compiles either: Ctrl-C reaches them too (the terminal
+            # signals the whole process group), and the command line stops the rest.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # the running ones write into the build's folder: let them finish
+            raise
+        pool.shutdown()
+        return results
 
     def make_fatbin(self, cubins: dict[Arch, Path], ptx: tuple[Arch, Path], out: Path) -> Path:
         """fatbinary: every cubin plus one PTX, for the driver to choose from at load time."""
