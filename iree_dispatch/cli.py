@@ -107,8 +107,9 @@ def _cmd_build(args) -> int:
         emit = None
         if args.emit_mlir is not None:
             emit = Path(args.emit_mlir) if args.emit_mlir else output.with_suffix(".mlir")
-        found = [("-o", output, "file")] + ([("--emit-mlir", emit, "file")] if emit else []) + ([("--depfile", Path(args.depfile), "file")] if args.depfile else [])
-        found += [(f"objects folder of module {n}", (emit or output).parent / objects_dirname(n), "folder") for n in names]
+        found = [("-o" if args.output else "output", output, "file")] + ([("--emit-mlir", emit, "file")] if emit else [])
+        found += [("--depfile", Path(args.depfile), "file")] if args.depfile else []
+        found += [(f"module {n}'s objects folder", (emit or output).parent / objects_dirname(n), "folder") for n in names]
         return found
 
     # Before anything is compiled (a spec's type probe included): outputs writable, none an input.

@@ -6,6 +6,7 @@ a row of docs/errors.md, generated from the same table so the docs quote real me
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import sys
 import sysconfig
@@ -72,6 +73,10 @@ def _f32(n):
     return np.ones(n, np.float32)
 
 
+class CliError(DispatchError):
+    """What `iree-dispatch` printed (after `iree-dispatch COMMAND: error: `), exit code 1."""
+
+
 CASES = [
     Case("struct passed by value", lambda d: _declare(d, 'struct P { int x; };\nextern "C" __global__ void mul(float* out, P p, int n) {}'), DispatchError),
     Case("pointer to pointer", lambda d: _declare(d, 'extern "C" __global__ void mul(float** out, int n) {}'), DispatchError),
@@ -123,7 +128,77 @@ CASES = [
     Case("prebuilt object without a signature", lambda d: KernelSpec.declare(_cubin(d), "mul", block=64, grid="n", shape=["n"]), DispatchError, True),
     Case("prebuilt cubin with a 64-bit scalar", lambda d: _prebuilt(d, "void mul(const float* a, const float* b, float* out, long long n)"), DispatchError, True),
     Case("prebuilt signature differs from the cubin", lambda d: _prebuilt(d, "void mul(const float* a, float* out, int n)", build=True), DispatchError, True),
+    # Outputs and inputs (iree_dispatch/backend/pipeline.py check_outputs; the command line's checks): refused before anything is compiled or written.
+    Case("build(): output is the kernel source", lambda d: _build_to(d, "k.cu"), DispatchError),
+    Case("build(): emit_mlir is the output", lambda d: _build_to(d, "m.vmfb", emit_mlir="m.vmfb"), DispatchError),
+    Case("build -o is the kernel source", lambda d: _cli(d, "-o", "<dir>/mul.cu"), CliError),
+    Case("build -o is the spec", lambda d: _cli(d, "-o", "<dir>/k.toml"), CliError),
+    Case("build --emit-mlir=the spec", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--emit-mlir=<dir>/k.toml"), CliError),
+    Case("build --emit-mlir equal to -o", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--emit-mlir=<dir>/m.vmfb"), CliError),
+    Case("build --depfile equal to -o", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--depfile", "<dir>/m.vmfb"), CliError),
+    Case("build -o names a folder", lambda d: _cli(d, "-o", "<dir>"), CliError),
+    Case("build --depfile names a folder", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--depfile", "<dir>"), CliError),
+    Case("build -o under a file", lambda d: _cli(d, "-o", "<dir>/mul.cu/m.vmfb"), CliError),
+    Case("build: the objects folder's name is taken by a file", lambda d: (_cu(d, "", "k.objects"), _cli(d, "-o", "<dir>/m.vmfb")), CliError),
+    Case("build -o in a folder that isn't writable", lambda d: _cli(d, "-o", "<dir>/locked/m.vmfb", unwritable="locked"), CliError),
+    Case("build -o is a device", lambda d: _cli(d, "-o", "/dev/null"), CliError),
+    Case("build: a kernel source that is a device (/dev/zero)", lambda d: _cli(d, "-o", "<dir>/m.vmfb", source="/dev/zero"), CliError),
+    Case("build: a kernel source over 64 MiB", lambda d: _cli(d, "-o", "<dir>/m.vmfb", source=_sparse(d / "huge.cu", 65 << 20)), CliError),
+    Case("build: the spec is a folder", lambda d: _cli(d, "-o", "<dir>/m.vmfb", spec="<dir>"), CliError),
+    Case("build: the build cache is a file", lambda d: _cli(d, "-o", "<dir>/out/m.vmfb", cache=_cu(d, "", "cache")), CliError, True),
+    Case("build without iree-base-compiler (a runtime-only install)", lambda d: _cli(d, "-o", "<dir>/m.vmfb", compiler=False), CliError),
+    Case("inspect a folder", lambda d: _cli(d, command="inspect", spec="<dir>"), CliError),
+    Case("inspect a file that isn't a module", lambda d: _cli(d, command="inspect", spec="<dir>/mul.cu"), CliError, True),
 ]
+
+
+def _build_to(folder: Path, output: str, emit_mlir: str | None = None) -> None:
+    from iree_dispatch.backend.pipeline import build
+
+    build(ModuleSpec("m", (_declare(folder, MUL),)), folder / output, emit_mlir=folder / emit_mlir if emit_mlir else None)
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+    return path
+
+
+def _cli(folder: Path, *argv: str, command: str = "build", spec: str = "<dir>/k.toml", source: str | Path = "mul.cu", unwritable: str | None = None,
+         cache: Path | None = None, compiler: bool = True) -> None:
+    """Runs `iree-dispatch COMMAND SPEC ARGV` on k.toml (kernel mul of mul.cu) in `folder`;
+    raises CliError with what it printed."""
+    import contextlib
+    import importlib.metadata
+    import io
+    import os
+    from unittest import mock
+
+    from iree_dispatch import cli
+
+    _cu(folder, MUL, "mul.cu")
+    (folder / "k.toml").write_text(f"[[kernel]]\nname = 'mul'\nsource = '{source}'\nblock = [64]\ngrid = ['ceildiv(n, 64)']\nshape = ['n']\n")
+    (folder / "locked").mkdir()
+    access, version = os.access, importlib.metadata.version
+    err = io.StringIO()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(contextlib.redirect_stderr(err))
+        stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        if unwritable:
+            stack.enter_context(mock.patch.object(os, "access", lambda p, m, **kw: Path(p) != folder / unwritable and access(p, m, **kw)))
+        if not compiler:
+            stack.enter_context(mock.patch.object(importlib.metadata, "version", lambda n: _missing(n) if n == "iree-base-compiler" else version(n)))
+        if cache is not None:
+            stack.enter_context(mock.patch.dict(os.environ, {"IREE_DISPATCH_CACHE_DIR": str(cache)}))
+        code = cli.main([command, spec.replace("<dir>", str(folder)), *(a.replace("<dir>", str(folder)) for a in argv)])
+    if code == 0:
+        return
+    text = err.getvalue().strip()
+    raise CliError(text.split(": error: ", 1)[1] if ": error: " in text else text)
+
+
+def _missing(name: str):
+    raise importlib.metadata.PackageNotFoundError(name)
 
 
 def _cubin(folder: Path) -> Path:
@@ -181,7 +256,8 @@ def markdown() -> str:
     for i, case in enumerate(CASES, 1):
         text = message(case).split("\ncommand:")[0]
         text = text.replace("|", "\\|").replace("\n", "<br>")
-        lines.append(f"| {i} | {case.title} | `{case.error.__name__ if case.error is not DispatchError else 'build'}` | {text} |")
+        kind = {DispatchError: "build", CliError: "iree-dispatch"}.get(case.error, case.error.__name__)
+        lines.append(f"| {i} | {case.title} | `{kind}` | {text} |")
     lines += [
         "",
         "On a GPU, loading a module with no variant for it (tests/test_gpu.py):",

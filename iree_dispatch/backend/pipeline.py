@@ -395,7 +395,7 @@ def _make_folders(folder: Path) -> list[Path]:
 
 def _check_writable(what: str, path: Path, kind: str) -> None:
     if path.is_dir() and kind == "file":
-        raise OutputError(f"{what} {path} is a folder; name a file (e.g. {path / 'NAME'}{path.suffix or ''}) instead")
+        raise OutputError(f"{what} {path} is a folder; name a file (in it, or elsewhere) instead")
     if path.exists() and not path.is_dir() and not path.is_file():
         raise OutputError(f"{what} {path} is not a regular file (a device, pipe or socket); name a file to write instead")
     if path.exists() and not path.is_dir() and kind == "folder":
