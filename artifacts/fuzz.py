@@ -1,6 +1,6 @@
-"""The kernel-ABI fuzz modules (tests/abi_fuzz.py) for the GPU test tests/test_gpu_abi_fuzz.py,
+"""The kernel-ABI fuzz modules (artifacts/fuzz_kernels.py) for the GPU test tests/test_gpu_abi_fuzz.py,
 built on a CPU machine:
-    python -m tests.fuzz_artifacts build/gpu-tests/fuzz [--count 320] [--seed S]
+    python -m artifacts.fuzz build/gpu-tests/fuzz [--count 320] [--seed S]
 
 Each module (PER_MODULE kernels, one .cu file) is built twice for sm_90: as declared
 (`declared/<module>.vmfb`) and with every fresh output declared in place
@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import abi_fuzz
+from . import fuzz_kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 20260601
@@ -51,7 +51,7 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def build_module(module: abi_fuzz.FuzzModule, out: Path, archs=abi_fuzz.DEFAULT_ARCHS) -> dict:
+def build_module(module: fuzz_kernels.FuzzModule, out: Path, archs=fuzz_kernels.DEFAULT_ARCHS) -> dict:
     """Builds both forms of `module` under `out`; returns its manifest entry. Kernels that
     can't be declared or built are left out (and recorded): the module is built from the rest,
     and when a build fails each kernel is built alone to find the ones to leave out."""
@@ -121,17 +121,17 @@ def build_all(out: Path, seed: int = SEED, count: int = COUNT, per_module: int =
     every module built (module_layout's names)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    modules = abi_fuzz.generate_modules(seed, count, per_module)
+    modules = fuzz_kernels.generate_modules(seed, count, per_module)
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         entries = list(pool.map(lambda m: build_module(m, out), modules))
     manifest = {
         "seed": seed,
         "count": count,
         "per_module": per_module,
-        "archs": list(abi_fuzz.DEFAULT_ARCHS),
-        "styles": sorted(abi_fuzz.STYLES),
-        "scalars_anywhere": abi_fuzz.SCALARS_ANYWHERE,
-        "same_dtype_outputs": abi_fuzz.SAME_DTYPE_OUTPUTS,
+        "archs": list(fuzz_kernels.DEFAULT_ARCHS),
+        "styles": sorted(fuzz_kernels.STYLES),
+        "scalars_anywhere": fuzz_kernels.SCALARS_ANYWHERE,
+        "same_dtype_outputs": fuzz_kernels.SAME_DTYPE_OUTPUTS,
         "modules": {m.name: entry for m, entry in zip(modules, entries)},
     }
     tmp = out / f".{MANIFEST}.tmp"

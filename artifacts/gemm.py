@@ -1,6 +1,6 @@
 """Modules for the GEMM GPU tests (tests/test_gpu_gemm.py) and benchmark (benchmarks/gemm.py),
 built on a CPU machine:
-    python -m tests.gemm_artifacts build/gpu-tests/gemm
+    python -m artifacts.gemm build/gpu-tests/gemm
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Modules for the kernel-library GPU tests (tests/test_gpu_library.py) and the kernel
 benchmark (benchmarks/kernels.py), built on a CPU machine:
-    python -m tests.library_artifacts build/gpu-tests/library
+    python -m artifacts.library build/gpu-tests/library
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Modules for the object-policy GPU tests (tests/test_gpu_objects.py), built on a CPU machine:
-    python -m tests.object_artifacts build/gpu-tests/objects
+    python -m artifacts.objects build/gpu-tests/objects
 """
 
 from __future__ import annotations

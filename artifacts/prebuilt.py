@@ -1,6 +1,6 @@
 """Modules for the prebuilt-object and Triton GPU tests (tests/test_gpu_prebuilt.py), built on a
 CPU machine:
-    python -m tests.prebuilt_artifacts build/gpu-tests/prebuilt
+    python -m artifacts.prebuilt build/gpu-tests/prebuilt
 
 The objects are made here with nvcc from kernels in the repository, then declared as prebuilt
 kernels (no .cu source, a C signature), one module per object kind: PTX for sm_80 (JIT-compiled

@@ -1,7 +1,7 @@
-"""The modules the GPU tests load, built on a CPU machine.
+"""The sample, ABI and C++ modules, programs, out= and asynchronous builds that
+tests/test_gpu*.py load (the other groups have modules of their own here).
 
-The GPU machine has no compiler: build there with
-    python -m tests.gpu_artifacts build/gpu-tests
+The GPU machine has no compiler: build everything with `python -m artifacts build/gpu-tests`,
 carry build/ along, and the GPU tests pick them up (IREE_DISPATCH_PREBUILT, default
 build/gpu-tests). Where the compiler is installed the tests build them themselves.
 """
@@ -9,7 +9,6 @@ build/gpu-tests). Where the compiler is installed the tests build them themselve
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +68,7 @@ def build_programs(spec, paths: dict[str, Path]) -> None:
     from iree_dispatch.backend.program import Program
     from iree_dispatch.frontend.spec import ModuleSpec
 
-    from .abi_modules import abi_module
+    from .abi import abi_module
 
     kernels = {k.function: k for k in spec.kernels}
     for k in CHAIN_LENGTHS:
@@ -104,7 +103,7 @@ def build_all(out: Path) -> dict[str, Path]:
     from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
     from iree_dispatch.frontend.spec_file import load_spec
 
-    from .abi_modules import abi_module, cxx_module
+    from .abi import abi_module, cxx_module
 
     spec = load_spec(ROOT / "kernels" / "samples.toml")
     paths = {name: out / rel for name, rel in LAYOUT.items()}
@@ -144,30 +143,3 @@ def shared_memory_beyond_every_gpu(cxx):
     row_sum = next(k for k in cxx.kernels if k.name == "row_sum")
     with mock.patch.object(Arch, "max_shared_memory", property(lambda self: 1 << 30)):
         return ModuleSpec("cxx", (dataclasses.replace(row_sum, shared_memory=300000),), cxx.archs)
-
-
-if __name__ == "__main__":
-    # Everything every GPU test module needs, in the folders their fixtures read.
-    from . import (
-        fuzz_artifacts,
-        gemm_artifacts,
-        library_artifacts,
-        object_artifacts,
-        prebuilt_artifacts,
-        style_modules,
-        test_multi_spec,
-        toolchain_artifacts,
-        transformer_artifacts,
-    )
-
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests")
-    built = {**build_all(target), **object_artifacts.build_all(target / "objects"), **library_artifacts.build_all(target / "library")}
-    built.update({f"transformer/{name}": path for name, path in transformer_artifacts.build_all(target / "transformer").items()})
-    built.update({f"prebuilt/{name}": path for name, path in prebuilt_artifacts.build_all(target / "prebuilt").items()})
-    built.update({f"toolchains/{name}": path for name, path in toolchain_artifacts.build_all(target / "toolchains").items()})
-    built.update({f"gemm/{name}": path for name, path in gemm_artifacts.build_all(target / "gemm").items()})
-    built.update({f"multi_spec/{name}": path for name, path in test_multi_spec.build_all(target / "multi_spec").items()})
-    built.update({f"styles/{name}": path for name, path in style_modules.build_all(target / "styles").items()})
-    built.update({f"fuzz/{name}": path for name, path in fuzz_artifacts.build_all(target / "fuzz").items()})
-    for name, path in built.items():
-        print(f"{name}: {path}")

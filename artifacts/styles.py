@@ -1,6 +1,6 @@
 """Modules of the real-world-style kernels (tests/kernels/styles.cu), shared by the CPU tests
 (tests/test_styles.py) and the GPU tests (tests/test_gpu_styles.py), and built for the GPU by
-    python -m tests.style_modules build/gpu-tests/styles
+    python -m artifacts.styles build/gpu-tests/styles
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-STYLES_CU = Path(__file__).resolve().parent / "kernels" / "styles.cu"
+STYLES_CU = Path(__file__).resolve().parent.parent / "tests" / "kernels" / "styles.cu"
 ROOT = Path(__file__).resolve().parent.parent
 # name → path under the artifact folder; the poisonable copies take every output as an argument.
 LAYOUT = {

@@ -1,6 +1,6 @@
 """Modules built by each pip-installable toolchain, for tests/test_gpu_toolchains.py, built on a
 CPU machine:
-    python -m tests.toolchain_artifacts build/gpu-tests/toolchains
+    python -m artifacts.toolchains build/gpu-tests/toolchains
 One folder per toolchain: NVRTC (`pip install iree-dispatch[nvrtc]`) and the nvcc of the
 nvidia-cuda-nvcc wheel (`[nvcc]`), even where a system nvcc exists. A toolchain that is not
 installed is left out, with the reason printed; its GPU tests then skip.
@@ -56,7 +56,7 @@ def build_toolchain(name: str, out: Path) -> dict[str, Path]:
     from iree_dispatch.frontend.spec import ModuleSpec
     from iree_dispatch.frontend.spec_file import load_spec
 
-    from .abi_modules import abi_module, cxx_module
+    from .abi import abi_module, cxx_module
 
     toolchain = make_toolchain(name)
     paths = {key: out / rel for key, rel in layout(name).items()}

@@ -32,7 +32,7 @@ def have_nvcc() -> bool:
 
 
 def prebuilt_dir(subdir: str = "") -> Path:
-    """Where `python -m tests.gpu_artifacts` put the GPU tests' modules, for a GPU machine with
+    """Where `python -m artifacts` put the GPU tests' modules, for a GPU machine with
     no compiler: $IREE_DISPATCH_PREBUILT (default build/gpu-tests), then `subdir`."""
     return Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests")) / subdir
 
@@ -48,7 +48,7 @@ def module_paths(tmp_path_factory, subdir: str, layout: Mapping[str, str], build
     paths = {name: prebuilt / rel for name, rel in layout.items() if keep(name, prebuilt / rel)}
     missing = [str(p) for p in paths.values() if not p.exists()]
     if missing:
-        pytest.fail(f"no compiler here and prebuilt modules missing: {missing}; run python -m tests.gpu_artifacts")
+        pytest.fail(f"no compiler here and prebuilt modules missing: {missing}; run python -m artifacts")
     return paths
 
 

@@ -1,4 +1,4 @@
-"""The kernel-ABI fuzz on the CPU (tests/abi_fuzz.py): random kernels build, and what the
+"""The kernel-ABI fuzz on the CPU (artifacts/fuzz_kernels.py): random kernels build, and what the
 build made of them is what the kernel declares:
 (a) every generated kernel builds, as declared and with its outputs in place;
 (b) at flow level, where IREE assigns buffers, each dispatch takes one tensor per pointer in
@@ -26,8 +26,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from . import abi_fuzz
-from .abi_fuzz import FEATURES, FuzzKernel, FuzzModule
+from artifacts import fuzz_kernels
+from artifacts.fuzz_kernels import FEATURES, FuzzKernel, FuzzModule
+
 from .conftest import needs_build_tools
 
 # The styles iree_dispatch has long supported, so a module built to show one feature fails
@@ -37,31 +38,31 @@ BASELINE = dict(styles={"extern_c", "cxx", "template"}, scalars_anywhere=False, 
 
 def switched_on(feature: str) -> bool:
     if feature == "scalars_anywhere":
-        return abi_fuzz.SCALARS_ANYWHERE
+        return fuzz_kernels.SCALARS_ANYWHERE
     if feature == "same_dtype_outputs":
-        return abi_fuzz.SAME_DTYPE_OUTPUTS
-    return feature in abi_fuzz.STYLES
+        return fuzz_kernels.SAME_DTYPE_OUTPUTS
+    return feature in fuzz_kernels.STYLES
 
 
 # --- the generator --------------------------------------------------------------------------
 
 
 def test_generation_is_a_pure_function_of_the_seed():
-    first, second = abi_fuzz.generate_modules(7, 30, 10), abi_fuzz.generate_modules(7, 30, 10)
+    first, second = fuzz_kernels.generate_modules(7, 30, 10), fuzz_kernels.generate_modules(7, 30, 10)
     assert [m.source for m in first] == [m.source for m in second]
     assert [m.digest() for m in first] == [m.digest() for m in second]
     assert [m.fuzz_bf16 for m in first] == [False, True, False]
-    assert abi_fuzz.generate(123) == abi_fuzz.generate(123)
-    assert abi_fuzz.generate(123).source != abi_fuzz.generate(124).source
+    assert fuzz_kernels.generate(123) == fuzz_kernels.generate(123)
+    assert fuzz_kernels.generate(123).source != fuzz_kernels.generate(124).source
     # A kernel does not depend on the ones generated before it.
-    alone = abi_fuzz.generate_module(7, 1, 10)
+    alone = fuzz_kernels.generate_module(7, 1, 10)
     assert alone.source == first[1].source
 
 
 @settings(max_examples=150, deadline=None)
 @given(seed=st.integers(0, 2**63 - 1), bf16=st.booleans())
 def test_every_generated_kernel_is_well_formed(seed, bf16):
-    k = abi_fuzz.generate(seed, fuzz_bf16=bf16)
+    k = fuzz_kernels.generate(seed, fuzz_bf16=bf16)
     names = [p.name for p in k.params]
     assert len(set(names)) == len(names) and k.size in names
     assert 1 <= len(k.pointers) <= 16 and k.writable and sum(2 if p.nbytes == 8 else 1 for p in k.scalars) <= 64
@@ -77,11 +78,11 @@ def test_every_generated_kernel_is_well_formed(seed, bf16):
     assert [p.decl.split()[-1] for p in k.params] == names
 
     rng = np.random.default_rng(seed % 2**32)
-    n = int(rng.choice(abi_fuzz.AWKWARD_SIZES + (abi_fuzz.MAX_N,)))
+    n = int(rng.choice(fuzz_kernels.AWKWARD_SIZES + (fuzz_kernels.MAX_N,)))
     want = k.reference(k.random_arrays(rng, n), k.random_scalars(rng), n)
     assert list(want) == [p.name for p in k.writable]
     for p in k.writable:
-        assert want[p.name].shape == (n,) and want[p.name].dtype == abi_fuzz.numpy_dtype(p.numpy)
+        assert want[p.name].shape == (n,) and want[p.name].dtype == fuzz_kernels.numpy_dtype(p.numpy)
     # Fresh outputs of one dtype get formulas of their own, so outputs sharing a buffer show.
     formulas = dict(k.formulas)
     fresh = [p for p in k.params if p.role == "out"]
@@ -92,7 +93,7 @@ def test_every_generated_kernel_is_well_formed(seed, bf16):
             if a.numpy == b.numpy and n >= 32:
                 assert want[a.name].tobytes() != want[b.name].tobytes(), (a.name, b.name)
     # Every poison differs from the expected value in every element.
-    for name, poison in abi_fuzz.poison_for(k, want).items():
+    for name, poison in fuzz_kernels.poison_for(k, want).items():
         size = poison.dtype.itemsize
         assert (poison.view(np.uint8).reshape(n, size) != want[name].view(np.uint8).reshape(n, size)).any(axis=1).all()
 
@@ -100,11 +101,11 @@ def test_every_generated_kernel_is_well_formed(seed, bf16):
 @pytest.mark.parametrize("feature", FEATURES)
 def test_a_required_feature_is_generated_and_a_switched_off_one_is_not(feature):
     for seed in range(20):
-        assert feature in abi_fuzz.generate(seed, require=[feature], **BASELINE).features
-    off = dict(styles=set(abi_fuzz.ALL_STYLES) - {feature}, scalars_anywhere=feature != "scalars_anywhere",
+        assert feature in fuzz_kernels.generate(seed, require=[feature], **BASELINE).features
+    off = dict(styles=set(fuzz_kernels.ALL_STYLES) - {feature}, scalars_anywhere=feature != "scalars_anywhere",
                same_dtype_outputs=feature != "same_dtype_outputs")
     for seed in range(60):
-        k = abi_fuzz.generate(seed, **off)
+        k = fuzz_kernels.generate(seed, **off)
         assert feature not in k.features
         if feature == "scalars_anywhere":
             first_scalar = next(i for i, p in enumerate(k.params) if not p.pointer)
@@ -112,7 +113,7 @@ def test_a_required_feature_is_generated_and_a_switched_off_one_is_not(feature):
 
 
 def test_batches_cover_every_feature():
-    modules = abi_fuzz.generate_modules(2024, 160)
+    modules = fuzz_kernels.generate_modules(2024, 160)
     seen = {f for m in modules for k in m.kernels for f in k.features}
     assert {f for f in FEATURES if switched_on(f)} <= seen
     details = {"no_inputs": True, "scalar_first": switched_on("scalars_anywhere"), "nested_namespace": switched_on("namespace")}
@@ -162,7 +163,7 @@ def check_description(k: FuzzKernel, d: dict, in_place: bool) -> None:
     assert d["block"] == [k.block, 1, 1] and d["grid"] == [k.grid, "1", "1"], where
     assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [(p.name, p.mlir, [k.size]) for p in k.call_tensors(in_place)], where
     # C types compared by what they are (int64_t is `long` once a kernel's types were resolved by the compiler).
-    assert [(s["name"], abi_fuzz.SCALAR.get(s["ctype"], s["ctype"]), s["bytes"]) for s in d["scalars"]] == [
+    assert [(s["name"], fuzz_kernels.SCALAR.get(s["ctype"], s["ctype"]), s["bytes"]) for s in d["scalars"]] == [
         (p.name, p.numpy, p.nbytes) for p in k.call_scalars(in_place)], where
     assert [(t["name"], t["dtype"], t["inplace"]) for t in d["outputs"]] == [(p.name, p.mlir, in_place or p.role == "io") for p in k.writable], where
 
@@ -199,7 +200,7 @@ def flow_dispatches(mlir: Path) -> dict[str, list[tuple[list[str], list[str], li
     from iree_dispatch.backend.compile import compile_flags
     from iree_dispatch.core.archs import parse_arch
 
-    flags = compile_flags(parse_arch(abi_fuzz.DEFAULT_ARCHS[0]), Path("."))
+    flags = compile_flags(parse_arch(fuzz_kernels.DEFAULT_ARCHS[0]), Path("."))
     proc = subprocess.run([find_tool("iree-compile"), *flags, "--compile-to=flow", mlir.name], cwd=mlir.parent, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     found: dict[str, list] = {}
@@ -249,8 +250,8 @@ def test_each_feature_builds_alone(tmp_path, feature):
     """Modules of kernels that show one feature on top of the long-supported ones, so a
     failure names the feature."""
     if not switched_on(feature):
-        pytest.skip(f"{feature} is switched off in tests/abi_fuzz.py")
-    kernels = tuple(abi_fuzz.generate(abi_fuzz._derive("feature", feature, j), ident=f"f{j}", require=[feature],
+        pytest.skip(f"{feature} is switched off in artifacts/fuzz_kernels.py")
+    kernels = tuple(fuzz_kernels.generate(fuzz_kernels._derive("feature", feature, j), ident=f"f{j}", require=[feature],
                                       fuzz_bf16=j % 2 == 1 and feature == "pp_alias", **BASELINE) for j in range(6))
     if feature == "pp_alias":  # both meanings of floatX: one module each
         for bf16 in (False, True):
@@ -265,7 +266,7 @@ def test_each_feature_builds_alone(tmp_path, feature):
 @settings(max_examples=3, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**63 - 1), index=st.integers(0, 1))
 def test_random_modules_build_in_both_forms(tmp_path_factory, seed, index):
-    module = abi_fuzz.generate_module(seed, index, 12)
+    module = fuzz_kernels.generate_module(seed, index, 12)
     folder = tmp_path_factory.mktemp("random")
     build_and_check(module, folder, in_place=False)
     build_and_check(module, folder, in_place=True)
@@ -277,15 +278,15 @@ def test_references_agree_with_the_cuda_text_on_the_host(tmp_path, index):
     """The kernels' per-element functions compiled for the host compute, element for element
     and bit for bit, what the numpy references say (no GPU involved)."""
     pytest.importorskip("ml_dtypes")
-    module = abi_fuzz.generate_module(4711, index, 20)
-    library = ctypes.CDLL(str(abi_fuzz.build_host_library(module, tmp_path)))
+    module = fuzz_kernels.generate_module(4711, index, 20)
+    library = ctypes.CDLL(str(fuzz_kernels.build_host_library(module, tmp_path)))
     rng = np.random.default_rng()
     checked = 0
     for k in module.kernels:
-        for n in abi_fuzz.call_sizes(rng):
+        for n in fuzz_kernels.call_sizes(rng):
             arrays, scalars = k.random_arrays(rng, n), k.random_scalars(rng)
             want = k.reference(arrays, scalars, n)
-            got = abi_fuzz.run_on_host(library, k, arrays, scalars, n, abi_fuzz.poison_for(k, want))
+            got = fuzz_kernels.run_on_host(library, k, arrays, scalars, n, fuzz_kernels.poison_for(k, want))
             for name in want:
                 assert got[name].tobytes() == want[name].tobytes(), f"{k.name}: {name} at n={n}"
                 checked += 1
@@ -294,19 +295,18 @@ def test_references_agree_with_the_cuda_text_on_the_host(tmp_path, index):
 
 @needs_build_tools
 def test_artifacts_and_manifest(tmp_path):
-    """tests.fuzz_artifacts builds both forms of every kernel and says so in its manifest."""
+    """artifacts.fuzz builds both forms of every kernel and says so in its manifest."""
+    from artifacts import fuzz
     from iree_dispatch.runtime import read_descriptions
 
-    from . import fuzz_artifacts
-
-    proc = subprocess.run([sys.executable, "-m", "tests.fuzz_artifacts", str(tmp_path), "--count", "5", "--per-module", "3", "--seed", "99", "--strict"],
+    proc = subprocess.run([sys.executable, "-m", "artifacts.fuzz", str(tmp_path), "--count", "5", "--per-module", "3", "--seed", "99", "--strict"],
                           cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "5 of 5 kernels built" in proc.stdout
-    manifest = json.loads((tmp_path / fuzz_artifacts.MANIFEST).read_text())
-    modules = abi_fuzz.generate_modules(99, 5, 3)
+    manifest = json.loads((tmp_path / fuzz.MANIFEST).read_text())
+    modules = fuzz_kernels.generate_modules(99, 5, 3)
     assert manifest["seed"] == 99 and list(manifest["modules"]) == [m.name for m in modules]
-    assert set(fuzz_artifacts.layout(99, 5, 3).values()) == {"manifest.json"} | {
+    assert set(fuzz.layout(99, 5, 3).values()) == {"manifest.json"} | {
         rel for m in manifest["modules"].values() for rel in (m["declared"], m["in_place"])}
     for m in modules:
         entry = manifest["modules"][m.name]
@@ -320,18 +320,18 @@ def test_artifacts_and_manifest(tmp_path):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**63 - 1), n=st.sampled_from(abi_fuzz.AWKWARD_SIZES))
+@given(seed=st.integers(0, 2**63 - 1), n=st.sampled_from(fuzz_kernels.AWKWARD_SIZES))
 def test_the_gpu_comparison_sees_every_unwritten_element(seed, n):
     """What test_gpu_abi_fuzz.py does with a kernel's results, on results made here: the
     expected ones pass, and fresh outputs left holding their poison fail in every element."""
     pytest.importorskip("ml_dtypes")
     from .test_gpu_abi_fuzz import call_arguments, mismatches
 
-    k = abi_fuzz.generate(seed)
+    k = fuzz_kernels.generate(seed)
     rng = np.random.default_rng(seed % 2**32)
     arrays, scalars = k.random_arrays(rng, n), k.random_scalars(rng)
     want = k.reference(arrays, scalars, n)
-    poison = abi_fuzz.poison_for(k, want)
+    poison = fuzz_kernels.poison_for(k, want)
     args = call_arguments(k, True, arrays, scalars, poison, n)
     assert len(args) == len(k.call_tensors(True)) + len(k.call_scalars(True))
     assert all(a is poison[p.name] for a, p in zip(args, k.call_tensors(True)) if p.role == "out")

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from artifacts.samples import LAYOUT, build_all
 from iree_dispatch import runtime
 from iree_dispatch.core.errors import DeviceError
 
 from .conftest import ROOT, module_paths
-from .gpu_artifacts import LAYOUT, build_all
 
 pytestmark = pytest.mark.gpu
 

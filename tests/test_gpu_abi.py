@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 
+from artifacts.abi import ELEMENT_TYPES
 from iree_dispatch import runtime
 
-from .abi_modules import ELEMENT_TYPES
 from .test_gpu import artifacts  # noqa: F401  (the session fixture)
 
 pytestmark = pytest.mark.gpu

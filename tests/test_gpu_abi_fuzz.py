@@ -1,5 +1,5 @@
-"""On a CUDA device: every kernel of the ABI fuzz (tests/abi_fuzz.py, built by
-tests/fuzz_artifacts.py) against its numpy reference, element by element and bit for bit.
+"""On a CUDA device: every kernel of the ABI fuzz (artifacts/fuzz_kernels.py, built by
+artifacts/fuzz.py) against its numpy reference, element by element and bit for bit.
 
 Each kernel runs at a few sizes (some awkward: 1, 3, 1023, 4097, ...; one random), each time on
 fresh random inputs and scalars: once as declared (IREE allocates the fresh outputs) and once
@@ -9,8 +9,8 @@ XOR an output-specific mask, bools as a byte that is neither 0 nor 1), so an ele
 unwritten, a binding given to the wrong parameter, and outputs sharing one buffer all show.
 
 The kernels are regenerated from the seed in the artifacts' manifest (default
-fuzz_artifacts.SEED), and artifacts built from other generated text are refused. Without a
-compiler, build them first: python -m tests.fuzz_artifacts build/gpu-tests/fuzz
+fuzz.SEED), and artifacts built from other generated text are refused. Without a
+compiler, build them first: python -m artifacts.fuzz build/gpu-tests/fuzz
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from artifacts import fuzz, fuzz_kernels
 from iree_dispatch import runtime
 
-from . import abi_fuzz, fuzz_artifacts
 from .conftest import have_compiler, module_paths, prebuilt_dir
 
 pytestmark = pytest.mark.gpu
@@ -32,26 +32,26 @@ pytestmark = pytest.mark.gpu
 def _batch() -> tuple[int, int, int]:
     """(seed, count, per_module) of the kernels to test: the prebuilt manifest's where the
     tests use prebuilt modules, else the defaults."""
-    manifest = prebuilt_dir("fuzz") / fuzz_artifacts.MANIFEST
+    manifest = prebuilt_dir("fuzz") / fuzz.MANIFEST
     if not have_compiler() and manifest.exists():
         data = json.loads(manifest.read_text())
         return data["seed"], data["count"], data["per_module"]
-    return fuzz_artifacts.SEED, fuzz_artifacts.COUNT, fuzz_artifacts.PER_MODULE
+    return fuzz.SEED, fuzz.COUNT, fuzz.PER_MODULE
 
 
 SEED, COUNT, PER_MODULE = _batch()
-MODULES = abi_fuzz.generate_modules(SEED, COUNT, PER_MODULE)
+MODULES = fuzz_kernels.generate_modules(SEED, COUNT, PER_MODULE)
 CASES = [(m, k) for m in MODULES for k in m.kernels]
 
 
 @pytest.fixture(scope="session")
 def fuzz(tmp_path_factory) -> tuple[dict[str, Path], dict]:
     """(name → module path, manifest), checked against the regenerated kernels."""
-    if not have_compiler() and not (prebuilt_dir("fuzz") / fuzz_artifacts.MANIFEST).exists():
-        pytest.fail(f"no compiler here and no {prebuilt_dir('fuzz') / fuzz_artifacts.MANIFEST}; run python -m tests.fuzz_artifacts {prebuilt_dir('fuzz')}")
+    if not have_compiler() and not (prebuilt_dir("fuzz") / fuzz.MANIFEST).exists():
+        pytest.fail(f"no compiler here and no {prebuilt_dir('fuzz') / fuzz.MANIFEST}; run python -m artifacts.fuzz {prebuilt_dir('fuzz')}")
     paths = module_paths(
-        tmp_path_factory, "fuzz", fuzz_artifacts.layout(SEED, COUNT, PER_MODULE),
-        lambda out: fuzz_artifacts.build_all(out, SEED, COUNT, PER_MODULE),
+        tmp_path_factory, "fuzz", fuzz.layout(SEED, COUNT, PER_MODULE),
+        lambda out: fuzz.build_all(out, SEED, COUNT, PER_MODULE),
         # A module none of whose kernels built has no files; the manifest says which.
         keep=lambda name, path: name == "manifest" or path.exists(),
     )
@@ -60,8 +60,8 @@ def fuzz(tmp_path_factory) -> tuple[dict[str, Path], dict]:
     for m in MODULES:
         entry = manifest["modules"][m.name]
         if entry["digest"] != m.digest():
-            pytest.fail(f"{m.name}: the artifacts were built from other generated kernels (tests/abi_fuzz.py changed since); "
-                        f"rebuild them: python -m tests.fuzz_artifacts {paths['manifest'].parent}")
+            pytest.fail(f"{m.name}: the artifacts were built from other generated kernels (artifacts/fuzz_kernels.py changed since); "
+                        f"rebuild them: python -m artifacts.fuzz {paths['manifest'].parent}")
         if entry["kernels"]:
             assert m.name in paths and f"{m.name}_in_place" in paths, f"{m.name}: the manifest lists built kernels, the module is missing"
     return paths, manifest
@@ -101,14 +101,14 @@ def tally(request) -> dict[str, int]:
     return counts
 
 
-def call_arguments(kernel: abi_fuzz.FuzzKernel, in_place: bool, arrays: dict, scalars: dict, poison: dict, n: int) -> list:
+def call_arguments(kernel: fuzz_kernels.FuzzKernel, in_place: bool, arrays: dict, scalars: dict, poison: dict, n: int) -> list:
     """The generated function's arguments: input tensors in parameter order, then scalar
     arguments in parameter order (the size, where no tensor argument has it)."""
     tensors = [poison[p.name] if p.role == "out" else arrays[p.name] for p in kernel.call_tensors(in_place)]
     return tensors + [n if p.role == "size" else scalars[p.name] for p in kernel.call_scalars(in_place)]
 
 
-def mismatches(kernel: abi_fuzz.FuzzKernel, got, want: dict[str, np.ndarray], label: str) -> tuple[int, list[str]]:
+def mismatches(kernel: fuzz_kernels.FuzzKernel, got, want: dict[str, np.ndarray], label: str) -> tuple[int, list[str]]:
     """(mismatched elements, descriptions) of every output against its reference."""
     got = list(got) if isinstance(got, tuple) else [got]
     if len(got) != len(want):
@@ -148,11 +148,11 @@ def test_fuzz_kernel(fuzz, loaded, tally, module, kernel):
 
     rng = np.random.default_rng()
     bad_elements, problems = 0, []
-    for n in abi_fuzz.call_sizes(rng):
+    for n in fuzz_kernels.call_sizes(rng):
         for in_place, fn in forms.items():
             arrays, scalars = kernel.random_arrays(rng, n), kernel.random_scalars(rng)
             want = kernel.reference(arrays, scalars, n)
-            poison = abi_fuzz.poison_for(kernel, want) if in_place else {}
+            poison = fuzz_kernels.poison_for(kernel, want) if in_place else {}
             args = call_arguments(kernel, in_place, arrays, scalars, poison, n)
             before = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
             got = fn(*args)

@@ -29,10 +29,10 @@ import importlib.util
 import numpy as np
 import pytest
 
+from artifacts.gemm import LAYOUT, TENSOR_MAPS, build_all, build_tensor_maps_cubin
 from iree_dispatch import runtime
 
 from .conftest import ROOT, have_compiler, module_paths, prebuilt_dir
-from .gemm_artifacts import LAYOUT, TENSOR_MAPS, build_all, build_tensor_maps_cubin
 
 pytestmark = pytest.mark.gpu
 
@@ -153,7 +153,7 @@ def tensor_maps_cubin(tmp_path_factory):
         return build_tensor_maps_cubin(tmp_path_factory.mktemp("tensor_maps") / TENSOR_MAPS)
     path = prebuilt_dir("gemm") / TENSOR_MAPS
     if not path.exists():
-        pytest.fail(f"no compiler here and {path} missing; run python -m tests.gpu_artifacts")
+        pytest.fail(f"no compiler here and {path} missing; run python -m artifacts")
     return path
 
 

@@ -40,10 +40,10 @@ import importlib.util
 import numpy as np
 import pytest
 
+from artifacts.library import LAYOUT, build_all
 from iree_dispatch import runtime
 
 from .conftest import ROOT, module_paths
-from .library_artifacts import LAYOUT, build_all
 
 pytestmark = pytest.mark.gpu
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from artifacts.objects import PROBES, build_all, layout
 from iree_dispatch import runtime
 
 from .conftest import module_paths
-from .object_artifacts import PROBES, build_all, layout
 
 pytestmark = pytest.mark.gpu
 

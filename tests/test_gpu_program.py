@@ -1,14 +1,14 @@
 """On a CUDA device: programs of K kernel calls against numpy, out= kernels, and asynchronous
-calls. Skipped where no CUDA device exists; modules from tests/gpu_artifacts.py."""
+calls. Skipped where no CUDA device exists; modules from artifacts/samples.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from artifacts.samples import AXPBY_CHAIN, CHAIN_LENGTHS, REVERSE_CHAIN, STATIC_SIZE
 from iree_dispatch import runtime
 
-from .gpu_artifacts import AXPBY_CHAIN, CHAIN_LENGTHS, REVERSE_CHAIN, STATIC_SIZE
 from .test_gpu import artifacts, fresh  # noqa: F401  (the session fixture that builds or finds the modules)
 
 pytestmark = pytest.mark.gpu

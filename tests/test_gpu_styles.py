@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from artifacts.styles import LAYOUT, build_all
 from iree_dispatch import runtime
 
 from .conftest import module_paths
-from .style_modules import LAYOUT, build_all
 
 pytestmark = pytest.mark.gpu
 

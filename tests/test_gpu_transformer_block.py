@@ -32,10 +32,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from artifacts.transformer import BLOCKS, EPS, LAYOUT, NEEDS_GEMM, D, H, T, bf16, block_inputs, block_reference, build_all, have_gemm, references
 from iree_dispatch import runtime
 
 from .conftest import module_paths
-from .transformer_artifacts import BLOCKS, EPS, LAYOUT, NEEDS_GEMM, D, H, T, bf16, block_inputs, block_reference, build_all, have_gemm, references
 
 pytestmark = pytest.mark.gpu
 Z_ATOL = 5e-3

@@ -37,5 +37,5 @@ def test_reads_prebuilt_modules_without_a_compiler(monkeypatch, tmp_path, tmp_pa
     paths = conftest.module_paths(tmp_path_factory, "lib", LAYOUT, never, keep=lambda name, path: path.exists() or name != "optional")
     assert paths == {"plain": tmp_path / "lib" / "m.vmfb", "nested": tmp_path / "lib" / "in_place" / "m.vmfb"}
 
-    with pytest.raises(pytest.fail.Exception, match=r"prebuilt modules missing: .*extra/o\.vmfb.*python -m tests\.gpu_artifacts"):
+    with pytest.raises(pytest.fail.Exception, match=r"prebuilt modules missing: .*extra/o\.vmfb.*python -m artifacts"):
         conftest.module_paths(tmp_path_factory, "lib", LAYOUT, never)

@@ -4,7 +4,7 @@ executable symbol both modules would use is renamed, and clashing module names a
 
 Two tiny modules, `a` (scale) and `b` (add), each built from a source named k.cu, so that both
 emit an executable @k_cu. On a GPU the program computes s * x + y on fresh random data
-(artifacts built here: python -m tests.test_multi_spec build/gpu-tests/multi_spec).
+(artifacts built here: python -m artifacts build/gpu-tests).
 """
 
 from __future__ import annotations
@@ -15,69 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from artifacts.multi_spec import SPEC, build_all, write_sources
 from iree_dispatch.cli import main
 from iree_dispatch.core.errors import SpecError
 
 from .conftest import ROOT, have_compiler, needs_build_tools, prebuilt_dir
-
-SCALE_CU = """
-extern "C" __global__ void scale(const float* __restrict__ x, float* __restrict__ out, float s, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = s * x[i];
-}
-"""
-ADD_CU = """
-extern "C" __global__ void add(const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = x[i] + y[i];
-}
-"""
-SPEC = """[module]
-name = "{module}"
-archs = ["sm_80", "sm_90"]
-
-[[kernel]]
-name = "{kernel}"
-source = "k.cu"
-block = [128]
-grid = ["ceildiv(n, 128)"]
-shape = ["n"]
-"""
-PROGRAM = """
-module @two_modules {
-  func.func private @a.scale(tensor<?xf32>, f32) -> tensor<?xf32>
-  func.func private @b.add(tensor<?xf32>, tensor<?xf32>) -> tensor<?xf32>
-  func.func @scale_add(%x: tensor<?xf32>, %y: tensor<?xf32>, %s: f32) -> tensor<?xf32> {
-    %t = func.call @a.scale(%x, %s) : (tensor<?xf32>, f32) -> tensor<?xf32>
-    %r = func.call @b.add(%t, %y) : (tensor<?xf32>, tensor<?xf32>) -> tensor<?xf32>
-    return %r : tensor<?xf32>
-  }
-}
-"""
-
-
-def write_sources(root: Path) -> tuple[Path, Path, Path]:
-    """(a.toml, b.toml, program.mlir) under `root`; each spec's k.cu in its own folder."""
-    specs = []
-    for module, kernel, source in (("a", "scale", SCALE_CU), ("b", "add", ADD_CU)):
-        (root / module).mkdir(parents=True, exist_ok=True)
-        (root / module / "k.cu").write_text(source, encoding="utf-8")
-        spec = root / module / f"{module}.toml"
-        spec.write_text(SPEC.format(module=module, kernel=kernel), encoding="utf-8")
-        specs.append(spec)
-    program = root / "two_modules.mlir"
-    program.write_text(PROGRAM, encoding="utf-8")
-    return specs[0], specs[1], program
-
-
-def build_all(out: Path) -> dict[str, Path]:
-    from iree_dispatch.backend.pipeline import build
-    from iree_dispatch.frontend.spec_file import load_spec
-
-    a, b, program = write_sources(out / "src")
-    vmfb = out / "two_modules.vmfb"
-    build([load_spec(a), load_spec(b)], vmfb, program=program, emit_mlir=vmfb.with_suffix(".mlir"))
-    return {"two_modules": vmfb}
 
 
 @needs_build_tools
@@ -153,7 +95,7 @@ def test_gpu_program_of_two_modules(tmp_path):
     else:
         path = prebuilt_dir("multi_spec") / "two_modules.vmfb"
         if not path.exists():
-            pytest.fail(f"no compiler here and prebuilt module missing: {path}; run python -m tests.test_multi_spec")
+            pytest.fail(f"no compiler here and prebuilt module missing: {path}; run python -m artifacts")
     module = runtime.load(path)
     rng = np.random.default_rng()
     for n in (1, 127, 1000, 100_003):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from artifacts.prebuilt import AXPBY, SIMPLE_MUL
 from iree_dispatch.backend.pipeline import build
 from iree_dispatch.cli import main
 from iree_dispatch.core.errors import AbiError, SpecError
@@ -17,7 +18,6 @@ from iree_dispatch.frontend.prebuilt import cubin_kernels, read_object
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
 from .conftest import ROOT, needs_build_tools
-from .prebuilt_artifacts import AXPBY, SIMPLE_MUL
 
 pytestmark = needs_build_tools
 SIMPLE_MUL_CU = ROOT / "kernels" / "simple_mul.cu"

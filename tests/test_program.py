@@ -62,7 +62,7 @@ def test_program_text_calls_each_kernel_in_order(samples):
 def test_scalar_constants_use_the_function_argument_types(tmp_path):
     """double travels as its bits in an i64, __half as its 16 bits in an i32, integers as
     themselves: the conversions of contract.scalar_argument."""
-    from tests.abi_modules import abi_module
+    from artifacts.abi import abi_module
 
     echo = next(k for k in abi_module().kernels if k.name == "echo_scalars")
     p = Program("echo")

@@ -8,12 +8,12 @@ import re
 
 import pytest
 
+from artifacts.styles import STYLES_CU, prebuilt_cxx_module, styles_module
 from iree_dispatch.backend.abi import ptx_entries
 from iree_dispatch.backend.pipeline import build
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
 from .conftest import needs_build_tools
-from .style_modules import STYLES_CU, prebuilt_cxx_module, styles_module
 
 pytestmark = needs_build_tools
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from artifacts.abi import abi_module, cxx_module
+from artifacts.toolchains import make_toolchain
 from iree_dispatch.core.archs import parse_archs
 from iree_dispatch.core.errors import ToolchainError
 
-from .abi_modules import abi_module, cxx_module
 from .conftest import ROOT, SAMPLES_SPEC, have_compiler
-from .toolchain_artifacts import make_toolchain
 
 (SM80,), (SM90,) = parse_archs(["sm_80"]), parse_archs(["sm_90"])
 # The newest PTX ISA a CUDA 13.0 driver (580) JIT-compiles: the pip routes pin 13.0.*.

@@ -8,8 +8,9 @@ import subprocess
 
 import pytest
 
+from artifacts.transformer import BLOCKS, GEMM_SPEC, NEEDS_GEMM, PROGRAMS, SPEC, build_all, codegen_flags, have_gemm
+
 from .conftest import ROOT, needs_build_tools
-from .transformer_artifacts import BLOCKS, GEMM_SPEC, NEEDS_GEMM, PROGRAMS, SPEC, build_all, codegen_flags, have_gemm
 
 pytestmark = needs_build_tools
 
