@@ -254,8 +254,18 @@ def test_clear_with_a_wrong_tag_is_refused(cache_root):
     assert (cache_root / "entries").is_dir()
 
 
+def test_clear_returns_what_it_kept(cache_root):
+    with Cache().lock("k"):
+        pass
+    (cache_root / "notes.txt").write_text("x")
+    assert Cache().clear() == [cache_root / "notes.txt"]
+    assert not (cache_root / "locks").exists() and (cache_root / MARKER).exists()
+    (cache_root / "notes.txt").unlink()
+    assert Cache().clear() == [] and not cache_root.exists()
+
+
 def test_clear_of_a_missing_cache_is_a_no_op(cache_root):
-    Cache().clear()
+    assert Cache().clear() == []
     assert not cache_root.exists()
 
 

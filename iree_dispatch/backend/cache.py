@@ -420,13 +420,14 @@ class Cache:
         size = sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file()) if self.root.is_dir() else 0
         return {"path": str(self.root), "entries": len(entries), "bytes": size}
 
-    def clear(self) -> None:
+    def clear(self) -> list[Path]:
         """Deletes the cache's own folders (entries, manifests, locks), only in a folder that
         carries the cache's CACHEDIR.TAG; other files are left alone. The folder itself goes
-        too if nothing else is in it. A missing folder is already clear."""
+        too if nothing else is in it. A missing folder is already clear. Returns what was left
+        in place because it isn't the cache's."""
         root = self.root
         if not os.path.lexists(root):
-            return
+            return []
         if not root.is_dir():
             raise CacheError(f"build cache {root}: is not a folder, so there is no cache to clear (IREE_DISPATCH_CACHE_DIR names the cache folder)")
         if not self._tagged():
@@ -438,11 +439,13 @@ class Cache:
             for name in os.listdir(root):
                 if name in SUBDIRS or name.startswith(f".{MARKER}."):
                     _remove(root / name, strict=True)
-            if os.listdir(root) == [MARKER]:  # nothing but the cache's: the folder goes too
+            kept = sorted(root / name for name in os.listdir(root) if name != MARKER)
+            if not kept:  # nothing but the cache's: the folder goes too
                 os.unlink(root / MARKER)
                 os.rmdir(root)
         except OSError as exc:
             raise CacheError(f"build cache {root}: can't clear it ({exc.strerror or exc}: {exc.filename})") from exc
+        return kept
 
 
 def _remove(path: Path, strict: bool = False) -> None:
