@@ -114,3 +114,18 @@ def test_a_kernel_inside_a_macro_is_not_a_kernel_of_the_file(cu):
     assert KernelSpec.declare(path, "plain", block=64, grid="n", shape=["n"]).signature.line == 7
     made = KernelSpec.declare(path, "made", block=64, grid="n", shape=["n"], signature="void made(float* out, int n)")
     assert made.signature.declared
+
+
+@needs_build_tools
+def test_a_program_checks_size_dependent_divisors_at_entry(cu, tmp_path):
+    from iree_dispatch.backend.program import Program
+
+    kernel = _declare(cu, grid="n // (m - n)")
+    p = Program("divides")
+    a, b = p.input("a", "f32", ["n"]), p.input("b", "f32", ["m"])
+    p.output(p.call(kernel, a, b))
+    assert "(m - n) != 0: program divides: call 0 to mul: grid[0] = (n // (m - n)) divides by (m - n), which is 0 for these sizes" in p.entry_checks()
+    static = Program("static")
+    a, b = static.input("a", "f32", [4]), static.input("b", "f32", [4])
+    with pytest.raises(ValueError, match=r"grid\[0\] = \(n // \(m - n\)\) divides by \(m - n\), which is 0 for these sizes"):
+        static.call(kernel, a, b)

@@ -219,13 +219,9 @@ def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, fun
         return ex.lower_to_arith(e, symbols, b.fresh, b.lines)
 
     # A divisor that depends on sizes is checked before anything divides by it (arith's
-    # divisions by zero are undefined): the grid, output dims and scalars computed from sizes.
-    sized = [(f"grid[{i}] = {g}", g) for i, g in enumerate(k.grid)]
-    sized += [(f"output {t.name} dim {i} = {d}", d) for t in k.outputs for i, d in enumerate(t.shape) if t.role == "output"]
-    sized += [(f"scalar {s.name} = {s.value}", s.value) for s in k.scalars if s.value is not None]
-    for label, e in sized:
-        for divisor in dict.fromkeys(d for d in ex.divisors(e) if ex.symbols(d)):
-            b.check("ne", lower(divisor), b.constant(0), f"{label} divides by {divisor}, which is 0 for these sizes")
+    # divisions by zero are undefined).
+    for label, divisor in k.size_divisors():
+        b.check("ne", lower(divisor), b.constant(0), f"{label} divides by {divisor}, which is 0 for these sizes")
 
     arg_names = {a.name for a in k.scalar_args}
     constants = []

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import expr as ex
-from ..core.contract import PROGRAM_REFLECTION_KEY, encode, scalar_argument, scalar_description
+from ..core.contract import PROGRAM_REFLECTION_KEY, RELATIONS, encode, scalar_argument, scalar_description
 from ..core.dtypes import ELEMENT_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
 from ..frontend.spec import KernelSpec, ModuleSpec
 from .emit import UNCHECKED_SUFFIX
@@ -89,7 +89,7 @@ class Scalar:
 @dataclass(frozen=True)
 class _Check:
     """A relation between sizes the program's kernels need, checked at entry: `lhs op rhs`
-    (op: an arith.cmpi predicate, "eq", "sge" or "sle")."""
+    (op: an arith.cmpi predicate of contract.RELATIONS)."""
 
     op: str
     lhs: ex.Expr
@@ -104,7 +104,7 @@ class _Check:
         return {"op": self.op, "lhs": _expr_text(self.lhs), "rhs": _expr_text(self.rhs), "message": self.message}
 
 
-_PYTHON_OPS = {"eq": "==", "sge": ">=", "sle": "<="}
+_PYTHON_OPS = {"eq": "==", "ne": "!=", "sge": ">=", "sle": "<="}
 
 
 @dataclass(frozen=True)
@@ -383,10 +383,14 @@ class Program:
 
         def need(op: str, lhs: ex.Expr, bound: int, message: str) -> None:
             if isinstance(lhs, ex.Num):
-                if not (lhs.value >= bound if op == "sge" else lhs.value <= bound):
+                if not RELATIONS[op](lhs.value, bound):
                     raise ValueError(f"{where}: {message} ({lhs.value})")
             else:
                 checks.append(_Check(op, lhs, ex.Num(bound), f"{where}: {message}"))
+
+        # As the kernel's function (emit._wrapper): a divisor that depends on sizes must not be 0.
+        for label, divisor in kernel.size_divisors():
+            need("ne", self._size(where, label, divisor, sizes), 0, f"{label} divides by {divisor}, which is 0 for these sizes")
 
         for t, dims in zip(kernel.outputs, out_dims):
             for i, (d, program_size) in enumerate(zip(t.shape, dims)):

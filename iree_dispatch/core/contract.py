@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 
 import numpy as np
 
 from .dtypes import ScalarType
 
 REFLECTION_KEY = "iree_dispatch.kernel"
+# The relations between sizes a description's checks use, by their arith.cmpi predicate: the
+# generated functions assert them, the runtime checks them before a call.
+RELATIONS = {"eq": operator.eq, "ne": operator.ne, "sge": operator.ge, "sle": operator.le}
 PROGRAM_REFLECTION_KEY = "iree_dispatch.program"
 
 

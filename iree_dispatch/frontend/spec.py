@@ -124,6 +124,15 @@ class KernelSpec:
                 seen.setdefault(name, None)
         return tuple(seen)
 
+    def size_divisors(self) -> list[tuple[str, ex.Expr]]:
+        """(where, divisor) of each division by a value that depends on sizes, in the grid, the
+        fresh outputs' dims and the scalars computed from sizes: the generated function checks
+        each is not 0 before anything divides by it."""
+        sized = [(f"grid[{i}] = {g}", g) for i, g in enumerate(self.grid)]
+        sized += [(f"output {t.name} dim {i} = {d}", d) for t in self.outputs for i, d in enumerate(t.shape) if t.role == "output"]
+        sized += [(f"scalar {s.name} = {s.value}", s.value) for s in self.scalars if s.value is not None]
+        return [(label, d) for label, e in sized for d in dict.fromkeys(ex.divisors(e)) if ex.symbols(d)]
+
     def describe(self) -> dict:
         """JSON-able summary; embedded in the vmfb for call-time checks and `inspect`."""
         return {

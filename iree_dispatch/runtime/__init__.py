@@ -34,7 +34,7 @@ import numpy as np
 
 from ..core import expr as ex
 from ..core.archs import parse_arch
-from ..core.contract import PROGRAM_REFLECTION_KEY, REFLECTION_KEY, decode, scalar_argument
+from ..core.contract import PROGRAM_REFLECTION_KEY, REFLECTION_KEY, RELATIONS, decode, scalar_argument
 from ..core.dtypes import ELEMENT_TYPES
 from ..core.errors import DeviceError
 
@@ -186,7 +186,7 @@ class KernelFunction:
                 a, b = ex.evaluate(lhs, env), ex.evaluate(rhs, env)
             except ZeroDivisionError as exc:
                 raise ValueError(f"{self.name}(): {message}: {exc}") from None
-            if not (a == b if op == "eq" else a >= b if op == "sge" else a <= b):
+            if not RELATIONS[op](a, b):
                 raise ValueError(f"{self.name}(): {message}; " + (f"{lhs} = {a}, but {rhs} = {b}" if op == "eq" else f"{lhs} = {a}"))
 
     def __call__(self, *args, **kwargs):
