@@ -21,7 +21,7 @@ from .core.errors import DispatchError, SpecError
 
 _print_lock = threading.Lock()
 
-MAX_INPUT_BYTES = 64 << 20  # a spec, source or program past this is refused before it is read (pipeline.MAX_INPUT_BYTES)
+MAX_INPUT_BYTES = 64 << 20  # a spec, source or program past this is refused before it is read
 _COMPILER_INSTALL = "pip install iree-dispatch (it brings iree-base-compiler==3.13.0; or pip install iree-base-compiler==3.13.0 into this environment)"
 
 
@@ -109,7 +109,8 @@ def _cmd_build(args) -> int:
             emit = Path(args.emit_mlir) if args.emit_mlir else output.with_suffix(".mlir")
         found = [("-o" if args.output else "output", output, "file")] + ([("--emit-mlir", emit, "file")] if emit else [])
         found += [("--depfile", Path(args.depfile), "file")] if args.depfile else []
-        found += [(f"module {n}'s objects folder", (emit or output).parent / objects_dirname(n), "folder") for n in names]
+        # (the same name twice is the spec's error, which build() names)
+        found += [(f"module {n}'s objects folder", (emit or output).parent / objects_dirname(n), "folder") for n in dict.fromkeys(names)]
         return found
 
     # Before anything is compiled (a spec's type probe included): outputs writable, none an input.
@@ -398,8 +399,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{prefix} {exc}", file=sys.stderr)
         except ImportError as exc:  # incl. importlib.metadata.PackageNotFoundError
             name = getattr(exc, "name", None) or str(exc)
-            need = _COMPILER_INSTALL if "compiler" in str(name) or args.command == "build" else "pip install iree-dispatch"
-            print(f"{prefix} a package iree-dispatch needs is missing ({name}): {need}", file=sys.stderr)
+            if str(name).startswith("iree_dispatch"):
+                print(f"{prefix} iree-dispatch itself is incomplete or was changed while running ({exc}); reinstall it: pip install --force-reinstall iree-dispatch",
+                      file=sys.stderr)
+            else:
+                need = _COMPILER_INSTALL if "compiler" in str(name) or args.command == "build" else "pip install iree-dispatch"
+                print(f"{prefix} a package iree-dispatch needs is missing ({name}): {need}", file=sys.stderr)
         except MemoryError:
             print(f"{prefix} out of memory; is an input (a spec, source or program) far larger than it should be?", file=sys.stderr)
         except OSError as exc:

@@ -2,7 +2,10 @@
 
 Everything is produced in a private temporary folder beside the output and moved into place
 only when every stage succeeded, so a failed build leaves no partial artifact, and a
-concurrent reader never sees a half-written file.
+concurrent reader never sees a half-written file. Before anything is written, every output is
+checked (check_outputs): writable, not a folder, not an input, not another output. The
+temporary folder's name carries its owner (`.NAME.PID@HOST.XXXXXXXX`), so a build killed with
+SIGKILL leaves nothing behind for long: the next build beside it sweeps it (sweep_stale_temps).
 """
 
 from __future__ import annotations
@@ -339,7 +342,6 @@ def _make_escape(path: Path) -> str:
 
 # ---- outputs: checked before the build, temporary files named by their owner, moved robustly ----
 
-MAX_INPUT_BYTES = 64 << 20  # a kernel source, spec or program larger than this is refused before it is read
 STALE_TEMP_SECONDS = 3600  # a temporary beside an output whose owner can't be told alive is removed after this
 
 
