@@ -130,6 +130,7 @@ def _cmd_build(args) -> int:
         toolchain=args.toolchain,
     )
     if args.depfile:
+        check_outputs([("--depfile", Path(args.depfile), "file")], [("file the build read", d) for d in result.dependencies])
         write_depfile(args.depfile, result.vmfb, [*(path.absolute() for path in spec_paths), *result.dependencies])
     stages = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
     print(f"wrote {result.vmfb}" + (f" and {result.mlir}" if result.mlir else "") + f" ({stages})")

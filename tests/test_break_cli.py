@@ -322,3 +322,27 @@ def test_a_build_error_through_the_real_command_has_no_traceback(proj):
     result = run_cli("build", str(proj / SPEC), "-o", str(proj / "kernels" / "simple_mul.cu"))
     assert result.returncode == 1 and "Traceback" not in result.stderr and str(proj / "kernels" / "simple_mul.cu") in result.stderr
     assert snapshot(proj.parent) == before
+
+
+@needs_build_tools
+@pytest.mark.parametrize("flag", ["-o", "--emit-mlir", "--depfile"])
+def test_output_is_an_included_header(tmp_path, capsys, monkeypatch, flag):
+    """Headers are known once the compiler has read them: refused then, before anything moves into place."""
+    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "h.cuh").write_text("#define SCALE 2.0f\n")
+    (proj / "k.cu").write_text('#include "h.cuh"\nextern "C" __global__ void mul(const float* a, float* out, int n) { out[0] = a[0] * SCALE; }\n')
+    (proj / "k.toml").write_text("[module]\narchs = ['sm_90']\n[[kernel]]\nname = 'mul'\nsource = 'k.cu'\nblock = [64]\ngrid = ['ceildiv(n, 64)']\nshape = ['n']\n")
+    header = str(proj / "h.cuh")
+    argv = ["build", str(proj / "k.toml"), "-o", header if flag == "-o" else str(proj / "out" / "m.vmfb")]
+    argv += [f"--emit-mlir={header}"] if flag == "--emit-mlir" else ["--depfile", header] if flag == "--depfile" else []
+    before = snapshot(proj)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and header in err and "own input" in err, err
+    after = snapshot(proj)
+    assert after["h.cuh"] == before["h.cuh"] and after["k.cu"] == before["k.cu"]
+    assert not [name for name in after if Path(name).name.startswith(".")]
+    if flag != "--depfile":  # the build stops before anything moves into place
+        assert after == before

@@ -141,6 +141,8 @@ def build(
                     staged = {name: tmp / name for name in (*(objects_dirname(s.name) for s in specs), compile_name, _STAGED_VMFB)}
                     store.store(manifest_key, dependencies, staged, {"dependencies": [str(d) for d in dependencies]})
 
+        # The headers the sources include are known only now: no output may be one of them either.
+        check_outputs(build_outputs(specs, output, mlir_out), [("file the build read", d) for d in dependencies])
         # Every stage passed: move the artifacts into place.
         final_objects = tuple(objects_home / objects_dirname(s.name) for s in specs)
         for s, final in zip(specs, final_objects):
