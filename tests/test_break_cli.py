@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -346,3 +347,17 @@ def test_output_is_an_included_header(tmp_path, capsys, monkeypatch, flag):
     assert not [name for name in after if Path(name).name.startswith(".")]
     if flag != "--depfile":  # the build stops before anything moves into place
         assert after == before
+
+
+@needs_build_tools
+@pytest.mark.skipif(not Path("/dev/shm").is_dir() or os.stat("/dev/shm").st_dev == os.stat(tempfile.gettempdir()).st_dev, reason="needs a second file system")
+def test_emit_mlir_on_another_file_system(proj, capsys):
+    """The MLIR and objects go to another file system than the vmfb (no rename reaches there): copied, then renamed into place."""
+    other = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        argv = ["build", str(proj / SPEC), "-o", str(proj / "out" / "m.vmfb"), f"--emit-mlir={other / 'm.mlir'}"]
+        for _ in range(2):  # cold, then a cache hit replacing the objects folder
+            assert main(argv) == 0, capsys.readouterr().err
+            assert sorted(p.name for p in other.iterdir()) == ["m.mlir", "samples.objects"] and sorted(p.name for p in (proj / "out").iterdir()) == ["m.vmfb"]
+    finally:
+        shutil.rmtree(other)
