@@ -12,16 +12,15 @@ import contextlib
 import errno
 import os
 import signal
-import stat
 import sys
 import threading
 from pathlib import Path
 
-from .core.errors import DispatchError, SpecError
+from .core.errors import DispatchError
+from .core.inputs import check_input_file
 
 _print_lock = threading.Lock()
 
-MAX_INPUT_BYTES = 64 << 20  # a spec, source or program past this is refused before it is read
 _COMPILER_INSTALL = "pip install iree-dispatch (it brings iree-base-compiler==3.13.0; or pip install iree-base-compiler==3.13.0 into this environment)"
 
 
@@ -42,23 +41,6 @@ def _require_compiler() -> None:
         found = False
     if not found:
         raise DispatchError(f"building needs iree-base-compiler, which is not installed here (a runtime-only install?): {_COMPILER_INSTALL}")
-
-
-def _check_input(what: str, path: Path) -> None:
-    """A spec, source or program must be a regular file of sane size: /dev/zero or a FIFO as a
-    kernel source would hang or exhaust memory. A missing one is left to the loader to name."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise SpecError(f"can't read {what} {path}: {exc.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise SpecError(f"{what} {path} is a folder; give a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise SpecError(f"{what} {path} is not a regular file (a device, pipe or socket); give a file")
-    if st.st_size > MAX_INPUT_BYTES:
-        raise SpecError(f"{what} {path} is {st.st_size / 2**20:.0f} MiB, over the {MAX_INPUT_BYTES >> 20} MiB an input may have; is it the right file?")
 
 
 def _declared(spec_path: Path) -> tuple[str, list[Path]]:
@@ -91,15 +73,15 @@ def _cmd_build(args) -> int:
     inputs: list[tuple[str, Path]] = []
     declared_names = []
     for path in spec_paths:
-        _check_input("spec", path)
+        check_input_file("spec", path)
         name, sources = _declared(path)
         declared_names.append(name)
         inputs += [("spec", path), *(("kernel source", src) for src in sources)]
     if program is not None:
-        _check_input("program", program)
+        check_input_file("program", program)
         inputs.append(("program", program))
     for what, path in inputs:
-        _check_input(what, path)
+        check_input_file(what, path)
 
     def outputs(names: list[str]) -> list[tuple[str, Path, str]]:
         stem = program.stem if program else names[0]
@@ -168,7 +150,7 @@ def _cmd_inspect(args) -> int:
         raise DispatchError(f"{path} is a folder; inspect takes a spec (.toml) or a module (.vmfb) file")
     if not path.exists():
         raise DispatchError(f"{path}: no such file; inspect takes a spec (.toml) or a module (.vmfb) file")
-    _check_input("spec" if path.suffix == ".toml" else "module", path)
+    check_input_file("spec" if path.suffix == ".toml" else "module", path)
     if path.suffix == ".toml":
         from .frontend.spec_file import load_spec
 

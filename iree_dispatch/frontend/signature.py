@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import SignatureError
+from ..core.inputs import check_input_file
 
 _QUALIFIERS = {"__restrict__", "__restrict", "restrict", "volatile", "struct", "__grid_constant__"}
 _IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -60,6 +61,7 @@ class KernelSignature:
 
 
 def read_source(path: Path) -> str:
+    check_input_file("kernel source", Path(path))
     try:
         data = Path(path).read_bytes()
     except OSError as exc:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..core.archs import DEFAULT_ARCHS, parse_archs
 from ..core.errors import SpecError
+from ..core.inputs import check_input_file
 from .prebuilt import SUFFIXES, is_object_source
 from .spec import KernelSpec, ModuleSpec
 from .triton import load_triton_kernel
@@ -21,6 +22,7 @@ def load_spec(path: str | Path) -> ModuleSpec:
     """Reads a TOML spec file; relative `source` paths are relative to the spec file."""
     path = Path(path)
     try:
+        check_input_file("spec", path)
         raw = path.read_bytes()
     except OSError as exc:
         raise SpecError(f"can't read spec {path}: {exc.strerror}") from None
