@@ -296,17 +296,17 @@ def test_references_agree_with_the_cuda_text_on_the_host(tmp_path, index):
 @needs_build_tools
 def test_artifacts_and_manifest(tmp_path):
     """artifacts.fuzz builds both forms of every kernel and says so in its manifest."""
-    from artifacts import fuzz
+    from artifacts import fuzz as fuzz_modules
     from iree_dispatch.runtime import read_descriptions
 
     proc = subprocess.run([sys.executable, "-m", "artifacts.fuzz", str(tmp_path), "--count", "5", "--per-module", "3", "--seed", "99", "--strict"],
                           cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "5 of 5 kernels built" in proc.stdout
-    manifest = json.loads((tmp_path / fuzz.MANIFEST).read_text())
+    manifest = json.loads((tmp_path / fuzz_modules.MANIFEST).read_text())
     modules = fuzz_kernels.generate_modules(99, 5, 3)
     assert manifest["seed"] == 99 and list(manifest["modules"]) == [m.name for m in modules]
-    assert set(fuzz.layout(99, 5, 3).values()) == {"manifest.json"} | {
+    assert set(fuzz_modules.layout(99, 5, 3).values()) == {"manifest.json"} | {
         rel for m in manifest["modules"].values() for rel in (m["declared"], m["in_place"])}
     for m in modules:
         entry = manifest["modules"][m.name]

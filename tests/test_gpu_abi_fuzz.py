@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from artifacts import fuzz, fuzz_kernels
+from artifacts import fuzz as fuzz_modules
+from artifacts import fuzz_kernels
 from iree_dispatch import runtime
 
 from .conftest import have_compiler, module_paths, prebuilt_dir
@@ -32,11 +33,11 @@ pytestmark = pytest.mark.gpu
 def _batch() -> tuple[int, int, int]:
     """(seed, count, per_module) of the kernels to test: the prebuilt manifest's where the
     tests use prebuilt modules, else the defaults."""
-    manifest = prebuilt_dir("fuzz") / fuzz.MANIFEST
+    manifest = prebuilt_dir("fuzz") / fuzz_modules.MANIFEST
     if not have_compiler() and manifest.exists():
         data = json.loads(manifest.read_text())
         return data["seed"], data["count"], data["per_module"]
-    return fuzz.SEED, fuzz.COUNT, fuzz.PER_MODULE
+    return fuzz_modules.SEED, fuzz_modules.COUNT, fuzz_modules.PER_MODULE
 
 
 SEED, COUNT, PER_MODULE = _batch()
@@ -47,11 +48,11 @@ CASES = [(m, k) for m in MODULES for k in m.kernels]
 @pytest.fixture(scope="session")
 def fuzz(tmp_path_factory) -> tuple[dict[str, Path], dict]:
     """(name → module path, manifest), checked against the regenerated kernels."""
-    if not have_compiler() and not (prebuilt_dir("fuzz") / fuzz.MANIFEST).exists():
-        pytest.fail(f"no compiler here and no {prebuilt_dir('fuzz') / fuzz.MANIFEST}; run python -m artifacts.fuzz {prebuilt_dir('fuzz')}")
+    if not have_compiler() and not (prebuilt_dir("fuzz") / fuzz_modules.MANIFEST).exists():
+        pytest.fail(f"no compiler here and no {prebuilt_dir('fuzz') / fuzz_modules.MANIFEST}; run python -m artifacts.fuzz {prebuilt_dir('fuzz')}")
     paths = module_paths(
-        tmp_path_factory, "fuzz", fuzz.layout(SEED, COUNT, PER_MODULE),
-        lambda out: fuzz.build_all(out, SEED, COUNT, PER_MODULE),
+        tmp_path_factory, "fuzz", fuzz_modules.layout(SEED, COUNT, PER_MODULE),
+        lambda out: fuzz_modules.build_all(out, SEED, COUNT, PER_MODULE),
         # A module none of whose kernels built has no files; the manifest says which.
         keep=lambda name, path: name == "manifest" or path.exists(),
     )
