@@ -97,7 +97,10 @@ def load_spec(path: str | Path) -> ModuleSpec:
         extra = [a.name for a, _ in kernels[-1].shared_memory_by_arch if a not in archs]
         if extra:
             raise SpecError(f"{label}: shared_memory gives a size for {extra[0]}, which the module doesn't build (archs: {', '.join(a.name for a in archs)})")
-    return ModuleSpec(module.get("name", path.stem), tuple(kernels), tuple(archs), tuple(flags), module.get("objects", "cubin"))
+    try:
+        return ModuleSpec(module.get("name", path.stem), tuple(kernels), tuple(archs), tuple(flags), module.get("objects", "cubin"))
+    except SpecError as exc:  # module-level rules (kernel names, flags, shared memory): name the spec
+        raise SpecError(f"{path}: {exc}") from None
 
 
 def _check_keys(table, allowed: set[str], label: str) -> None:
