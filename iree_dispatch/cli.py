@@ -192,8 +192,8 @@ def _cmd_cache(args) -> int:
     if cache.root.exists() and not cache.root.is_dir():
         raise DispatchError(f"build cache {cache.root} is a file, not a folder: remove it, or set IREE_DISPATCH_CACHE_DIR to a folder")
     if args.action == "clear":
-        cache.clear()
-        print(f"cleared {cache.root}")
+        kept = cache.clear()
+        print(f"cleared {cache.root}" + (f"; kept {len(kept)} file(s) that are not the cache's, e.g. {kept[0]}" if kept else ""))
     else:
         info = cache.info()
         print(f"{info['path']}: {info['entries']} builds, {info['bytes'] / 1e6:.1f} MB")
