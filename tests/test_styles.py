@@ -67,3 +67,23 @@ def test_cxx_kernels_in_prebuilt_objects_by_plain_name(tmp_path):
     result = build(prebuilt_cxx_module(tmp_path / "objects"), tmp_path / "prebuilt_cxx.vmfb", emit_mlir=tmp_path / "prebuilt_cxx.mlir")
     exports = set(re.findall(r"hal\.executable\.export public @(\w+)", result.mlir.read_text()))
     assert exports == {"_ZN3ops11square_plusEPfPKffi", "min_max"}
+
+
+def test_the_type_probes_answers_are_kept_in_the_build_cache_until_a_header_changes(tmp_path, monkeypatch):
+    from iree_dispatch.frontend import type_probe
+
+    (tmp_path / "real.h").write_text("typedef float real;\n")
+    source = tmp_path / "k.cu"
+    source.write_text('#include "real.h"\nextern "C" __global__ void k(const real* x, real* out, int n) {}\n')
+
+    def declare():
+        type_probe._PROBED.clear()  # a new process: only the build cache remembers
+        return KernelSpec.declare(source, "k", block=64, grid="n", shape=["n"]).outputs[0].dtype
+
+    assert declare() == "f32"
+    asked = []
+    monkeypatch.setattr(type_probe, "_probe", lambda *a: asked.append(a) or pytest.fail("asked the compiler again"))
+    assert declare() == "f32" and not asked
+    monkeypatch.undo()
+    (tmp_path / "real.h").write_text("typedef double real;\n")
+    assert declare() == "f64"

@@ -51,7 +51,7 @@ MARKER_TEXT = (
     f"{MARKER_SIGNATURE}\n# This file is a cache directory tag created by iree_dispatch (its build cache).\n"
     "# For information about cache directory tags, see:\n#\thttps://bford.info/cachedir/\n"
 )
-SUBDIRS = ("entries", "manifests", "locks")  # everything the cache writes lives in these (and MARKER)
+SUBDIRS = ("entries", "manifests", "locks", "records")  # everything the cache writes lives in these (and MARKER)
 RESERVED = frozenset({"format", "key", "files", "check"})  # meta.json's keys of the cache's own; the rest is the caller's meta
 STALE_SECONDS = 3600  # temporary files older than this are left over by killed builds
 SETTING = "set IREE_DISPATCH_CACHE_DIR to a folder of your own, or build without the cache (iree-dispatch build --no-cache, or build(..., cache=False))"
@@ -412,6 +412,24 @@ class Cache:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+    # --- small records (what a front-end stage learned, e.g. type_probe.py's answers) ----------
+
+    def record(self, kind: str, key: str) -> dict | None:
+        """The record of `kind` stored under `key`, or None when there is none intact (an edited
+        or garbled one is a miss, like a damaged entry)."""
+        self._ready()
+        try:
+            return _unseal((self.root / "records" / kind / f"{key}.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+
+    def save_record(self, kind: str, key: str, record: dict) -> None:
+        """Stores `record` (JSON-able) under `key`, atomically."""
+        self._ready()
+        folder = self._subdir("records") / kind
+        folder.mkdir(mode=0o700, exist_ok=True)
+        self._write_atomic(folder / f"{key}.json", _sealed({**record, "format": FORMAT}))
 
     # --- info and clear ----------------------------------------------------------------------
 

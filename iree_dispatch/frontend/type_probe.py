@@ -6,18 +6,20 @@ signature reader sees only text, so when a parameter's type is a name it doesn't
 compiler is asked: a probe translation unit includes the source unchanged and declares one
 kernel whose parameter's type is built from the kernel's function type. The probe's mangled PTX
 name spells every parameter type after all aliases and macros, in the demangler's canonical
-form, with the module's own flags honoured. Results are kept per process (same source bytes,
-flags, arch and toolchain: same answer).
+form, with the module's own flags honoured. Answers are kept per process, and in the build
+cache as records that hold the digests of every file the probe read (the source and its
+headers), so a warm build asks the compiler again only when one of them changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import hashlib
 import re
 import tempfile
 from pathlib import Path
 
+from ..backend.cache import Cache, CacheError, digest, file_digest
 from ..core.archs import Arch
 from ..core.dtypes import POINTEE_TYPES, SCALAR_TYPES
 from ..core.errors import SignatureError, ToolchainError
@@ -43,26 +45,53 @@ def resolve_types(signature: KernelSignature, flags: tuple[str, ...], arch: Arch
     """
     tc = select_toolchain(toolchain)
     source = signature.source.absolute()
-    known = _PROBED.setdefault((str(source), hashlib.sha256(source.read_bytes()).hexdigest(), tuple(flags), arch.name, tc.identity()), {})
+    key = digest(str(source), file_digest(source), *flags, arch.name, tc.identity())
+    if key not in _PROBED:
+        _PROBED[key] = _persisted(key)
+    known = _PROBED[key]
     name = signature.qualified_name
     if name not in known:
         where = f"{signature.where}: kernel {name}"
         others = [k.qualified_name for k in parse_kernels(read_source(source), source) if not k.template and needs_probe(k)]
         batch = list(dict.fromkeys([name, *(o for o in others if o not in known)]))
         try:
-            known.update(_probe(source, batch, tuple(flags), arch, tc, where))
+            answers, read = _probe(source, batch, tuple(flags), arch, tc, where)
         except SignatureError:
             if len(batch) == 1:
                 raise
-            known.update(_probe(source, [name], tuple(flags), arch, tc, where))  # another kernel can't be probed: this one alone
+            answers, read = _probe(source, [name], tuple(flags), arch, tc, where)  # another kernel can't be probed: this one alone
+        known.update(answers)
+        _persist(key, known, read)
     return _resolve(signature, known[name])
 
 
-# (source, its digest, flags, arch, toolchain identity) → kernel → canonical parameter types
-_PROBED: dict[tuple, dict[str, tuple[str, ...]]] = {}
+_RECORDS = "type_probe"
 
 
-def _probe(source: Path, expressions: list[str], flags: tuple[str, ...], arch: Arch, tc, where: str) -> dict[str, tuple[str, ...]]:
+def _persisted(key: str) -> dict[str, tuple[str, ...]]:
+    """The answers a build cache record holds for `key`, if every file the probe read is
+    unchanged; else none. A cache that can't be used (see cache.py) holds none."""
+    try:
+        record = Cache().record(_RECORDS, key)
+    except CacheError:
+        return {}
+    if not record or any(file_digest(Path(path)) != sha for path, sha in record.get("read", {}).items()):
+        return {}
+    return {name: tuple(types) for name, types in record.get("answers", {}).items()}
+
+
+def _persist(key: str, answers: dict[str, tuple[str, ...]], read: dict[str, str]) -> None:
+    with contextlib.suppress(CacheError, OSError):  # the record only saves time
+        Cache().save_record(_RECORDS, key, {"answers": {n: list(t) for n, t in answers.items()}, "read": read})
+
+
+# digest of (source, its bytes, flags, arch, toolchain identity) → kernel → canonical parameter types
+_PROBED: dict[str, dict[str, tuple[str, ...]]] = {}
+
+
+def _probe(source: Path, expressions: list[str], flags: tuple[str, ...], arch: Arch, tc, where: str) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """The compiler's parameter types for each of `expressions`, and the digest of every file it
+    read (the source and its headers)."""
     with tempfile.TemporaryDirectory(prefix="iree_dispatch_probe.") as tmp:
         probe = Path(tmp) / "probe.cu"
         # The probe includes the source as-is (its own #includes resolve from its folder) and
@@ -71,7 +100,9 @@ def _probe(source: Path, expressions: list[str], flags: tuple[str, ...], arch: A
         probes = "".join(f"__global__ void {_PROBE}_{i}({_HOLDER}<decltype(&{e})>*) {{}}\n" for i, e in enumerate(expressions))
         probe.write_text(f'#include "{source}"\ntemplate <class F> struct {_HOLDER};\n{probes}', encoding="utf-8")
         try:
-            ptx = tc.compile_ptx(probe, arch, Path(tmp) / "probe.ptx", flags).text()
+            compiled = tc.compile_ptx(probe, arch, Path(tmp) / "probe.ptx", flags)
+            ptx = compiled.text()
+            read = {str(d): file_digest(d) for d in compiled.dependencies if d != probe.absolute()}
         except ToolchainError as exc:
             log = str(exc).replace(str(probe), f"{source.name} (with a type probe appended)").split("\ncommand: ")[0]
             raise SignatureError(
@@ -91,7 +122,7 @@ def _probe(source: Path, expressions: list[str], flags: tuple[str, ...], arch: A
         found[expressions[int(index[1])]] = inner.params
     if set(found) != set(expressions):
         raise SignatureError(f"{where}: the compiler's probe has no answer for {sorted(set(expressions) - set(found))} (entries: {entries})")
-    return found
+    return found, read
 
 
 def _resolve(signature: KernelSignature, types: tuple[str, ...]) -> KernelSignature:
