@@ -130,10 +130,20 @@ def _cmd_run(args) -> int:
         raise DispatchError("no module given: iree-dispatch run FILE.vmfb --function=NAME [--input=...]")
     if Path(path).is_dir():
         raise DispatchError(f"{path} is a folder; run takes a built module (.vmfb) file")
-    module = runtime.load(path, args.device)
-    if args.function not in module.functions:
-        raise DispatchError(f"{path}: no function {args.function!r} (functions: {', '.join(module.functions)})")
+    if not Path(path).is_file():
+        raise DispatchError(f"no such module: {path}")
+    # The function and the inputs are checked against the module's own descriptions before a
+    # device is opened: a typo fails the same way, and at once, on a machine without a GPU.
+    try:
+        _, descriptions = runtime.read_descriptions(path)
+    except (RuntimeError, ValueError) as exc:
+        raise DispatchError(f"{path}: not a module IREE can read ({str(exc).strip().splitlines()[-1]}); run takes a built .vmfb") from None
+    if args.function not in descriptions:
+        raise DispatchError(f"{path}: no function {args.function!r} (functions: {', '.join(descriptions)})")
     inputs = [parse_input(text) for text in args.input]
+    if descriptions[args.function]:
+        runtime.KernelFunction(descriptions[args.function], lambda *_: None, device=None).check(*inputs)
+    module = runtime.load(path, args.device)
     results = module.functions[args.function](*inputs)
     results = results if isinstance(results, tuple) else (results,)
     print(f"EXEC @{args.function}")

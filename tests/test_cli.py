@@ -1,5 +1,6 @@
 """The `iree-dispatch` command line, and iree-run-module-style value syntax."""
 
+import re
 import subprocess
 import sys
 
@@ -99,3 +100,23 @@ def test_samples_main_job_without_gpu(tmp_path):
     assert "[iree-dispatch] nvcc simple_mul.cu -> sm_90" in result.stdout
     for name in ("samples.vmfb", "samples.mlir", "mixed_invocation.vmfb", "mixed_invocation.mlir"):
         assert (tmp_path / name).stat().st_size > 0
+
+
+@needs_build_tools
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--function=nope"], r"no function 'nope' \(functions: simple_mul, simple_mul_inplace, axpby\)"),
+        (["--function=simple_mul", "--input=8xf32=2"], r"simple_mul\(\) missing 1 argument\(s\): rhs"),
+        (["--function=simple_mul", "--input=8xf64=2", "--input=8xf32=1"], r"argument 'lhs' must have dtype float32"),
+        (["--function=simple_mul", "--input=8xf32=2", "--input=7xf32=1"], r"argument 'rhs' dim 0 is 7, but n = 8"),
+    ],
+)
+def test_run_checks_the_function_and_inputs_before_opening_a_device(tmp_path, capsys, arguments, message):
+    """These fail the same way with or without a GPU: the device is opened only after them."""
+    out = tmp_path / "samples.vmfb"
+    assert main(["build", str(SAMPLES_SPEC), "-o", str(out), "--arch", "sm_90"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(out), *arguments]) == 1
+    err = capsys.readouterr().err
+    assert re.search(message, err) and "Traceback" not in err and "CUDA" not in err, err
