@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.archs import Arch
-from ..core.errors import CompileError
+from ..core.errors import CompileError, SpecError
 
 
 def iree_compiler_version() -> str:
@@ -55,7 +55,50 @@ def _shorten(log: str, keep: int = 40) -> str:
     return "\n".join(lines[:keep] + [f"... {len(lines) - keep} more lines (run the command below to see them)"])
 
 
-def compile_flags(codegen_arch: Arch, object_search_path: Path | None, *, asynchronous: bool = False, strip_assertions: bool = False) -> list[str]:
+# iree-compile flags a user's extra flags may not set, by name (what precedes '='): each would
+# break what the build generates or where it looks for it.
+#   -o, --output-format, --compile-to, --compile-from, --split-input-file: the build expects one
+#     .vmfb, written where it says, from the whole generated module;
+#   --iree-hal-target-device, --iree-hal-target-backends, --iree-hal-default-device: the
+#     executables hold CUDA objects only, dispatched on the one cuda device;
+#   --iree-cuda-target: set to the oldest arch of the modules, so that a program's own ops run on
+#     every GPU the kernels' variants accept;
+#   --iree-hal-executable-object-search-path: where the generated IR's object files are found;
+#   --iree-input-demote-f64-to-f32: would hand `double*` kernels buffers of floats;
+#   --iree-execution-model: the calling convention the runtime expects (use `asynchronous`).
+DENIED_IREE_COMPILE_FLAGS = {
+    "o": "the build writes the .vmfb where its output says",
+    "output-format": "the build writes a .vmfb",
+    "compile-to": "the build writes a .vmfb, the last phase",
+    "compile-from": "the build compiles its generated MLIR from the start",
+    "split-input-file": "the generated module is one compilation unit",
+    "iree-hal-target-device": "the executables hold CUDA objects only (target device cuda)",
+    "iree-hal-target-backends": "the executables hold CUDA objects only (target device cuda)",
+    "iree-hal-default-device": "the kernels are dispatched on the one cuda device",
+    "iree-cuda-target": "it is the oldest arch of the modules, so a program's own ops run on every GPU the kernels accept; change the module's archs instead",
+    "iree-hal-executable-object-search-path": "the build tells iree-compile where the generated IR's object files are",
+    "iree-input-demote-f64-to-f32": "double kernels must get double buffers and scalars (the build sets it to false)",
+    "iree-execution-model": "the runtime expects the calling convention the build chose; use the asynchronous option (--async) instead",
+}
+
+
+def check_iree_compile_flags(flags: Sequence[str]) -> None:
+    """Raises SpecError for an extra iree-compile flag the build can't accept: not a string, not
+    one flag (`--name` or `--name=value`: a value in the next item would read as an input file),
+    or one of DENIED_IREE_COMPILE_FLAGS."""
+    for flag in flags:
+        if not isinstance(flag, str):
+            raise SpecError(f"iree-compile flag {flag!r} must be a string, like '--iree-opt-level=O3'")
+        if not flag.startswith("-") or flag.strip("-") == "" or any(c.isspace() for c in flag.split("=", 1)[0]):
+            raise SpecError(f"iree-compile flag {flag!r} is not one flag: give each as '--name' or '--name=value' (a value given separately would be read as another input file)")
+        name = flag.lstrip("-").split("=", 1)[0]
+        if name in DENIED_IREE_COMPILE_FLAGS:
+            raise SpecError(f"iree-compile flag {flag!r} can't be given: {DENIED_IREE_COMPILE_FLAGS[name]}")
+
+
+def compile_flags(
+    codegen_arch: Arch, object_search_path: Path | None, *, asynchronous: bool = False, strip_assertions: bool = False, extra_flags: Sequence[str] = ()
+) -> list[str]:
     """iree-compile flags. `codegen_arch` only matters for ops IREE generates itself (programs).
 
     asynchronous: functions take wait/signal fences (coarse-fences ABI) and return without
@@ -63,6 +106,8 @@ def compile_flags(codegen_arch: Arch, object_search_path: Path | None, *, asynch
     strip_assertions: drop the generated shape/range checks (IREE ends a command buffer at each;
     programs already check once at entry, so this no longer changes their submissions:
     docs/benchmarks.md). The Python runtime still checks every call's arguments.
+    extra_flags: the user's own flags (check_iree_compile_flags), after ours, so that theirs
+    win where both set an option.
     """
     # IREE demotes f64 to f32 by default, which would hand a `double*` kernel a buffer of
     # floats (and a double argument its low half). Hand-written kernels get the types they declare.
@@ -73,10 +118,11 @@ def compile_flags(codegen_arch: Arch, object_search_path: Path | None, *, asynch
         flags.append("--iree-execution-model=async-external")
     if strip_assertions:
         flags.append("--iree-opt-strip-assertions")
-    return flags
+    check_iree_compile_flags(extra_flags)
+    return flags + list(extra_flags)
 
 
-def compile_vmfb(mlir: Path, out: Path, codegen_arch: Arch, **options: bool) -> None:
+def compile_vmfb(mlir: Path, out: Path, codegen_arch: Arch, **options) -> None:
     """Compiles `mlir`, whose objects are relative to its folder, into `out`.
 
     Runs in the MLIR file's folder with relative paths: the vmfb records the source file name

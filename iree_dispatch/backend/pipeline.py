@@ -33,7 +33,7 @@ from ..frontend.spec import ModuleSpec
 from ..toolchains import PtxObject, Toolchain, object_filename, select_toolchain
 from .abi import check_adapted, check_entry, check_machine_code, resolve_entry
 from .cache import ENTRY_FILES, ENTRY_META, Cache, digest, file_digest, package_digest
-from .compile import compile_flags, compile_vmfb, iree_compiler_version, link_program, parse_check
+from .compile import check_iree_compile_flags, compile_flags, compile_vmfb, iree_compiler_version, link_program, parse_check
 from .emit import CompiledObjects, emit_module, executable_symbols
 from .ptx_adapt import adapt_module
 
@@ -51,14 +51,22 @@ class BuildOptions:
     embed_objects: bool = False  # object bytes inside the emitted IR (compiles with plain iree-compile)
     asynchronous: bool = False  # iree-compile --iree-execution-model=async-external
     strip_assertions: bool = False  # iree-compile --iree-opt-strip-assertions
+    iree_compile_flags: tuple[str, ...] = ()  # the user's own iree-compile flags, after ours (compile.check_iree_compile_flags)
+
+    def __post_init__(self) -> None:
+        flags = self.iree_compile_flags
+        if isinstance(flags, str):
+            raise SpecError(f"iree_compile_flags must be a sequence of flags, not the string {flags!r}: write ({flags!r},)")
+        object.__setattr__(self, "iree_compile_flags", tuple(flags))
+        check_iree_compile_flags(self.iree_compile_flags)
 
     def fingerprint(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @property
-    def compile_options(self) -> dict[str, bool]:
+    def compile_options(self) -> dict[str, object]:
         """The iree-compile options (compile.compile_flags)."""
-        return {"asynchronous": self.asynchronous, "strip_assertions": self.strip_assertions}
+        return {"asynchronous": self.asynchronous, "strip_assertions": self.strip_assertions, "extra_flags": self.iree_compile_flags}
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,7 @@ def build(
     embed_objects: bool = False,
     asynchronous: bool = False,
     strip_assertions: bool = False,
+    iree_compile_flags: Sequence[str] = (),
     progress: Progress | None = None,
     cache: Cache | bool = True,
     toolchain: str | Toolchain | None = None,
@@ -101,11 +110,15 @@ def build(
     embed_objects: write the object bytes into the emitted IR, so it compiles anywhere with
     plain iree-compile (no object files, no search path).
     asynchronous, strip_assertions: iree-compile options, see compile.compile_flags.
+    iree_compile_flags: more iree-compile flags, each one `--name` or `--name=value`, passed
+    after the build's own (so they win); flags that would break what the build generates (the
+    target device, the output, the object search path: compile.DENIED_IREE_COMPILE_FLAGS) are
+    refused with a SpecError. They are part of the cache key.
     cache: reuse and record builds in the build cache (cache.py); False builds from scratch.
     toolchain: "nvcc", "nvrtc", a toolchain.Toolchain, or None for nvcc if one is found, else NVRTC.
     """
     specs = _module_specs(spec, program)
-    options = BuildOptions(embed_objects, asynchronous, strip_assertions)
+    options = BuildOptions(embed_objects, asynchronous, strip_assertions, iree_compile_flags)  # type: ignore[arg-type]  # made a tuple, checked
     output = Path(output).absolute()
     mlir_out = Path(emit_mlir).absolute() if emit_mlir else None
     objects_home = (mlir_out or output).parent

@@ -285,12 +285,13 @@ class Program:
         return "\n".join(lines) + "\n"
 
     def build(self, module: ModuleSpec, output: str | Path, *, emit_mlir: str | Path | None = None, program_mlir: str | Path | None = None,
-              progress: Callable[[str], None] | None = None, **options: bool):
+              progress: Callable[[str], None] | None = None, **options):
         """Writes the program's MLIR (`program_mlir`, default `<output stem>.program.mlir` beside
         the output) and builds it with `module`'s kernels into the .vmfb `output`; returns
         pipeline.build's BuildResult. emit_mlir: also write the linked IR there. options:
-        pipeline.build's `asynchronous` and `strip_assertions` (drops the entry checks too;
-        not needed for one command buffer per call, see the module docstring)."""
+        pipeline.build's `asynchronous`, `strip_assertions` (drops the entry checks too;
+        not needed for one command buffer per call, see the module docstring) and
+        `iree_compile_flags`."""
         output = Path(output)
         text = self.mlir(module)
         path = Path(program_mlir) if program_mlir else output.with_name(f"{output.stem}.program.mlir")
