@@ -119,15 +119,32 @@ def _cmd_build(args) -> int:
     return 0
 
 
+def _run_module_path(args) -> str:
+    """The module to run: the positional FILE or iree-run-module's --module=FILE (both only if
+    they name one file)."""
+    given = ([(args.vmfb, args.vmfb)] if args.vmfb else []) + [(f"--module={m}", m) for m in args.module_flag]
+    if not given:
+        raise DispatchError("no module given: iree-dispatch run FILE.vmfb --function=NAME [--input=...] (or --module=FILE.vmfb)")
+    (first_label, first), *others = given
+    for label, other in others:
+        same = os.path.abspath(other) == os.path.abspath(first)
+        with contextlib.suppress(OSError):
+            same = same or os.path.samefile(other, first)
+        if not same:
+            raise DispatchError(f"{first_label} and {label} are different modules; run takes one module: drop one of them")
+    return first
+
+
 def _cmd_run(args) -> int:
     import numpy as np
 
     from . import runtime
-    from .cli_io import format_result, parse_input
+    from .cli_io import format_result, parse_input, parse_max_element_count
 
-    path = args.vmfb or args.module_flag
-    if not path:
-        raise DispatchError("no module given: iree-dispatch run FILE.vmfb --function=NAME [--input=...]")
+    path = _run_module_path(args)
+    max_elements = parse_max_element_count(args.output_max_element_count)
+    if not args.function:
+        raise DispatchError(f"no function given: add --function=NAME (iree-dispatch inspect {path} lists them)")
     if Path(path).is_dir():
         raise DispatchError(f"{path} is a folder; run takes a built module (.vmfb) file")
     if not Path(path).is_file():
@@ -149,8 +166,11 @@ def _cmd_run(args) -> int:
     print(f"EXEC @{args.function}")
     for i, result in enumerate(results):
         value = result.to_host() if hasattr(result, "to_host") else result
-        print(f"result[{i}]: hal.buffer_view" if isinstance(value, np.ndarray) else f"result[{i}]:")
-        print(format_result(value, args.print_max_element_count))
+        # As iree-run-module: a tensor's line follows `result[i]: hal.buffer_view`; a scalar is on the same line.
+        if isinstance(value, np.ndarray):
+            print(f"result[{i}]: hal.buffer_view\n{format_result(value, max_elements)}")
+        else:
+            print(f"result[{i}]: {format_result(value, max_elements)}")
     return 0
 
 
@@ -216,8 +236,20 @@ def _cmd_samples(args) -> int:
     return main(Path(args.root), Path(args.out), args.device)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (what is wrong, where help is), exit 2; options
+    only as spelled (no prefixes: iree-run-module's --output= is not --output_max_element_count)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="iree-dispatch", description="Hand-written CUDA kernels as IREE dispatches.")
+    p = _Parser(prog="iree-dispatch", description="Hand-written CUDA kernels as IREE dispatches.")
     p.add_argument("--version", action=_Version, help="print the versions of iree-dispatch, iree-base-compiler, iree-base-runtime and the CUDA compiler a build would use")
     sub = p.add_subparsers(dest="command", required=True, help="what to do (iree-dispatch COMMAND -h for its options)")
 
@@ -240,11 +272,13 @@ def parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a function of a .vmfb on a CUDA device (like iree-run-module)")
     r.add_argument("vmfb", nargs="?", help=".vmfb file (or --module=FILE, as iree-run-module spells it)")
-    r.add_argument("--module", dest="module_flag", metavar="FILE", help=argparse.SUPPRESS)
-    r.add_argument("--function", required=True, help="the function to call (iree-dispatch inspect lists them)")
+    r.add_argument("--module", dest="module_flag", action="append", default=[], metavar="FILE",
+                   help="the .vmfb file, as iree-run-module spells it (instead of the positional FILE, or the same file)")
+    r.add_argument("--function", help="the function to call (iree-dispatch inspect lists them)")
     r.add_argument("--input", action="append", default=[], help="e.g. 8xf32=2, 2x2xi32=1 2 3 4, f32=0.5, @x.npy")
     r.add_argument("--device", default="cuda", help="cuda or cuda://N (default: cuda)")
-    r.add_argument("--print-max-element-count", type=int, default=1024, metavar="N", help="print at most N elements of each result (default: 1024)")
+    r.add_argument("--output_max_element_count", "--output-max-element-count", "--print-max-element-count", default="1024", metavar="N",
+                   help="print at most N elements of each result, eliding the rest with ... like iree-run-module (default: 1024; -1: all)")
     r.set_defaults(func=_cmd_run)
 
     i = sub.add_parser("inspect", help="kernels, ABI and variants of a spec (.toml) or .vmfb")

@@ -60,14 +60,44 @@ def _mlir_type(dtype: np.dtype) -> str:
     return dtype.name
 
 
-def format_result(value, max_elements: int = 1024) -> str:
-    """`8xf32=96 96 ...` for arrays (elided past `max_elements`), `f32=2.5` for scalars."""
+def format_element(value, kind: str) -> str:
+    """One element as iree-run-module prints it: floats with C's `%G`, integers in decimal."""
+    if kind == "f":
+        return format(float(value), "G")
+    return str(int(value))
+
+
+def format_result(value, max_elements: int | None = 1024) -> str:
+    """A result as iree-run-module prints it: `8xf32=96 96 ...`, `2x3xf32=[1 2 3][4 5 6]` (one
+    bracket pair per row of each outer dimension), `f32=2.5` for scalars and rank-0 tensors.
+
+    `max_elements` (--output_max_element_count; None: all) bounds the elements printed in the
+    whole result: a row cut short ends in `...`, and the rows after it print as `[...]`.
+    """
     if not isinstance(value, np.ndarray):
         array = np.asarray(value)
-        return f"{_mlir_type(array.dtype)}={value}"
-    flat = value.reshape(-1)
-    shown = [format(v.item(), "g") if value.dtype.kind == "f" else str(v.item()) for v in flat[:max_elements]]
-    if flat.size > max_elements:
-        shown.append("...")
-    shape = "x".join(str(d) for d in value.shape)
-    return f"{shape}{'x' if shape else ''}{_mlir_type(value.dtype)}={' '.join(shown)}"
+        return f"{_mlir_type(array.dtype)}={format_element(value, array.dtype.kind)}"
+    budget = [value.size if max_elements is None else max(0, max_elements)]
+    kind = value.dtype.kind
+
+    def rows(array: np.ndarray) -> str:
+        if array.ndim > 1:
+            return "".join(f"[{rows(row)}]" for row in array)
+        count = min(budget[0], array.shape[0])
+        budget[0] -= count
+        return " ".join(format_element(v, kind) for v in array[:count]) + ("..." if count < array.shape[0] else "")
+
+    shape = "".join(f"{d}x" for d in value.shape)
+    return f"{shape}{_mlir_type(value.dtype)}={rows(value.reshape(1) if value.ndim == 0 else value)}"
+
+
+def parse_max_element_count(text: str) -> int | None:
+    """--output_max_element_count's value: N >= 0, or -1 for every element (as iree-run-module,
+    which reads it as an unsigned count)."""
+    try:
+        count = int(text.strip(), 10)
+    except ValueError:
+        raise ValueError(f"--output_max_element_count={text}: expected a whole number of elements (e.g. 1024; -1 prints all)") from None
+    if count < -1:
+        raise ValueError(f"--output_max_element_count={text}: expected a count >= 0 (or -1 to print all)")
+    return None if count == -1 else count

@@ -52,8 +52,8 @@ def test_bad_inputs(text, message):
 
 def test_format_results():
     assert format_result(np.full(8, 96, np.float32)) == "8xf32=96 96 96 96 96 96 96 96"
-    assert format_result(np.arange(4, dtype=np.int32).reshape(2, 2)) == "2x2xi32=0 1 2 3"
-    assert format_result(np.arange(5, dtype=np.int32), max_elements=2) == "5xi32=0 1 ..."
+    assert format_result(np.arange(4, dtype=np.int32).reshape(2, 2)) == "2x2xi32=[0 1][2 3]"
+    assert format_result(np.arange(5, dtype=np.int32), max_elements=2) == "5xi32=0 1..."
 
 
 @needs_build_tools
@@ -120,3 +120,123 @@ def test_run_checks_the_function_and_inputs_before_opening_a_device(tmp_path, ca
     assert main(["run", str(out), *arguments]) == 1
     err = capsys.readouterr().err
     assert re.search(message, err) and "Traceback" not in err and "CUDA" not in err, err
+
+
+# ---- run: iree-run-module's spellings and printing ----
+
+def test_format_results_as_iree_run_module():
+    """What iree-run-module 3.13 prints for the same values (checked against it below)."""
+    a = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
+    assert format_result(a * 2) == "2x3xf32=[2 4 6][8 10 12]"
+    assert [format_result(a, n) for n in (0, 1, 4, 6)] == ["2x3xf32=[...][...]", "2x3xf32=[1...][...]", "2x3xf32=[1 2 3][4...]", "2x3xf32=[1 2 3][4 5 6]"]
+    assert format_result(np.arange(1, 13, dtype=np.float32).reshape(2, 2, 3), 5) == "2x2x3xf32=[[1 2 3][4 5...]][[...][...]]"
+    assert format_result(np.array([0.1, 1e-8, 123456789, -0.0, 3, 1e30], np.float32)) == "6xf32=0.1 1E-08 1.23457E+08 -0 3 1E+30"
+    assert format_result(np.array([0.1, 1, 65504], np.float16)) == "3xf16=0.0999756 1 65504"
+    assert format_result(np.zeros(0, np.float32)) == "0xf32=" and format_result(np.zeros((2, 0, 3), np.float32)) == "2x0x3xf32=[][]"
+    assert format_result(np.full((), 3, np.float32)) == "f32=3" and format_result(np.array([-1, 2, 127], np.int8)) == "3xi8=-1 2 127"
+    assert format_result(np.arange(5, dtype=np.int32), max_elements=None) == "5xi32=0 1 2 3 4"
+
+
+IREE_RUN_MODULE_PROGRAM = """
+func.func @f(%a: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>) {
+  %0 = arith.addf %a, %a : tensor<2x3xf32>
+  return %0, %a : tensor<2x3xf32>, tensor<2x3xf32>
+}
+func.func @g(%a: tensor<2x2x3xf32>) -> tensor<2x2x3xf32> {
+  return %a : tensor<2x2x3xf32>
+}
+func.func @v(%a: tensor<6xf32>) -> tensor<6xf32> {
+  return %a : tensor<6xf32>
+}
+"""
+
+
+def _iree_tool(name: str):
+    import shutil
+    from pathlib import Path
+
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if not found:
+        pytest.skip(f"{name} not installed")
+    return found
+
+
+@pytest.mark.parametrize("count", [None, 0, 1, 4, 5, 12])
+def test_format_results_match_iree_run_module(tmp_path_factory, count):
+    """The same values through iree-run-module itself (on the CPU): the same text."""
+    compiler, runner = _iree_tool("iree-compile"), _iree_tool("iree-run-module")
+    folder = tmp_path_factory.getbasetemp() / "iree-run-module"
+    vmfb = folder / "t.vmfb"
+    if not vmfb.exists():
+        folder.mkdir(exist_ok=True)
+        (folder / "t.mlir").write_text(IREE_RUN_MODULE_PROGRAM)
+        subprocess.run([compiler, "--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", str(folder / "t.mlir"), "-o", str(vmfb)],
+                       check=True, capture_output=True)
+    cases = [("f", "2x3xf32=1 2 3 4 5 6", [np.arange(1, 7, dtype=np.float32).reshape(2, 3) * 2, np.arange(1, 7, dtype=np.float32).reshape(2, 3)]),
+             ("g", "2x2x3xf32=" + " ".join(map(str, range(1, 13))), [np.arange(1, 13, dtype=np.float32).reshape(2, 2, 3)]),
+             ("v", "6xf32=0.1 1e-8 123456789 -0 3.0 1e30", [np.array([0.1, 1e-8, 123456789, -0.0, 3.0, 1e30], np.float32)])]
+    for function, given, values in cases:
+        flags = [f"--output_max_element_count={count}"] if count is not None else []
+        out = subprocess.run([runner, f"--module={vmfb}", "--device=local-task", f"--function={function}", f"--input={given}", *flags],
+                             check=True, capture_output=True, text=True).stdout
+        ours = [f"EXEC @{function}"] + [line for i, v in enumerate(values) for line in (f"result[{i}]: hal.buffer_view", format_result(v, 1024 if count is None else count))]
+        assert out.splitlines() == ours
+
+
+class _FakeModule:
+    def __init__(self, results):
+        self.functions = {"f": lambda *inputs: results}
+
+
+def _fake_runtime(monkeypatch, results, description=None):
+    from iree_dispatch import runtime
+
+    monkeypatch.setattr(runtime, "read_descriptions", lambda path: ("m", {"f": description}))
+    monkeypatch.setattr(runtime, "load", lambda path, device: _FakeModule(results))
+
+
+@pytest.mark.parametrize("spelling", [["{m}"], ["--module={m}"], ["--module", "{m}"], ["{m}", "--module={m}"], ["--module={m}", "--module={m}"]])
+def test_run_takes_the_module_as_iree_run_module_does(tmp_path, monkeypatch, capsys, spelling):
+    vmfb = tmp_path / "m.vmfb"
+    vmfb.write_bytes(b"module")
+    _fake_runtime(monkeypatch, (np.arange(6, dtype=np.float32).reshape(2, 3), 2.5))
+    assert main(["run", *(s.format(m=vmfb) for s in spelling), "--function=f", "--output_max_element_count=4"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["EXEC @f", "result[0]: hal.buffer_view", "2x3xf32=[0 1 2][3...]", "result[1]: f64=2.5"]
+
+
+@pytest.mark.parametrize("flag, value, printed", [("--output_max_element_count", "0", "3xi32=..."), ("--output-max-element-count", "-1", "3xi32=0 1 2"),
+                                                  ("--print-max-element-count", "2", "3xi32=0 1..."), (None, None, "3xi32=0 1 2")])
+def test_run_output_max_element_count(tmp_path, monkeypatch, capsys, flag, value, printed):
+    vmfb = tmp_path / "m.vmfb"
+    vmfb.write_bytes(b"module")
+    _fake_runtime(monkeypatch, np.arange(3, dtype=np.int32))
+    assert main(["run", str(vmfb), "--function=f", *([f"{flag}={value}"] if flag else [])]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == printed
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["{m}", "--module={o}", "--function=f"], "{m} and --module={o} are different modules; run takes one module: drop one of them"),
+        (["--module={m}", "--module={o}", "--function=f"], "--module={m} and --module={o} are different modules"),
+        (["--function=f"], "no module given"),
+        (["{m}"], "no function given: add --function=NAME"),
+        (["{m}", "--function=f", "--output_max_element_count=many"], "--output_max_element_count=many: expected a whole number"),
+        (["{m}", "--function=f", "--output_max_element_count=-5"], "--output_max_element_count=-5: expected a count >= 0"),
+        (["{m}", "--function=f", "--output_max_element_count=1.5"], "expected a whole number"),
+    ],
+)
+def test_run_argument_errors_are_one_line(tmp_path, capsys, argv, message):
+    """Refused before the module is read or a device opened, on any machine."""
+    vmfb, other = tmp_path / "m.vmfb", tmp_path / "o.vmfb"
+    vmfb.write_bytes(b"module")
+    other.write_bytes(b"other")
+    assert main(["run", *(a.format(m=vmfb, o=other) for a in argv)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("iree-dispatch run: error: ") and err.count("\n") == 1 and message.format(m=vmfb, o=other) in err, err
+
+
+def test_usage_errors_are_one_line():
+    result = subprocess.run([sys.executable, "-m", "iree_dispatch.cli", "run", "m.vmfb", "--function=f", "--output=@x.npy"], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "unrecognized arguments: --output=@x.npy" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "(see iree-dispatch -h)" in result.stderr
