@@ -63,10 +63,35 @@ def _declared(spec_path: Path) -> tuple[str, list[Path]]:
     return name, sources
 
 
+def _check_iree_compile_knows(flags: list[str]) -> None:
+    """iree-compile's own verdict on the user's flags (an unknown name, a bad value), asked with
+    `--version` (about 20 ms), so a typo fails before the CUDA compilers run, not after."""
+    if not flags:
+        return
+    import re
+    import subprocess
+
+    from iree.compiler.tools.binaries import find_tool
+
+    try:
+        proc = subprocess.run([find_tool("iree-compile"), *flags, "--version"], capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return  # the compile itself will say what is wrong
+    complaints = [re.sub(r"\s*Try: '[^']*'", "", line.removeprefix("iree-compile: ")).strip() for line in proc.stderr.splitlines() if line.startswith("iree-compile: ")]
+    if proc.returncode != 0 or complaints:
+        detail = " ".join(complaints) or (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise DispatchError(f"iree-compile refuses the flags given with --iree-compile-arg/--: {detail} (iree-compile --help lists its flags)")
+
+
 def _cmd_build(args) -> int:
     _require_compiler()
+    from .backend.compile import check_iree_compile_flags
     from .backend.pipeline import build, build_inputs, check_outputs, objects_dirname, write_depfile
     from .frontend.spec_file import load_spec
+
+    iree_compile_flags = [*args.iree_compile_arg, *getattr(args, "passthrough", [])]
+    check_iree_compile_flags(iree_compile_flags)  # before any compiler runs (a spec's type probe included)
+    _check_iree_compile_knows(iree_compile_flags)
 
     spec_paths = [Path(path) for path in args.spec]
     program = Path(args.program) if args.program else None
@@ -108,8 +133,8 @@ def _cmd_build(args) -> int:
     emit = planned[1][1] if len(planned) > 1 and planned[1][0] == "--emit-mlir" else None
     result = build(
         specs[0] if len(specs) == 1 else specs, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects,
-        asynchronous=args.asynchronous, strip_assertions=args.strip_assertions, progress=_progress, cache=not args.no_cache,
-        toolchain=args.toolchain,
+        asynchronous=args.asynchronous, strip_assertions=args.strip_assertions, iree_compile_flags=iree_compile_flags, progress=_progress,
+        cache=not args.no_cache, toolchain=args.toolchain,
     )
     if args.depfile:
         check_outputs([("--depfile", Path(args.depfile), "file")], [("file the build read", d) for d in result.dependencies])
@@ -268,6 +293,9 @@ def parser() -> argparse.ArgumentParser:
                    help="CUDA compiler (default auto: nvcc if found, incl. the nvidia-cuda-nvcc wheel, else NVRTC)")
     b.add_argument("--program", help="MLIR program calling the kernels via func.func private @<module>.<kernel> declarations")
     b.add_argument("--depfile", metavar="PATH", help="also write a Makefile-style depfile: the .vmfb and every file it was built from (spec, sources, headers, program)")
+    b.add_argument("--iree-compile-arg", action="append", default=[], metavar="FLAG",
+                   help="pass FLAG (--name or --name=value) to iree-compile, after the build's own flags (repeatable); "
+                        "everything after a lone -- is passed too")
     b.set_defaults(func=_cmd_build)
 
     r = sub.add_parser("run", help="run a function of a .vmfb on a CUDA device (like iree-run-module)")
@@ -407,8 +435,28 @@ def _quiet_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
 
 
+def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`iree-dispatch build ... -- FLAGS`: what follows the first lone `--` is iree-compile's."""
+    command = next((token for token in argv if not token.startswith("-")), None)
+    if command != "build" or "--" not in argv:
+        return argv, []
+    at = argv.index("--")
+    return argv[:at], argv[at + 1 :]
+
+
+def _join_iree_compile_args(argv: list[str]) -> list[str]:
+    """`--iree-compile-arg --flag` as `--iree-compile-arg=--flag` (argparse reads a value that
+    starts with '-' as another option)."""
+    out, tokens = [], iter(argv)
+    for token in tokens:
+        out.append(f"{token}={next(tokens, '')}" if token == "--iree-compile-arg" else token)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(_split_emit_mlir(sys.argv[1:] if argv is None else list(argv)))
+    argv, passthrough = _split_passthrough(sys.argv[1:] if argv is None else list(argv))
+    args = parser().parse_args(_split_emit_mlir(_join_iree_compile_args(argv)))
+    args.passthrough = passthrough
     prefix = f"iree-dispatch {args.command}: error:"
     with _interrupts_stop_compilers():
         try:

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from iree_dispatch import cli
 from iree_dispatch.cli import main
 from iree_dispatch.cli_io import format_result, parse_input
 from iree_dispatch.runtime import cuda_device_available
@@ -240,3 +241,54 @@ def test_usage_errors_are_one_line():
     result = subprocess.run([sys.executable, "-m", "iree_dispatch.cli", "run", "m.vmfb", "--function=f", "--output=@x.npy"], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "unrecognized arguments: --output=@x.npy" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and "(see iree-dispatch -h)" in result.stderr
+
+
+# ---- build: flags for iree-compile ----
+
+def test_build_collects_iree_compile_flags(tmp_path, monkeypatch, capsys):
+    """--iree-compile-arg=FLAG (repeatable) and everything after a lone --, in that order."""
+    from iree_dispatch.backend import pipeline
+
+    seen = {}
+
+    def fake_build(*args, **kw):
+        seen.update(kw)
+        raise pipeline.OutputError("stop here")
+
+    monkeypatch.setattr(pipeline, "build", fake_build)
+    argv = ["build", str(SAMPLES_SPEC), "-o", str(tmp_path / "m.vmfb"), "--iree-compile-arg=--iree-opt-level=O3", "--iree-compile-arg", "--mlir-timing",
+            "--", "--iree-opt-strip-assertions", "--iree-hal-dump-executable-sources-to=" + str(tmp_path / "dump")]
+    assert main(argv) == 1 and "stop here" in capsys.readouterr().err
+    assert seen["iree_compile_flags"] == ["--iree-opt-level=O3", "--mlir-timing", "--iree-opt-strip-assertions", f"--iree-hal-dump-executable-sources-to={tmp_path / 'dump'}"]
+    assert cli._split_passthrough(["run", "m.vmfb", "--", "x"]) == (["run", "m.vmfb", "--", "x"], [])
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--", "-o", "x.vmfb"], "iree-compile flag '-o' can't be given"),
+        (["--", "--iree-opt-level", "O3"], "iree-compile flag 'O3' is not one flag"),
+        (["--iree-compile-arg=--iree-hal-target-device=vulkan"], "iree-compile flag '--iree-hal-target-device=vulkan' can't be given"),
+        (["--", "--iree-bogus-flag"], "iree-compile refuses the flags given with --iree-compile-arg/--: Unknown command line argument '--iree-bogus-flag'"),
+        (["--iree-compile-arg=--iree-opt-level=O9"], "'O9' value not a valid optimization level"),
+    ],
+)
+def test_build_refuses_bad_iree_compile_flags_before_compiling(tmp_path, capsys, flags, message):
+    """One line, before nvcc or the type probe runs (no progress line), nothing written."""
+    pytest.importorskip("iree.compiler")
+    assert main(["build", str(SAMPLES_SPEC), "-o", str(tmp_path / "out" / "m.vmfb"), *flags]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("iree-dispatch build: error: ") and err.count("\n") == 1 and message in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_build_tools
+def test_build_passes_iree_compile_flags(tmp_path, capsys):
+    """The flags reach iree-compile (it dumps the executables where told) and key the cache."""
+    out, dump = tmp_path / "m.vmfb", tmp_path / "dump"
+    assert main(["build", str(SAMPLES_SPEC), "-o", str(out), "--arch", "sm_90", "--", f"--iree-hal-dump-executable-sources-to={dump}"]) == 0
+    assert sorted(p.name for p in dump.iterdir()) == ["samples_axpby_cu.mlir", "samples_simple_mul_cu.mlir"]
+    assert main(["build", str(SAMPLES_SPEC), "-o", str(out), "--arch", "sm_90", f"--iree-compile-arg=--iree-hal-dump-executable-sources-to={dump}"]) == 0
+    assert "(cache " in capsys.readouterr().out  # the same flags: the same entry
+    assert main(["build", str(SAMPLES_SPEC), "-o", str(out), "--arch", "sm_90", "--", "--iree-opt-level=O1"]) == 0
+    assert "iree-compile " in capsys.readouterr().out  # other flags: built again
