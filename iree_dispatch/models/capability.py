@@ -1,0 +1,240 @@
+"""What a kernel can replace in a model: the `replaces` table of a `[[kernel]]` in a spec file.
+
+```toml
+[[kernel]]
+name = "gemm_bf16"
+...
+replaces = { op = "matmul", accumulate = "f32", divisible = { K = 8, N = 8 } }
+```
+
+The op's operands map to the kernel's input tensors in parameter order, its result to the
+kernel's one output, and (LayerNorm) its epsilon to the kernel's one float scalar argument. Element
+types are the kernel's own (its pointers' types); shape constraints name the kernel's shape
+symbols. Each rule is checked when the spec is loaded, against the kernel's declaration.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core import expr as ex
+from ..core.errors import SpecError
+from ..frontend.spec import KernelSpec, ModuleSpec
+
+# op kind → (ranks of the kernel's input tensors in order, rank of its output, float scalars it takes)
+OP_KINDS: dict[str, tuple[tuple[int, ...], int, int]] = {
+    "matmul": ((2, 2), 2, 0),  # lhs [M, K], rhs [K, N] → [M, N]
+    "matmul+bias": ((2, 2, 1), 2, 0),  # lhs [M, K], rhs [K, N], bias [N] → lhs @ rhs + bias
+    "batch_matmul": ((3, 3), 3, 0),  # lhs [B, M, K], rhs [B, K, N] → [B, M, N]
+    "softmax": ((2,), 2, 0),  # x [rows, cols] → softmax over cols (a model's last dim)
+    "layernorm": ((2, 1, 1), 2, 1),  # x [rows, cols], weight [cols], bias [cols], eps → per row
+}
+_KEYS = {"op", "accumulate", "divisible", "max", "eps", "priority"}
+# What the kernel computes in, unless `accumulate` says otherwise: matmuls accumulate in their
+# output's type; the row kernels of the library compute in float32 whatever they store.
+_DEFAULT_ACCUMULATE = {"softmax": "f32", "layernorm": "f32"}
+_FLOAT_RANK = {"f16": 1, "bf16": 1, "f32": 2, "f64": 3}
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One op form one kernel can replace."""
+
+    module: ModuleSpec
+    kernel: KernelSpec
+    op: str
+    accumulate: str
+    divisible: tuple[tuple[str, int], ...] = ()
+    maximum: tuple[tuple[str, int], ...] = ()
+    eps: float | None = None  # the kernel's own epsilon, if it has no eps argument
+    priority: int = 0
+    order: int = 0  # position among all capabilities given (ties of priority: first given wins)
+    where: str = field(default="", compare=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.module.name}.{self.kernel.function}"
+
+    @property
+    def input_dtypes(self) -> tuple[str, ...]:
+        return tuple(t.dtype for t in self.kernel.inputs)
+
+    @property
+    def output_dtype(self) -> str:
+        return self.kernel.outputs[0].dtype
+
+    def symbols(self, shapes: list[tuple[int, ...]]) -> dict[str, int]:
+        """The kernel's shape symbols bound by the op's operand shapes (inputs, in order)."""
+        bound: dict[str, int] = {}
+        for t, shape in zip(self.kernel.inputs, shapes):
+            for d, size in zip(t.shape, shape):
+                if isinstance(d, ex.Sym):
+                    bound.setdefault(d.name, size)
+        return bound
+
+    def describe(self) -> str:
+        sig = ", ".join(self.input_dtypes) + f" -> {self.output_dtype}"
+        extra = [f"{n} % {k} == 0" for n, k in self.divisible] + [f"{n} <= {k}" for n, k in self.maximum]
+        return f"{self.label} ({sig}" + (f"; {', '.join(extra)}" if extra else "") + ")"
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """The modules given with --kernels and every capability their kernels declare."""
+
+    modules: tuple[ModuleSpec, ...]
+    capabilities: tuple[Capability, ...]
+
+    def for_op(self, op: str) -> list[Capability]:
+        return sorted((c for c in self.capabilities if c.op == op), key=lambda c: (-c.priority, c.order))
+
+
+def load_kernels(paths: list[str | Path]) -> KernelSet:
+    """Loads each spec file with its `replaces` tables."""
+    if not paths:
+        raise SpecError("no kernel spec given (--kernels SPEC.toml)")
+    modules, capabilities = [], []
+    for path in paths:
+        module, replaces = load_spec_with_replaces(Path(path))
+        modules.append(module)
+        by_name = {k.name: k for k in module.kernels}
+        for kernel_name, label, tables in replaces:
+            for table in tables:
+                capabilities.append(_capability(module, by_name[kernel_name], table, label, len(capabilities)))
+    names = [m.name for m in modules]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise SpecError(f"module name {', '.join(clashes)} given by more than one kernel spec; each module needs its own name")
+    return KernelSet(tuple(modules), tuple(capabilities))
+
+
+def load_spec_with_replaces(path: Path) -> tuple[ModuleSpec, list[tuple[str, str, list[dict]]]]:
+    """The spec's ModuleSpec and, per kernel with a `replaces` key: (kernel name, label, tables)."""
+    from ..frontend.spec_file import load_spec
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8").removeprefix("\ufeff"))
+    except OSError as exc:
+        raise SpecError(f"can't read spec {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: invalid TOML: {exc}") from None
+    kernels = data.get("kernel", [])
+    replaces = []
+    for i, k in enumerate(kernels if isinstance(kernels, list) else [], start=1):
+        if isinstance(k, dict) and "replaces" in k:
+            label = f"{path}: [[kernel]] #{i} ({k.get('name')})"
+            tables = k["replaces"]
+            tables = [tables] if isinstance(tables, dict) else tables
+            if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+                raise SpecError(f"{label}: replaces must be a table (replaces = {{ op = \"matmul\" }}) or a list of tables")
+            replaces.append((k.get("name"), label, tables))
+    if not replaces:
+        return load_spec(path), []
+    try:
+        module = load_spec(path)  # a spec loader that knows `replaces` takes the file as it is
+    except SpecError as exc:
+        if "replaces" not in str(exc):
+            raise
+        module = _load_without_replaces(path, data)
+    return module, replaces
+
+
+def _load_without_replaces(path: Path, data: dict) -> ModuleSpec:
+    """load_spec of the spec less its `replaces` keys: a copy with absolute source paths, so it
+    can be read from a temporary folder; errors name the original file."""
+    from ..frontend.spec_file import load_spec
+
+    module = dict(data.get("module", {}))
+    module.setdefault("name", path.stem)
+    kernels = []
+    for k in data.get("kernel", []):
+        k = {key: value for key, value in k.items() if key != "replaces"}
+        source = k.get("source")
+        if isinstance(source, str):
+            k["source"] = str((path.parent / source).absolute())
+        elif isinstance(source, list):
+            k["source"] = [str((path.parent / s).absolute()) if isinstance(s, str) else s for s in source]
+        kernels.append(k)
+    text = _toml({"module": module}) + "".join("\n[[kernel]]\n" + _toml(k) for k in kernels)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".toml", dir=tempfile.gettempdir())
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        try:
+            return load_spec(tmp)
+        except SpecError as exc:
+            raise SpecError(str(exc).replace(tmp, str(path))) from None
+    finally:
+        os.unlink(tmp)
+
+
+def _toml(table: dict, prefix: str = "") -> str:
+    if prefix == "" and set(table) == {"module"}:
+        return "[module]\n" + _toml(table["module"], "module")
+    return "".join(f"{key} = {_toml_value(value)}\n" for key, value in table.items())
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_value(k) if not k.isidentifier() else k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise SpecError(f"unsupported value in a spec: {value!r}")
+
+
+def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str, order: int) -> Capability:
+    unknown = set(table) - _KEYS
+    if unknown:
+        raise SpecError(f"{label}: replaces: unknown keys {sorted(unknown)}; allowed: {sorted(_KEYS)}")
+    op = table.get("op")
+    if op not in OP_KINDS:
+        raise SpecError(f"{label}: replaces.op must be one of {', '.join(repr(k) for k in OP_KINDS)}, got {op!r}")
+    in_ranks, out_rank, n_floats = OP_KINDS[op]
+    ranks = tuple(len(t.shape) for t in kernel.inputs)
+    if ranks != in_ranks:
+        raise SpecError(f"{label}: replaces {op!r} needs input tensors of ranks {list(in_ranks)} in parameter order; the kernel's inputs have ranks {list(ranks)}")
+    if len(kernel.outputs) != 1 or len(kernel.outputs[0].shape) != out_rank:
+        raise SpecError(f"{label}: replaces {op!r} needs one output tensor of rank {out_rank}; the kernel has {[len(t.shape) for t in kernel.outputs]}")
+    floats = [s for s in kernel.scalar_args if s.stype.kind == "float"]
+    others = [s.name for s in kernel.scalar_args if s.stype.kind != "float"]
+    if others:
+        raise SpecError(f"{label}: replaces {op!r}: scalar arguments {others} have no value in a model; give them values with scalars = {{ ... }}")
+    eps = table.get("eps")
+    if eps is not None and (op != "layernorm" or not isinstance(eps, (int, float))):
+        raise SpecError(f"{label}: replaces.eps is a number, for op = \"layernorm\" kernels whose epsilon is built in")
+    wanted = 0 if eps is not None else n_floats
+    if len(floats) != wanted:
+        what = "its epsilon as one float argument" if wanted else "no float argument"
+        raise SpecError(f"{label}: replaces {op!r} passes {what}; the kernel takes {[s.name for s in floats] or 'none'}")
+    symbols = {d.name for t in kernel.inputs for d in t.shape if isinstance(d, ex.Sym)}
+    constraints = {}
+    for key in ("divisible", "max"):
+        raw = table.get(key, {})
+        if not isinstance(raw, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in raw.values()):
+            raise SpecError(f"{label}: replaces.{key} must be a table of positive integers per shape symbol, e.g. {key} = {{ K = 8 }}")
+        missing = sorted(set(raw) - symbols)
+        if missing:
+            raise SpecError(f"{label}: replaces.{key} names {missing}, which are not shape symbols of the kernel's inputs ({', '.join(sorted(symbols))})")
+        constraints[key] = tuple(sorted(raw.items()))
+    accumulate = table.get("accumulate", _DEFAULT_ACCUMULATE.get(op, kernel.outputs[0].dtype))
+    if accumulate not in _FLOAT_RANK:
+        raise SpecError(f"{label}: replaces.accumulate must be one of {', '.join(_FLOAT_RANK)}, got {accumulate!r}")
+    priority = table.get("priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise SpecError(f"{label}: replaces.priority must be an integer")
+    return Capability(module, kernel, op, accumulate, constraints["divisible"], constraints["max"], None if eps is None else float(eps), priority, order, label)
+
+
+def wider(a: str, b: str) -> bool:
+    """True when float type `a` is wider than `b` (bf16 and f16 count as equally wide)."""
+    return _FLOAT_RANK.get(a, 0) > _FLOAT_RANK.get(b, 0)

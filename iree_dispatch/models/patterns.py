@@ -1,0 +1,553 @@
+"""Finds the ops a kernel could replace in a model at IREE's input level (linalg on tensors).
+
+Each candidate is an op or a small DAG of linalg ops with one meaning (a matmul, a softmax over
+the last dim, a LayerNorm), found by its structure: named ops for matmuls, and for softmax and
+LayerNorm the generics torch's decompositions produce, one arithmetic op per generic, connected
+through broadcasts and unit-dim reshapes. A candidate has one or more *forms*: the same result
+computed from other operands (a bf16 softmax's bf16 input, or the f32 value it was widened to; a
+matmul with its bias add, or without), best first. What each form needs from a kernel (operand
+types and shapes, accumulation type, epsilon) is recorded so the selection (select.py) can say
+exactly why a kernel does not fit.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+
+from iree.compiler import ir
+
+
+@dataclass
+class Operand:
+    value: object  # ir.Value
+    shape: tuple[int | None, ...]  # as the kernel sees it (after any collapse)
+    dtype: str
+
+
+@dataclass
+class Form:
+    kind: str  # an op kind of capability.OP_KINDS
+    operands: list[Operand]
+    result: object  # ir.Value whose uses the kernel's result replaces
+    result_shape: tuple[int | None, ...]  # as the kernel writes it
+    result_dtype: str
+    compute: str  # the model's accumulation / arithmetic type
+    anchor: object  # ir.Operation before which the replacement is inserted
+    eps: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Candidate:
+    kind: str  # matmul, batch_matmul, softmax, layernorm (what the model computes)
+    description: str  # shapes and dtypes, for the report
+    location: str
+    order: int
+    forms: list[Form] = field(default_factory=list)
+    refusal: tuple[str, str] | None = None  # (category, reason) that no kernel can overcome
+
+
+# ----------------------------------------------------------------------------------------------
+# IR helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def walk(op):
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield child.operation
+                yield from walk(child.operation)
+
+
+def producer(value):
+    owner = value.owner
+    return owner.operation if isinstance(owner, (ir.Operation, ir.OpView)) else None
+
+
+def users(value) -> list:
+    return [u.owner.operation if hasattr(u.owner, "operation") else u.owner for u in value.uses]
+
+
+def tensor_info(value) -> tuple[tuple[int | None, ...], str] | None:
+    try:
+        t = ir.RankedTensorType(value.type)
+    except ValueError:
+        return None
+    return tuple(None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank)), str(t.element_type)
+
+
+def shape_text(shape) -> str:
+    return "x".join("?" if d is None else str(d) for d in shape)
+
+
+def location(op) -> str:
+    text = str(op.location)
+    m = re.search(r'"([^"]+)":(\d+)', text)
+    return f"{m[1].rsplit('/', 1)[-1]}:{m[2]}" if m and m[1] != "-" else ""
+
+
+def float_constant(value) -> float | None:
+    """The float a value holds, if it is an arith.constant (scalar or splat), else None."""
+    op = producer(value)
+    if op is None or op.name != "arith.constant":
+        return None
+    attr = op.attributes["value"]
+    try:
+        return ir.FloatAttr(attr).value
+    except ValueError:
+        pass
+    try:
+        dense = ir.DenseFPElementsAttr(attr)
+    except ValueError:
+        return None
+    return ir.FloatAttr(dense.get_splat_value()).value if dense.is_splat else None
+
+
+def round_to(value: float, dtype: str) -> float:
+    """`value` rounded (to nearest even) to the float type `dtype`."""
+    if dtype == "f32":
+        return struct.unpack("<f", struct.pack("<f", value))[0]
+    if dtype == "f16":
+        return struct.unpack("<e", struct.pack("<e", value))[0]
+    if dtype == "bf16":
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+    return value
+
+
+@dataclass
+class Generic:
+    """A linalg.generic read as: inputs with their indexing maps, iterators, and its body as an
+    expression over ("in", i), ("out", i) and ("const", value)."""
+
+    op: object
+    inputs: list
+    outputs: list
+    maps: list[tuple[int, tuple[str, ...]]]  # (dims, results) per operand, inputs then outputs
+    iterators: list[str]
+    exprs: list  # one per result
+
+    @property
+    def parallel(self) -> bool:
+        return all(i == "parallel" for i in self.iterators)
+
+    def reduces_last(self) -> bool:
+        """Reduces over the last loop dim only, the input read whole, the output (and init) keeping the other dims."""
+        n = len(self.iterators)
+        if self.iterators != ["parallel"] * (n - 1) + ["reduction"] or len(self.inputs) != 1:
+            return False
+        ident = tuple(f"d{i}" for i in range(n))
+        kept = ident[:-1]
+        return self.maps[0][1] == ident and all(m[1] in (kept, kept + ("0",)) for m in self.maps[1:])
+
+    def map_of(self, index: int) -> tuple[str, ...]:
+        return self.maps[index][1]
+
+
+def as_generic(op) -> Generic | None:
+    if op is None or op.name != "linalg.generic":
+        return None
+    segments = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    n_in = segments[0]
+    operands = list(op.operands)
+    maps = []
+    for attr in ir.ArrayAttr(op.attributes["indexing_maps"]):
+        m = ir.AffineMapAttr(attr).value
+        maps.append((m.n_dims, tuple(str(r) for r in m.results)))
+    iterators = [re.sub(r".*<(\w+)>.*", r"\1", str(a)) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    block = op.regions[0].blocks[0]
+    args = {_key(a): (("in", i) if i < n_in else ("out", i - n_in)) for i, a in enumerate(block.arguments)}
+    defs = {}
+    exprs = []
+    for inner in block.operations:
+        inner = inner.operation
+        if inner.name == "linalg.yield":
+            exprs = [_expr(v, args, defs) for v in inner.operands]
+        else:
+            for r in inner.results:
+                defs[_key(r)] = inner
+    return Generic(op, operands[:n_in], operands[n_in:], maps, iterators, exprs)
+
+
+def _key(value):
+    return value  # ir.Value hashes and compares by identity
+
+
+def _expr(value, args, defs):
+    key = _key(value)
+    if key in args:
+        return args[key]
+    inner = defs.get(key)
+    if inner is None:  # defined outside the body
+        c = float_constant(value)
+        return ("const", c) if c is not None else ("value", str(key))
+    name = inner.name.split(".", 1)[1]
+    if inner.name == "arith.constant":
+        c = float_constant(value)
+        return ("const", c) if c is not None else ("value", str(key))
+    if inner.name in ("arith.truncf", "arith.extf"):
+        operand = _expr(inner.operands[0], args, defs)
+        target = str(inner.results[0].type)
+        if operand[0] == "const":
+            return ("const", round_to(operand[1], target))
+        return (name, operand, target)
+    return (name, *(_expr(v, args, defs) for v in inner.operands))
+
+
+def source(value):
+    """The value `value` copies: through unit-dim reshapes and broadcast generics (yield %in)."""
+    while True:
+        op = producer(value)
+        if op is None:
+            return value
+        if op.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            a, b = tensor_info(op.operands[0]), tensor_info(op.results[0])
+            if a and b and [d for d in a[0] if d != 1] == [d for d in b[0] if d != 1]:
+                value = op.operands[0]
+                continue
+            return value
+        g = as_generic(op)
+        if g is not None and g.parallel and len(g.inputs) == 1 and g.exprs == [("in", 0)] and _projection(g.map_of(0)):
+            value = g.inputs[0]
+            continue
+        return value
+
+
+def _projection(results: tuple[str, ...]) -> bool:
+    return all(re.fullmatch(r"d\d+|0", r) for r in results)
+
+
+def same(a, b) -> bool:
+    return source(a) == source(b)
+
+
+def is_zero_fill(value) -> bool:
+    op = producer(value)
+    return op is not None and op.name == "linalg.fill" and float_constant(op.operands[0]) == 0.0
+
+
+def single_op_generic(value, expr_head: str) -> Generic | None:
+    g = as_generic(producer(value))
+    if g is None or len(g.exprs) < 1 or g.exprs[0][0] != expr_head:
+        return None
+    return g
+
+
+def elementwise_input(g: Generic, index: int, rank: int) -> bool:
+    return g.map_of(index) == tuple(f"d{i}" for i in range(rank))
+
+
+def last_dim_broadcast(g: Generic, index: int, rank: int) -> bool:
+    """The input is read as [cols] (weight, bias) along the last loop dim."""
+    return g.map_of(index) == (f"d{rank - 1}",)
+
+
+def row_broadcast(g: Generic, index: int, rank: int) -> bool:
+    """The input is read once per row: all dims but the last (or it as 0)."""
+    kept = tuple(f"d{i}" for i in range(rank - 1))
+    return g.map_of(index) in (kept, kept + ("0",))
+
+
+# ----------------------------------------------------------------------------------------------
+# Matchers
+# ----------------------------------------------------------------------------------------------
+
+_TRANSPOSED = {"linalg.matmul_transpose_a", "linalg.matmul_transpose_b", "linalg.batch_matmul_transpose_a", "linalg.batch_matmul_transpose_b"}
+_DEFAULT_MAPS = {
+    "linalg.matmul": ["(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)", "(d0, d1, d2) -> (d0, d1)"],
+    "linalg.batch_matmul": ["(d0, d1, d2, d3) -> (d0, d1, d3)", "(d0, d1, d2, d3) -> (d0, d3, d2)", "(d0, d1, d2, d3) -> (d0, d1, d2)"],
+}
+
+
+def find_candidates(module) -> list[Candidate]:
+    found: list[Candidate] = []
+    claimed: set = set()
+    ops = list(walk(module.operation))
+    for i, op in enumerate(ops):
+        name = op.name
+        cand = None
+        if name in ("linalg.matmul", "linalg.batch_matmul") or name in _TRANSPOSED:
+            cand = _matmul(op, i)
+        elif name == "linalg.softmax":
+            cand = _named_softmax(op, i)
+        elif name == "linalg.generic":
+            cand = _softmax(op, i) or _layernorm(op, i)
+        if cand is not None and _key(op.results[0]) not in claimed:
+            claimed.add(_key(op.results[0]))
+            cand.order = len(found) + 1
+            found.append(cand)
+    return found
+
+
+def _matmul(op, order: int) -> Candidate | None:
+    a, b = op.operands[0], op.operands[1]
+    c = op.operands[2]
+    ia, ib, ic = tensor_info(a), tensor_info(b), tensor_info(op.results[0])
+    if not (ia and ib and ic):
+        return None
+    batch = "batch" in op.name
+    kind = "batch_matmul" if batch else "matmul"
+    desc = f"{shape_text(ia[0])} @ {shape_text(ib[0])} {ia[1]} x {ib[1]} -> {shape_text(ic[0])} {ic[1]}"
+    cand = Candidate(kind, desc, location(op), order)
+    base = op.name.replace("_transpose_a", "").replace("_transpose_b", "")
+    maps = [str(ir.AffineMapAttr(m).value) for m in ir.ArrayAttr(op.attributes["indexing_maps"])] if "indexing_maps" in op.attributes else _DEFAULT_MAPS[base]
+    if op.name in _TRANSPOSED or maps != _DEFAULT_MAPS[base]:
+        odd = [w for w, m, default in zip(("lhs", "rhs", "result"), maps, _DEFAULT_MAPS[base]) if m != default]
+        if op.name.endswith("transpose_a"):
+            odd = ["lhs"]
+        elif op.name.endswith("transpose_b"):
+            odd = ["rhs"]
+        how = "; ".join(f"{w} read as {m.split(' -> ')[1]}" for w, m, default in zip(("lhs", "rhs", "result"), maps, _DEFAULT_MAPS[base]) if m != default)
+        cand.refusal = ("layout", f"{' and '.join(odd)} transposed ({op.name}{': ' + how if how else ''}); kernels take row-major lhs [M, K] and rhs [K, N]")
+        return cand
+    if not is_zero_fill(c):
+        cand.refusal = ("init", "accumulates into an existing tensor (its init is not a zero fill); kernels write a fresh result")
+        return cand
+    compute = ic[1]
+    forms: list[Form] = []
+    rhs_2d = None
+    if batch:
+        forms_rank = 3
+        src = source(b)
+        isrc = tensor_info(src)
+        if isrc and len(isrc[0]) == 2:  # the same [K, N] matrix for every batch: one matmul over B*M rows
+            rhs_2d = src
+    else:
+        forms_rank = 2
+    bias_add = _bias_add(op.results[0], forms_rank)
+    if rhs_2d is not None:
+        bsz, m, k = ia[0]
+        rows = None if bsz is None or m is None else bsz * m
+        lhs = Operand(a, (rows, k), ia[1])
+        rhs = Operand(rhs_2d, tensor_info(rhs_2d)[0], tensor_info(rhs_2d)[1])
+        n = ic[0][2]
+        if bias_add is not None:
+            g, bias = bias_add
+            ibias = tensor_info(bias)
+            forms.append(Form("matmul+bias", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], g.op.results[0], (rows, n), tensor_info(g.op.results[0])[1], compute, g.op))
+        note = "the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows"
+        forms.append(Form("matmul", [lhs, rhs], op.results[0], (rows, n), ic[1], compute, op, notes=[note]))
+    if batch:
+        forms.append(Form("batch_matmul", [Operand(a, ia[0], ia[1]), Operand(b, ib[0], ib[1])], op.results[0], ic[0], ic[1], compute, op))
+    else:
+        lhs, rhs = Operand(a, ia[0], ia[1]), Operand(b, ib[0], ib[1])
+        if bias_add is not None:
+            g, bias = bias_add
+            ibias = tensor_info(bias)
+            forms.append(Form("matmul+bias", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], g.op.results[0], ic[0], tensor_info(g.op.results[0])[1], compute, g.op))
+        forms.append(Form("matmul", [lhs, rhs], op.results[0], ic[0], ic[1], compute, op))
+    cand.forms = forms
+    return cand
+
+
+def _bias_add(value, rank: int):
+    """(generic, bias) when `value`'s only use adds a [N] vector along its last dim, in its own type."""
+    us = users(value)
+    if len(us) != 1:
+        return None
+    g = as_generic(us[0])
+    if g is None or not g.parallel or len(g.inputs) != 2 or not g.exprs or g.exprs[0][0] != "addf" or len(g.iterators) != rank:
+        return None
+    if sorted(g.exprs[0][1:]) != [("in", 0), ("in", 1)]:
+        return None
+    keys = [_key(v) for v in g.inputs]
+    if keys.count(_key(value)) != 1:
+        return None
+    mine = keys.index(_key(value))
+    other = 1 - mine
+    info = tensor_info(g.inputs[other])
+    if elementwise_input(g, mine, rank) and last_dim_broadcast(g, other, rank) and info and info[1] == tensor_info(value)[1]:
+        return g, g.inputs[other]
+    return None
+
+
+def _rows_shape(shape) -> tuple[int | None, int | None]:
+    rows = 1
+    for d in shape[:-1]:
+        rows = None if rows is None or d is None else rows * d
+    return rows, shape[-1]
+
+
+def _io_forms(kind: str, x, result_value, anchor, compute: str, extra: list[Operand], eps=None) -> list[Form]:
+    """Forms of a row op over `x` (its last dim the row): with narrow I/O (x widened by an extf
+    generic, the result narrowed by a truncf generic) first, then in the compute type."""
+    ix, ir_ = tensor_info(x), tensor_info(result_value)
+    forms = []
+    narrow_in = _extf_source(x)
+    narrow_out = _truncf_user(result_value)
+    rows_cols = _rows_shape(ix[0])
+    if narrow_in is not None and narrow_out is not None:
+        g = narrow_out
+        forms.append(
+            Form(kind, [Operand(narrow_in, rows_cols, tensor_info(narrow_in)[1]), *extra], g.op.results[0], rows_cols, tensor_info(g.op.results[0])[1], compute, g.op, eps)
+        )
+    forms.append(Form(kind, [Operand(x, rows_cols, ix[1]), *extra], result_value, rows_cols, ir_[1], compute, anchor, eps))
+    return forms
+
+
+def _extf_source(value):
+    g = single_op_generic(value, "extf")
+    if g is not None and g.parallel and len(g.inputs) == 1 and g.exprs[0][1] == ("in", 0) and elementwise_input(g, 0, len(g.iterators)):
+        return g.inputs[0]
+    return None
+
+
+def _truncf_user(value):
+    us = users(value)
+    if len(us) != 1:
+        return None
+    g = as_generic(us[0])
+    if g is not None and g.parallel and len(g.inputs) == 1 and g.exprs and g.exprs[0][0] == "truncf" and g.exprs[0][1] == ("in", 0):
+        return g
+    return None
+
+
+def _named_softmax(op, order: int) -> Candidate | None:
+    x = op.operands[0]
+    ix = tensor_info(x)
+    if ix is None:
+        return None
+    dim = ir.IntegerAttr(op.attributes["dimension"]).value
+    cand = Candidate("softmax", f"{shape_text(ix[0])} {ix[1]} over dim {dim}", location(op), order)
+    if dim != len(ix[0]) - 1:
+        cand.refusal = ("layout", f"softmax over dim {dim}, not the last ({len(ix[0]) - 1}); kernels normalize contiguous rows")
+        return cand
+    cand.forms = _io_forms("softmax", x, op.results[0], op, ix[1], [])
+    return cand
+
+
+def _softmax(op, order: int) -> Candidate | None:
+    """exp(x - max(x)) / sum(exp(x - max(x))) along the last dim, as torch decomposes it."""
+    div = as_generic(op)
+    if div is None or not div.parallel or len(div.inputs) != 2 or not div.exprs or div.exprs[0] != ("divf", ("in", 0), ("in", 1)):
+        return None
+    rank = len(div.iterators)
+    if not (elementwise_input(div, 0, rank) and row_broadcast(div, 1, rank)):
+        return None
+    e, s = div.inputs
+    total = as_generic(producer(source(s)))
+    if total is None or not total.reduces_last() or total.exprs[0] != ("addf", ("in", 0), ("out", 0)) or not same(total.inputs[0], e) or not is_zero_fill(total.outputs[0]):
+        return None
+    exp = single_op_generic(e, "exp")
+    if exp is None or exp.exprs[0] != ("exp", ("in", 0)) or not exp.parallel:
+        return None
+    sub = single_op_generic(exp.inputs[0], "subf")
+    if sub is None or sub.exprs[0] != ("subf", ("in", 0), ("in", 1)) or not (elementwise_input(sub, 0, rank) and row_broadcast(sub, 1, rank)):
+        return None
+    x, m = sub.inputs
+    mx_op = producer(source(m))
+    mx = as_generic(mx_op)
+    if mx is None or not mx.reduces_last() or mx.exprs[0] not in (("maximumf", ("in", 0), ("out", 0)), ("maxnumf", ("in", 0), ("out", 0))) or not same(mx.inputs[0], x):
+        return None
+    ix = tensor_info(x)
+    narrow = _extf_source(x)
+    io = f"{tensor_info(narrow)[1]}, computed in {ix[1]}" if narrow is not None else ix[1]
+    cand = Candidate("softmax", f"{shape_text(ix[0])} {io} over dim {rank - 1}", location(op), order)
+    cand.forms = _io_forms("softmax", x, op.results[0], op, tensor_info(e)[1], [])
+    return cand
+
+
+def _layernorm(op, order: int) -> Candidate | None:
+    """(x - mean) * rsqrt(var + eps) * weight + bias along the last dim (biased variance)."""
+    add = as_generic(op)
+    if add is None or not add.parallel or len(add.inputs) != 2 or not add.exprs or add.exprs[0][0] != "addf" or sorted(add.exprs[0][1:]) != [("in", 0), ("in", 1)]:
+        return None
+    rank = len(add.iterators)
+    split = _split_vector(add, rank)
+    if split is None:
+        return None
+    scaled, bias = split
+    mul_w = single_op_generic(scaled, "mulf")
+    if mul_w is None or len(mul_w.inputs) != 2 or sorted(mul_w.exprs[0][1:]) != [("in", 0), ("in", 1)]:
+        return None
+    split = _split_vector(mul_w, rank)
+    if split is None:
+        return None
+    normed, weight = split
+    mul_r = single_op_generic(normed, "mulf")
+    if mul_r is None or len(mul_r.inputs) != 2 or sorted(mul_r.exprs[0][1:]) != [("in", 0), ("in", 1)]:
+        return None
+    centered = rstd = None
+    for i in (0, 1):
+        if single_op_generic(source(mul_r.inputs[i]), "rsqrt") is not None and elementwise_input(mul_r, 1 - i, rank):
+            rstd, centered = source(mul_r.inputs[i]), mul_r.inputs[1 - i]
+    if rstd is None:
+        return None
+    sub = single_op_generic(centered, "subf")
+    if sub is None or sub.exprs[0] != ("subf", ("in", 0), ("in", 1)) or not elementwise_input(sub, 0, rank):
+        return None
+    x, mean = sub.inputs
+    ix = tensor_info(x)
+    cols = ix[0][-1]
+    mean_n = _mean_of(source(mean), x, cols)
+    if mean_n is None:
+        return None
+    rsqrt = single_op_generic(rstd, "rsqrt")
+    var_eps = single_op_generic(rsqrt.inputs[0], "addf")
+    if var_eps is None:
+        return None
+    body = var_eps.exprs[0]
+    consts = [a for a in body[1:] if a[0] == "const"]
+    ins = [a for a in body[1:] if a == ("in", 0)]
+    if len(consts) != 1 or len(ins) != 1:
+        return None
+    eps = consts[0][1]
+    var = source(var_eps.inputs[0])
+    sq = _mean_operand(var, cols)
+    if sq is None:
+        return None
+    square = single_op_generic(sq, "mulf")
+    if square is None or square.exprs[0] not in (("mulf", ("in", 0), ("in", 1)), ("mulf", ("in", 0), ("in", 0))):
+        return None
+    dev = square.inputs
+    if not all(_centered(v, x, mean) for v in dev):
+        return None
+    compute = tensor_info(var)[1]
+    narrow = _extf_source(x)
+    io = f"{tensor_info(narrow)[1]}, computed in {compute}" if narrow is not None else ix[1] if ix[1] == compute else f"{ix[1]}, computed in {compute}"
+    desc = f"{shape_text(ix[0])} {io} over dim {rank - 1}, eps {eps:.6g}"
+    cand = Candidate("layernorm", desc, location(op), order)
+    iw, ib = tensor_info(weight), tensor_info(bias)
+    extra = [Operand(weight, iw[0], iw[1]), Operand(bias, ib[0], ib[1])]
+    cand.forms = _io_forms("layernorm", x, op.results[0], op, compute, extra, eps)
+    if cols is None or mean_n[1] != cols:
+        cand.refusal = ("numerics", f"the mean divides by {mean_n[1]}, not the row length {cols}")
+    return cand
+
+
+def _split_vector(g: Generic, rank: int):
+    """(the elementwise input, the [cols] vector input) of a two-input generic, or None."""
+    for i in (0, 1):
+        if elementwise_input(g, i, rank) and last_dim_broadcast(g, 1 - i, rank):
+            return g.inputs[i], g.inputs[1 - i]
+    return None
+
+
+def _mean_operand(value, cols):
+    """The tensor `value` is the row mean of (sum over the last dim / cols), or None."""
+    div = single_op_generic(value, "divf")
+    if div is None or len(div.inputs) != 1 or div.exprs[0][1] != ("in", 0) or div.exprs[0][2] != ("const", float(cols) if cols else None):
+        return None
+    total = as_generic(producer(source(div.inputs[0])))
+    if total is None or not total.reduces_last() or total.exprs[0] != ("addf", ("in", 0), ("out", 0)) or not is_zero_fill(total.outputs[0]):
+        return None
+    return total.inputs[0]
+
+
+def _mean_of(value, x, cols):
+    div = single_op_generic(value, "divf")
+    if div is None or len(div.inputs) != 1 or div.exprs[0][1] != ("in", 0) or div.exprs[0][2][0] != "const":
+        return None
+    total = as_generic(producer(source(div.inputs[0])))
+    if total is None or not total.reduces_last() or total.exprs[0] != ("addf", ("in", 0), ("out", 0)) or not same(total.inputs[0], x):
+        return None
+    return value, div.exprs[0][2][1]
+
+
+def _centered(value, x, mean) -> bool:
+    sub = single_op_generic(value, "subf")
+    return sub is not None and sub.exprs[0] == ("subf", ("in", 0), ("in", 1)) and same(sub.inputs[0], x) and same(sub.inputs[1], mean)

@@ -1,0 +1,92 @@
+"""Replaces the chosen candidates with calls to the kernels' generated functions.
+
+Each replacement is: the operands reshaped to the kernel's ranks (tensor.collapse_shape) and cast
+to its function's types (tensor.cast to dynamic dims), `func.call @<module>.<function>`, the
+result cast back to static dims, narrowed (arith.truncf) where the selection allowed a wider
+accumulation, and expanded to the model's shape; the model's value is then replaced everywhere.
+The ops that computed it are left dead for IREE to drop. The declarations
+`func.func private @<module>.<function>` are resolved by the program linker (backend/compile.py).
+"""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+from ..backend.ir import tensor_type
+from ..core import expr as ex
+from ..frontend.spec import KernelSpec
+from .patterns import tensor_info
+from .select import Decision
+
+
+def kernel_function_type(kernel: KernelSpec) -> tuple[list[str], list[str]]:
+    def tt(t):
+        return tensor_type(t.dtype, [d.value if isinstance(d, ex.Num) else None for d in t.shape])
+
+    return [tt(t) for t in kernel.inputs] + [s.stype.func_arg for s in kernel.scalar_args], [tt(t) for t in kernel.outputs]
+
+
+def declare(module, decisions: list[Decision]) -> list[str]:
+    """Adds a private declaration per kernel used; returns their symbols, in first-use order."""
+    symbols: dict[str, KernelSpec] = {}
+    for d in decisions:
+        if d.replaced:
+            symbols.setdefault(d.capability.label, d.capability.kernel)
+    with ir.InsertionPoint.at_block_begin(module.body), ir.Location.unknown():
+        for symbol, kernel in symbols.items():
+            ins, outs = kernel_function_type(kernel)
+            ftype = ir.Type.parse(f"({', '.join(ins)}) -> ({', '.join(outs)})")
+            ir.Operation.create(
+                "func.func",
+                attributes={"sym_name": ir.StringAttr.get(symbol), "function_type": ir.TypeAttr.get(ftype), "sym_visibility": ir.StringAttr.get("private")},
+                regions=1,
+            )
+    return list(symbols)
+
+
+def apply(decision: Decision) -> None:
+    form, cap = decision.form, decision.capability
+    kernel = cap.kernel
+    ins, outs = kernel_function_type(kernel)
+    with ir.InsertionPoint(form.anchor), form.anchor.location:
+        args = []
+        for operand, type_text in zip(form.operands, ins):
+            v = _reshape(operand.value, operand.shape)
+            args.append(_cast(v, ir.Type.parse(type_text)))
+        for s in kernel.scalar_args:  # capability.py allows only LayerNorm's epsilon here
+            t = ir.Type.parse(s.stype.func_arg)
+            const = ir.Operation.create("arith.constant", results=[t], attributes={"value": ir.FloatAttr.get(t, form.eps)})
+            args.append(const.results[0])
+        call = ir.Operation.create(
+            "func.call", results=[ir.Type.parse(outs[0])], operands=args, attributes={"callee": ir.FlatSymbolRefAttr.get(cap.label)}
+        )
+        out_dtype = kernel.outputs[0].dtype
+        result = _cast(call.results[0], ir.Type.parse(tensor_type(out_dtype, list(form.result_shape))))
+        if decision.narrow_to:
+            t = ir.Type.parse(tensor_type(decision.narrow_to, list(form.result_shape)))
+            result = ir.Operation.create("arith.truncf", results=[t], operands=[result]).results[0]
+        result = _reshape(result, tensor_info(form.result)[0])
+    form.result.replace_all_uses_with(result)
+
+
+def _cast(value, target):
+    if value.type == target:
+        return value
+    return ir.Operation.create("tensor.cast", results=[target], operands=[value]).results[0]
+
+
+def _reshape(value, shape):
+    """`value` collapsed or expanded to `shape`, merging or splitting its leading dims."""
+    shape = tuple(shape)
+    have, dtype = tensor_info(value)
+    if have == shape:
+        return value
+    target = ir.Type.parse(tensor_type(dtype, list(shape)))
+    small, big = (shape, have) if len(shape) < len(have) else (have, shape)
+    lead = len(big) - len(small) + 1
+    groups = [list(range(lead))] + [[i] for i in range(lead, len(big))]
+    reassociation = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i) for i in g]) for g in groups])
+    if len(shape) < len(have):
+        return ir.Operation.create("tensor.collapse_shape", results=[target], operands=[value], attributes={"reassociation": reassociation}).results[0]
+    attrs = {"reassociation": reassociation, "static_output_shape": ir.DenseI64ArrayAttr.get(list(shape))}
+    return ir.Operation.create("tensor.expand_shape", results=[target], operands=[value], attributes=attrs).results[0]

@@ -1,0 +1,100 @@
+"""Chooses a kernel for each candidate (patterns.py), or says why none fits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .capability import Capability, KernelSet, wider
+from .patterns import Candidate, Form, round_to, shape_text
+
+
+@dataclass
+class Decision:
+    candidate: Candidate
+    form: Form | None = None
+    capability: Capability | None = None
+    reasons: list[tuple[str, str]] = field(default_factory=list)  # (category, text), when left to IREE
+    notes: list[str] = field(default_factory=list)
+    narrow_to: str | None = None  # truncate the kernel's wider result to the model's type
+
+    @property
+    def replaced(self) -> bool:
+        return self.capability is not None
+
+
+def decide(candidates: list[Candidate], kernels: KernelSet, *, allow_wider_accumulation: bool = False) -> list[Decision]:
+    return [_decide(c, kernels, allow_wider_accumulation) for c in candidates]
+
+
+def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
+    d = Decision(cand)
+    if cand.refusal is not None:
+        d.reasons.append(cand.refusal)
+        return d
+    tried_kinds = []
+    for form in cand.forms:
+        caps = kernels.for_op(form.kind)
+        if form.kind not in tried_kinds:
+            tried_kinds.append(form.kind)
+        for cap in caps:
+            why, narrow, notes = _fits(form, cap, allow_wider)
+            if why is None:
+                d.form, d.capability, d.narrow_to = form, cap, narrow
+                d.notes = [*form.notes, *notes]
+                if form.kind == "matmul" and any(f.kind == "matmul+bias" for f in cand.forms):
+                    d.notes.append("its bias add is left to IREE (no kernel declares matmul+bias for it)")
+                return d
+            reason = (why[0], f"{cap.label}: {why[1]}")
+            if reason not in d.reasons:
+                d.reasons.append(reason)
+    missing = [k for k in tried_kinds if not kernels.for_op(k)]
+    if len(missing) == len(tried_kinds):
+        d.reasons.insert(0, ("kernel", f"no kernel declares {' or '.join(repr(k) for k in missing)}"))
+    return d
+
+
+def _fits(form: Form, cap: Capability, allow_wider: bool):
+    """(None, narrow_to, notes) when `cap` can replace `form`, else ((category, reason), None, [])."""
+    got = tuple(o.dtype for o in form.operands)
+    if got != cap.input_dtypes:
+        return ("dtype", f"takes {', '.join(cap.input_dtypes)}, the model has {', '.join(got)}"), None, []
+    notes = []
+    narrow = None
+    if cap.accumulate != form.compute:
+        if wider(cap.accumulate, form.compute) and allow_wider:
+            notes.append(f"computes in {cap.accumulate} where the model computes in {form.compute} (--allow-wider-accumulation)")
+        else:
+            hint = " (--allow-wider-accumulation accepts a wider one)" if wider(cap.accumulate, form.compute) else ""
+            return ("numerics", f"{_computes(form.kind)} in {cap.accumulate}, the model in {form.compute}{hint}"), None, []
+    if cap.output_dtype != form.result_dtype:
+        if allow_wider and form.kind.startswith("matmul") and cap.output_dtype == cap.accumulate and form.result_dtype == form.compute and notes:
+            narrow = form.result_dtype
+        else:
+            return ("dtype", f"writes {cap.output_dtype}, the model's result is {form.result_dtype}"), None, []
+    if form.eps is not None and cap.eps is not None:
+        model_eps = round_to(form.eps, form.compute)
+        if abs(round_to(cap.eps, form.compute) - model_eps) > 1e-12 * max(1.0, abs(model_eps)):
+            return ("numerics", f"its epsilon is {cap.eps:g}, the model's {form.eps:g}"), None, []
+    shapes = [o.shape for o in form.operands]
+    if any(d is None for s in shapes for d in s):
+        return ("shape", "dynamic dims are not supported yet (" + ", ".join(shape_text(s) for s in shapes) + ")"), None, []
+    bound = cap.symbols(shapes)
+    for t, shape in zip(cap.kernel.inputs, shapes):
+        for dim, size in zip(t.shape, shape):
+            if not hasattr(dim, "name") and getattr(dim, "value", size) != size:
+                return ("shape", f"{t.name} dim must be {dim.value}, the model's is {size}"), None, []
+    for sym, k in cap.divisible:
+        if bound[sym] % k:
+            return ("shape", f"needs {sym} % {k} == 0, the model's {sym} = {bound[sym]}"), None, []
+    for sym, k in cap.maximum:
+        if bound[sym] > k:
+            return ("shape", f"needs {sym} <= {k}, the model's {sym} = {bound[sym]}"), None, []
+    for t, shape in zip(cap.kernel.inputs, shapes):  # a symbol used twice must agree (K of lhs and rhs)
+        for dim, size in zip(t.shape, shape):
+            if hasattr(dim, "name") and bound[dim.name] != size:
+                return ("shape", f"{t.name}: {dim.name} = {size} here but {bound[dim.name]} elsewhere"), None, []
+    return None, narrow, notes
+
+
+def _computes(kind: str) -> str:
+    return "accumulates" if "matmul" in kind else "computes"
