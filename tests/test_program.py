@@ -344,7 +344,8 @@ def cpu_modules(tmp_path_factory):
 @pytest.fixture
 def on_cpu(monkeypatch):
     """runtime.load on IREE's CPU device instead of CUDA."""
-    monkeypatch.setattr(runtime, "open_device", lambda device="cuda": runtime.rt.get_device("local-task"))
+    cpu = runtime.Device(0, runtime.rt.get_device("local-task"), pooled=False, in_order=False)
+    monkeypatch.setattr(runtime.devices, "device", lambda uri="cuda": cpu)
 
 
 def test_async_calls_return_pending_results_that_wait_when_read(cpu_modules, on_cpu):

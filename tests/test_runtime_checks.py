@@ -51,7 +51,7 @@ def f32(*shape):
         ((f32(4), f32(4), 1.0), {"z": 1}, TypeError, "unexpected keyword argument 'z'"),
         ((f32(4), f32(4), 1.0, 2), {"x": f32(4)}, TypeError, "multiple values for argument 'x'"),
         ((f32(4).astype(np.float64), f32(4), 1.0, 2), {}, TypeError, r"argument 'x' must have dtype float32 \(f32\), got float64"),
-        (([1.0, 2.0], f32(2), 1.0, 2), {}, TypeError, "argument 'x' must be a numpy array or an IREE device array, got list"),
+        (([1.0, 2.0], f32(2), 1.0, 2), {}, TypeError, r"argument 'x' must be an array \(numpy, IREE, or any DLPack array such as torch or CuPy\), got list"),
         ((f32(2, 2), f32(4), 1.0, 2), {}, ValueError, r"argument 'x' must have rank 1 \(shape \['n'\]\), got shape \[2, 2\]"),
         ((f32(4), f32(5), 1.0, 2), {}, ValueError, r"argument 'y' dim 0 is 5, but n = 4 \(from x dim 0\)"),
         ((f32(4), f32(4), "1", 2), {}, TypeError, r"argument 'alpha' \(float\) must be a number, got str"),

@@ -21,8 +21,6 @@ without `asynchronous`, such a module's calls wait for their results, like synch
 
 from __future__ import annotations
 
-import ctypes
-import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,28 +35,22 @@ from ..core.archs import parse_arch
 from ..core.contract import PROGRAM_REFLECTION_KEY, REFLECTION_KEY, RELATIONS, decode, scalar_argument
 from ..core.dtypes import ELEMENT_TYPES
 from ..core.errors import DeviceError
+from . import devices, dlpack
+from .cuda_driver import compute_capability as cuda_compute_capability
+from .cuda_driver import device_name as cuda_device_name
+from .devices import DEFAULT_DRIVER_FLAGS, DRIVER_FLAGS_ENV, POOL_ENV, Device, cuda_device_available, device, driver_flags, open_device
+from .dlpack import DeviceArray
 
-# Where a Program's generated function (program.py) keeps its description: the same form as a
-# kernel's, under its own key, so that `inspect` (which shows kernels) passes it by.
-COARSE_FENCES = "coarse-fences"  # iree.abi.model of functions compiled async-external
+__all__ = [
+    "DEFAULT_DRIVER_FLAGS", "DRIVER_FLAGS_ENV", "POOL_ENV", "AsyncArray", "Device", "DeviceArray", "KernelFunction", "Module",
+    "cuda_compute_capability", "cuda_device_available", "cuda_device_name", "device", "driver_flags", "load", "no_variant_message",
+    "open_device", "read_descriptions", "runs_on",
+]
 
-def cuda_compute_capability(ordinal: int = 0) -> tuple[int, int] | None:
-    """(major, minor) of CUDA device `ordinal` via the driver library, or None if unavailable.
-
-    IREE's Python API doesn't expose device queries; the driver is present wherever the
-    `cuda` HAL driver works, so ask it directly.
-    """
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    device, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
-        return None
-    # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76
-    if cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device) or cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device):
-        return None
-    return major.value, minor.value
+# iree.abi.model of functions compiled with --iree-execution-model=async-external
+COARSE_FENCES = "coarse-fences"
+# IREE's status text when an allocation fails for lack of device memory
+_OUT_OF_MEMORY = ("RESOURCE_EXHAUSTED", "CUDA_ERROR_OUT_OF_MEMORY")
 
 
 def no_variant_message(vmfb: Path, capability: tuple[int, int] | None, built: Sequence[str]) -> str:
@@ -66,75 +58,6 @@ def no_variant_message(vmfb: Path, capability: tuple[int, int] | None, built: Se
     archs = ", ".join(built) if built else "unknown archs"
     fix = f"rebuild with --arch sm_{capability[0]}{capability[1]} (or an older arch, whose PTX JITs forward)" if capability else "rebuild with an arch this GPU supports"
     return f"{vmfb}: no kernel variant can run on {gpu}; the module was built for {archs}. {fix}"
-
-
-def device_ordinal(device: str) -> int:
-    """The CUDA ordinal in a URI like "cuda://1" (0 for plain "cuda")."""
-    _, _, rest = device.partition("://")
-    return int(rest) if rest.isdigit() else 0
-
-
-def cuda_device_name(ordinal: int = 0) -> str | None:
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    device, name = ctypes.c_int(), ctypes.create_string_buffer(256)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0 or cuda.cuDeviceGetName(name, 256, device) != 0:
-        return None
-    return name.value.decode()
-
-
-# IREE CUDA driver flags set before iree_dispatch opens its first device (IREE reads them when
-# it creates the driver, process-wide; DRIVER_FLAGS_ENV replaces them, "" sets none).
-#
-# --cuda_async_allocations=false: with IREE's default (true), a function's fresh output comes
-# from a stream-ordered pool (cuMemAllocFromPoolAsync), and when Python drops the result the
-# buffer is freed by IREE's release callback with a synchronous cuMemFree
-# (iree/hal/drivers/cuda/memory_pools.c), which synchronizes with the device: a synchronous
-# call with a fresh output took 152 µs with the pool and 55 µs without it in one process pair on
-# an H100, 233 and 81 µs in another, of which dropping the result alone 48-74 µs vs 4-5 µs
-# (docs/benchmarks.md, "Where the +100 µs went"). 100-dispatch programs and asynchronous calls
-# cost about the same either way (IREE's queue.alloca waits on the host for its wait fence in
-# both modes).
-DRIVER_FLAGS_ENV = "IREE_DISPATCH_CUDA_FLAGS"
-DEFAULT_DRIVER_FLAGS = ("--cuda_async_allocations=false",)
-_driver_flags_set = False
-
-
-def driver_flags() -> tuple[str, ...]:
-    """The IREE runtime flags open_device sets: DEFAULT_DRIVER_FLAGS, or DRIVER_FLAGS_ENV's."""
-    text = os.environ.get(DRIVER_FLAGS_ENV)
-    return DEFAULT_DRIVER_FLAGS if text is None else tuple(text.split())
-
-
-def _set_driver_flags() -> None:
-    global _driver_flags_set
-    if not _driver_flags_set:
-        flags = driver_flags()
-        if flags:
-            rt.flags.parse_flags(*flags)
-        _driver_flags_set = True
-
-
-def open_device(device: str = "cuda") -> rt.HalDevice:
-    """The IREE device for a URI such as "cuda" or "cuda://0"; DeviceError if there is none.
-    The first call sets driver_flags() (no effect if iree.runtime created a CUDA device before)."""
-    if not device.startswith("cuda"):
-        raise DeviceError(f"device {device!r}: iree_dispatch kernels run on CUDA devices only (use 'cuda' or 'cuda://N')")
-    _set_driver_flags()
-    try:
-        return rt.get_device(device)
-    except (RuntimeError, ValueError) as exc:
-        raise DeviceError(f"no CUDA device available for {device!r}: {exc}") from None
-
-
-def cuda_device_available(device: str = "cuda") -> bool:
-    try:
-        open_device(device)
-        return True
-    except DeviceError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -146,9 +69,12 @@ class _Tensor:
 
 
 class KernelFunction:
-    """A kernel's generated function: checks the arguments, then runs it through IREE."""
+    """A kernel's generated function: checks the arguments, then runs it through IREE.
 
-    def __init__(self, description: dict, invoke: Callable[..., Any], device: rt.HalDevice | None):
+    device: where framework (DLPack) arrays are imported, None for checks without a device.
+    """
+
+    def __init__(self, description: dict, invoke: Callable[..., Any], device: Device | None):
         self.description = description
         self.name: str = description["kernel"]
         self._invoke = invoke
@@ -165,16 +91,21 @@ class KernelFunction:
 
     def check(self, *args, **kwargs) -> list:
         """Validated, converted arguments, in order; raises TypeError/ValueError otherwise."""
+        return self._convert(args, kwargs)[0]
+
+    def _convert(self, args, kwargs) -> tuple[list, bool]:
+        """The converted arguments, and whether any came from another framework (DLPack)."""
         values = self._bind(args, kwargs)
         sizes: dict[str, tuple[int, str]] = {}
-        converted: list = []
-        for spec, value in zip(self._inputs, values):
-            converted.append(self._check_tensor(spec, value, sizes))
-        for scalar, value in zip(self._scalars, values[len(self._inputs) :]):
-            converted.append(scalar_argument(self.name, scalar, value))
+        checked = [self._check_tensor(spec, value, sizes) for spec, value in zip(self._inputs, values)]
+        scalars = [scalar_argument(self.name, scalar, value) for scalar, value in zip(self._scalars, values[len(self._inputs) :])]
         if self._relations:
             self._check_relations(sizes, values)
-        return converted
+        # Framework arrays are imported only once every argument has passed its checks.
+        framework = any(_foreign(v) for v in checked)
+        if framework:
+            checked = [self._import(spec, v) if _foreign(v) else v for spec, v in zip(self._inputs, checked)]
+        return checked + scalars, framework
 
     def _check_relations(self, sizes: dict[str, tuple[int, str]], values: list) -> None:
         env = {name: size for name, (size, _) in sizes.items()}
@@ -190,8 +121,12 @@ class KernelFunction:
                 raise ValueError(f"{self.name}(): {message}; " + (f"{lhs} = {a}, but {rhs} = {b}" if op == "eq" else f"{lhs} = {a}"))
 
     def __call__(self, *args, **kwargs):
-        converted = self.check(*args, **kwargs)
-        on_device = any(isinstance(v, (rt.DeviceArray, AsyncArray)) for v in converted)
+        converted, framework = self._convert(args, kwargs)
+        if self._device is not None:
+            if framework:
+                self._device.bridge.synchronize()  # the producers' work on those arrays is done
+            self._device.before_call()
+        on_device = framework or any(isinstance(v, (rt.DeviceArray, AsyncArray)) for v in converted)
         if not isinstance(self._invoke, FencedInvoker):
             # IREE's synchronous functions can't wait on fences: wait here for pending inputs.
             converted = [v.wait() if isinstance(v, AsyncArray) else v for v in converted]
@@ -224,10 +159,20 @@ class KernelFunction:
             dtype, shape = np.dtype(value.dtype), tuple(value.shape)
         elif isinstance(value, np.ndarray):
             dtype, shape = value.dtype, value.shape
+        elif _foreign(value):
+            kind, ordinal = dlpack.device_of(value)
+            if kind == dlpack.KDL_CPU:
+                return self._check_tensor(spec, np.from_dlpack(value), sizes)
+            if kind != dlpack.KDL_CUDA:
+                raise TypeError(f"{where} is on a {dlpack.device_name(kind, ordinal)}; iree_dispatch takes CUDA and host arrays")
+            if self._device is not None and ordinal != self._device.ordinal:
+                here = self._device.ordinal
+                raise ValueError(f"{where} is on cuda:{ordinal}, but this module runs on cuda:{here}; move it there first (e.g. x.to('cuda:{here}'))")
+            dtype, shape = _framework_dtype(value), tuple(int(d) for d in value.shape)
         else:
-            raise TypeError(f"{where} must be a numpy array or an IREE device array, got {type(value).__name__}")
+            raise TypeError(f"{where} must be an array (numpy, IREE, or any DLPack array such as torch or CuPy), got {type(value).__name__}")
         if dtype != spec.dtype:
-            raise TypeError(f"{where} must have dtype {spec.dtype} ({spec.mlir_type}), got {dtype}; convert it with .astype(np.{spec.dtype})")
+            raise TypeError(f"{where} must have dtype {spec.dtype} ({spec.mlir_type}), got {dtype}; convert it first (numpy: .astype(np.{spec.dtype}))")
         if len(shape) != len(spec.shape):
             raise ValueError(f"{where} must have rank {len(spec.shape)} (shape {list(spec.shape)}), got shape {list(shape)}")
         for i, (want, got) in enumerate(zip(spec.shape, shape)):
@@ -242,6 +187,38 @@ class KernelFunction:
         if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
             value = np.ascontiguousarray(value)
         return value
+
+    def _import(self, spec: _Tensor, value) -> rt.DeviceArray:
+        """A framework's CUDA array as an IREE device array over the same memory."""
+        where = f"{self.name}(): argument {spec.name!r}"
+        if self._device is None:
+            raise DeviceError(f"{where}: a CUDA array needs a loaded module (this function has no device)")
+        try:
+            capsule = value.__dlpack__(stream=self._device.bridge.handle)
+        except (BufferError, RuntimeError, TypeError) as exc:
+            raise ValueError(f"{where} can't be shared through DLPack: {exc}") from None
+        described = dlpack.describe(capsule)
+        if not described.dense:
+            raise ValueError(f"{where} is not contiguous (shape {list(described.shape)} with strides); pass a contiguous copy (torch/CuPy: .contiguous() / cupy.ascontiguousarray)")
+        if described.byte_offset:
+            raise ValueError(f"{where} starts {described.byte_offset} bytes into its DLPack buffer, which IREE can't import; pass a copy")
+        return DeviceArray(self._device, self._device.hal.from_dlpack_capsule(capsule), override_dtype=spec.dtype)
+
+
+def _foreign(value) -> bool:
+    """Whether `value` is another framework's array (taken through DLPack)."""
+    return dlpack.is_dlpack(value) and not isinstance(value, AsyncArray)
+
+
+def _framework_dtype(value) -> np.dtype | str:
+    """A framework array's dtype as numpy spells it (ml_dtypes' bfloat16 for bf16)."""
+    name = str(value.dtype).rsplit(".", 1)[-1]  # torch.float32 → float32; cupy/jax use numpy dtypes
+    if name == "bfloat16":
+        return _numpy_dtype("bf16")
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return name
 
 
 def _numpy_dtype(mlir_type: str) -> np.dtype:
@@ -272,16 +249,12 @@ def read_descriptions(vmfb: str | Path, instance: rt.VmInstance | None = None) -
 
 
 class Timeline:
-    """One semaphore that orders a module's asynchronous calls, like a CUDA stream: call i
-    waits for value i and signals i + 1.
+    """Orders a module's asynchronous calls, like a CUDA stream, with one semaphore: call i
+    signals value i + 1.
 
     The timeline keeps every queued call's arguments and results referenced until the call has
     completed, so that the host releases nothing the GPU may still read or write. max_in_flight
     bounds how many calls are queued ahead of the GPU: the next call waits for the oldest first.
-    (Asynchronous calls fail intermittently inside IREE 3.13's CUDA HAL, with and without
-    these measures: a call queued behind a pending one fails with CUDA_ERROR_CONTEXT_IS_DESTROYED
-    from the cuStreamWaitEvent by which IREE's work queue waits for the previous call's
-    semaphore event (cuda_device.c:239), while the CUDA context is alive; docs/benchmarks.md.)
     """
 
     def __init__(self, device: rt.HalDevice, max_in_flight: int = 32):
@@ -320,20 +293,21 @@ class Timeline:
 
 class AsyncArray:
     """A result of an asynchronous call: a device array that is complete once its call's
-    signal fence is reached. Reading it (`to_host`, `numpy.asarray`, `wait`) waits for that;
-    passing it to another call of the module does not (the call is queued behind it).
+    signal fence is reached. Reading it (`to_host`, `numpy.asarray`, `wait`, `__dlpack__`)
+    waits for that; passing it to another call does not (the call is queued behind it).
 
     Shape and dtype are known at once. An in-place output is the caller's buffer: read it
     through this result, or after `wait()`, not through the argument's own DeviceArray.
     """
 
-    __slots__ = ("_array", "_timeline", "_value", "_complete")
+    __slots__ = ("_array", "_timeline", "_value", "_complete", "device")
 
-    def __init__(self, array: rt.DeviceArray, timeline: Timeline, value: int):
+    def __init__(self, array: DeviceArray, timeline: Timeline, value: int, device: Device):
         self._array = array
         self._timeline = timeline
         self._value = value
         self._complete = False  # known to be complete (waited for)
+        self.device = device
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -352,7 +326,7 @@ class AsyncArray:
         """The fence the call signals when this result is complete."""
         return self._timeline.fence(self._value)
 
-    def wait(self) -> rt.DeviceArray:
+    def wait(self) -> DeviceArray:
         """Waits for the call that produces this array; returns the (complete) device array."""
         if not self._complete:
             self.fence().wait()
@@ -366,19 +340,88 @@ class AsyncArray:
         host = self.to_host()
         return host if dtype is None else host.astype(dtype)
 
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._array.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs) -> Any:
+        return self.wait().__dlpack__(**kwargs)
+
     def __repr__(self) -> str:
         return f"<AsyncArray {self.dtype}{list(self.shape)} {'done' if self.done else 'pending'}>"
 
 
+def _push_arguments(name: str, device: Device, args: Sequence, arguments: rt.VmVariantList, keep: list) -> None:
+    """Pushes a call's converted arguments; numpy arrays are copied to the device."""
+    for value in args:
+        if isinstance(value, AsyncArray):
+            keep.append(value)
+            value = value._array
+        elif isinstance(value, np.ndarray):
+            value = rt.asdevicearray(device.hal, np.ascontiguousarray(value))
+        if isinstance(value, rt.DeviceArray):
+            keep.append(value)
+            arguments.push_ref(value._buffer_view)
+        elif isinstance(value, (bool, int, np.integer)):
+            arguments.push_int(int(value))
+        elif isinstance(value, (float, np.floating)):
+            arguments.push_float(float(value))
+        else:
+            raise TypeError(f"{name}(): can't pass a {type(value).__name__} to an IREE function (arrays, ints and floats only)")
+
+
+def _wrap_results(device: Device, results: rt.VmVariantList, dtypes: Sequence[np.dtype | None]) -> list[DeviceArray]:
+    return [
+        DeviceArray(device, results.get_as_object(i, rt.HalBufferView), override_dtype=dtypes[i] if i < len(dtypes) else None)
+        for i in range(len(results))
+    ]
+
+
+class DirectInvoker:
+    """Calls a synchronous function through VmContext.invoke, without IREE's generic argument
+    marshalling (which costs tens of µs per call in Python): arguments are already checked.
+
+    A call that runs out of device memory trims the device's output pool and runs once more:
+    a synchronous function allocates its outputs before it launches anything.
+    """
+
+    def __init__(self, context: rt.VmContext, function: rt.VmFunction, device: Device, result_dtypes: Sequence[np.dtype | None] = ()):
+        self._context = context
+        self._function = function
+        self._device = device
+        self._result_dtypes = tuple(result_dtypes)
+        self.name = function.name
+
+    def __call__(self, *args) -> DeviceArray | tuple:
+        arguments = rt.VmVariantList(len(args))
+        _push_arguments(self.name, self._device, args, arguments, keep=[])
+        results = rt.VmVariantList(max(len(self._result_dtypes), 1))
+        try:
+            self._context.invoke(self._function, arguments, results)
+        except RuntimeError as exc:
+            if not (self._device.pooled and any(m in str(exc) for m in _OUT_OF_MEMORY)):
+                raise
+            self._device.trim()
+            results = rt.VmVariantList(max(len(self._result_dtypes), 1))
+            self._context.invoke(self._function, arguments, results)
+        arrays = _wrap_results(self._device, results, self._result_dtypes)
+        return arrays[0] if len(arrays) == 1 else tuple(arrays)
+
+
 class FencedInvoker:
     """Calls a coarse-fences function through VmContext.invoke (IREE's FunctionInvoker in 3.13
-    refuses fence arguments): arguments, then the wait fence (the timeline's last value, joined
-    with the fences of pending inputs from other modules), then the signal fence.
+    refuses fence arguments): arguments, then the wait fence, then the signal fence.
+
+    On a CUDA device the wait fence holds only pending inputs from other GPUs: work on one GPU
+    is already in order: IREE 3.13's CUDA device queues all of it on one stream, and every module loaded on a
+    GPU shares that GPU's device (devices.py). Waiting on a pending value of a semaphore of the
+    same device is also what failed: IREE's queue then makes its stream wait on the CUDA event
+    of that value, and in about a third of processes that wait failed with
+    CUDA_ERROR_CONTEXT_IS_DESTROYED (docs/runtime.md).
 
     asynchronous: return AsyncArrays at once; otherwise wait and return device arrays.
     """
 
-    def __init__(self, context: rt.VmContext, function: rt.VmFunction, device: rt.HalDevice, timeline: Timeline,
+    def __init__(self, context: rt.VmContext, function: rt.VmFunction, device: Device, timeline: Timeline,
                  asynchronous: bool, result_dtypes: Sequence[np.dtype | None] = ()):
         self._context = context
         self._function = function
@@ -388,46 +431,26 @@ class FencedInvoker:
         self._result_dtypes = tuple(result_dtypes)
         self.name = function.name
 
-    def __call__(self, *args) -> rt.DeviceArray | AsyncArray | tuple:
+    def __call__(self, *args) -> DeviceArray | AsyncArray | tuple:
         timeline = self._timeline
         arguments = rt.VmVariantList(len(args) + 2)
-        keep = []  # referenced by the timeline until the call has completed
-        other_fences = []
-        for value in args:
-            if isinstance(value, AsyncArray):
-                if value._timeline is not timeline and not value.done:
-                    other_fences.append(value.fence())
-                keep.append(value)
-                value = value._array
-            elif isinstance(value, np.ndarray):
-                value = rt.asdevicearray(self._device, np.ascontiguousarray(value))
-            if isinstance(value, rt.DeviceArray):
-                keep.append(value)
-                arguments.push_ref(value._buffer_view)
-            elif isinstance(value, (bool, int, np.integer)):
-                arguments.push_int(int(value))
-            elif isinstance(value, (float, np.floating)):
-                arguments.push_float(float(value))
-            else:
-                raise TypeError(f"{self.name}(): can't pass a {type(value).__name__} to an IREE function (arrays, ints and floats only)")
+        keep: list = []  # referenced by the timeline until the call has completed
+        _push_arguments(self.name, self._device, args, arguments, keep)
+        pending = [v for v in args if isinstance(v, AsyncArray) and not v.done]
+        waits = [v.fence() for v in pending if v.device is not self._device or not self._device.in_order]
+        if not self._device.in_order and timeline.value:
+            waits.append(timeline.fence())
         signal = timeline.value + 1
-        wait = timeline.fence()
-        if other_fences:
-            wait = rt.HalFence.join([wait, *other_fences])
-        arguments.push_ref(wait)
+        arguments.push_ref(rt.HalFence.join(waits) if waits else rt.HalFence(1))
         arguments.push_ref(timeline.fence(signal))
         results = rt.VmVariantList(max(len(self._result_dtypes), 1))
         self._context.invoke(self._function, arguments, results)
-        arrays = [
-            rt.DeviceArray(self._device, results.get_as_object(i, rt.HalBufferView), implicit_host_transfer=True,
-                           override_dtype=self._result_dtypes[i] if i < len(self._result_dtypes) else None)
-            for i in range(len(results))
-        ]
+        arrays = _wrap_results(self._device, results, self._result_dtypes)
         # Recorded only once the call is queued: a call that failed signals nothing, and a
         # later call must not wait for it.
         timeline.queued(signal, (arguments, results, *keep, *arrays))
         if self._asynchronous:
-            arrays = [AsyncArray(a, timeline, signal) for a in arrays]
+            arrays = [AsyncArray(a, timeline, signal, self._device) for a in arrays]
         else:
             timeline.wait()
         return arrays[0] if len(arrays) == 1 else tuple(arrays)
@@ -460,6 +483,8 @@ def _result_dtypes(description: dict | None) -> list[np.dtype | None]:
 class Module:
     """A vmfb loaded on one CUDA device. Kernels are attributes: `module.simple_mul(a, b)`.
 
+    device: "cuda" (the first GPU), "cuda://N" or "cuda://GPU-<uuid>". Modules on one GPU share
+    its IREE device (`module.gpu`), so their arrays and results pass between them freely.
     asynchronous: for modules compiled with `--iree-execution-model=async-external`: calls
     return AsyncArrays without waiting (see AsyncArray); `wait()` waits for all of them.
     max_in_flight: asynchronous calls queued ahead of the GPU at most (see Timeline).
@@ -469,7 +494,8 @@ class Module:
         self.path = Path(vmfb)
         if not self.path.is_file():
             raise FileNotFoundError(f"no such module: {self.path}")
-        self.device = open_device(device)
+        self.gpu = devices.device(device)
+        self.device = self.gpu.hal
         self.asynchronous = asynchronous
         self.config = rt.Config(device=self.device)
         self.vm_module = rt.VmModule.mmap(self.config.vm_instance, str(self.path))
@@ -481,7 +507,7 @@ class Module:
         except RuntimeError as exc:
             if "does not support any variant" in str(exc):
                 built = next((d["archs"] for d in descriptions.values() if d), [])
-                raise DeviceError(no_variant_message(self.path, cuda_compute_capability(device_ordinal(device)), built)) from None
+                raise DeviceError(no_variant_message(self.path, cuda_compute_capability(self.gpu.ordinal), built)) from None
             raise
         self.timeline = Timeline(self.device, max_in_flight)
         bound = self.context.modules[self.name]
@@ -489,15 +515,17 @@ class Module:
         for name, description in descriptions.items():
             vm_function = self.vm_module.lookup_function(name)
             if vm_function.reflection.get("iree.abi.model") == COARSE_FENCES:
-                invoker = FencedInvoker(self.context.vm_context, vm_function, self.device, self.timeline, asynchronous, _result_dtypes(description))
+                invoker = FencedInvoker(self.context.vm_context, vm_function, self.gpu, self.timeline, asynchronous, _result_dtypes(description))
             elif asynchronous:
                 raise ValueError(
                     f"{self.path}: function {name} is synchronous (it waits for its results), so asynchronous=True can't apply; "
                     "compile the module with iree-compile --iree-execution-model=async-external, or load it without asynchronous=True"
                 )
+            elif description:
+                invoker = DirectInvoker(self.context.vm_context, vm_function, self.gpu, _result_dtypes(description))
             else:
                 invoker = bound[name]
-            self.functions[name] = KernelFunction(description, invoker, self.device) if description else invoker
+            self.functions[name] = KernelFunction(description, invoker, self.gpu) if description else invoker
 
     def __getattr__(self, name: str):
         functions = self.__dict__.get("functions", {})
@@ -508,17 +536,23 @@ class Module:
     def __getitem__(self, name: str):
         return getattr(self, name)
 
-    def to_device(self, array: np.ndarray) -> rt.DeviceArray:
+    def to_device(self, array: np.ndarray) -> DeviceArray:
         """Copies `array` to this module's device; pass the result to keep data there."""
-        return rt.asdevicearray(self.device, np.ascontiguousarray(array))
+        copy = rt.asdevicearray(self.device, np.ascontiguousarray(array))
+        return DeviceArray(self.gpu, copy._buffer_view, override_dtype=copy.dtype)
 
     def wait(self) -> None:
         """Waits until every call made so far through this module has completed."""
         self.timeline.wait()
 
+    def trim(self) -> None:
+        """Returns the free buffers of the device's output pool to CUDA."""
+        self.gpu.trim()
+
 
 def load(vmfb: str | Path, device: str = "cuda", *, asynchronous: bool = False, max_in_flight: int = 32) -> Module:
-    """Loads `vmfb` on `device` ("cuda", "cuda://0", ...). asynchronous, max_in_flight: see Module."""
+    """Loads `vmfb` on `device` ("cuda", "cuda://N", "cuda://GPU-<uuid>"). asynchronous,
+    max_in_flight: see Module."""
     return Module(vmfb, device, asynchronous=asynchronous, max_in_flight=max_in_flight)
 
 

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""What one call costs through the iree_dispatch runtime, against raw launches, with the output
+pool on and off (each in its own process: the pool is set when the device is created).
+
+Rows (H100 class GPU; wall times are medians of synchronous calls after warm-up, CUPTI
+durations come from torch.profiler):
+
+  * simple_mul, N = 1024 (samples.vmfb): CuPy launch + synchronize of the same cubin; an
+    iree_dispatch call on device arrays (fresh output), on numpy arrays (copies both ways), on
+    torch tensors (DLPack in, `torch.from_dlpack` of the result), and a torch elementwise
+    multiply + synchronize; the host cost of one asynchronous call (async/samples.vmfb) against
+    a CuPy launch without synchronize; the parts of a call (argument checks, VmContext.invoke).
+  * gemm_bf16 at 4096³ (gemm/gemm.vmfb): the synchronous call's wall time against its kernel's
+    CUPTI duration.
+
+    python3 benchmarks/runtime_calls.py --out DIR        # GPU side: numpy, torch, cupy, iree-base-runtime
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import nvidia_smi, summarize, wall_times_us  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "gpu-tests"
+N = 1024
+GEMM = 4096
+REPS = 2000
+
+
+def host_times_us(call, count: int, warmup: int = 50) -> list[float]:
+    """µs of the host side of each call (nothing waited for; the caller synchronizes after)."""
+    for _ in range(warmup):
+        call()
+    out = []
+    for _ in range(count):
+        t0 = time.perf_counter_ns()
+        call()
+        out.append((time.perf_counter_ns() - t0) / 1e3)
+    return out
+
+
+def worker(out: Path) -> None:
+    import cupy as cp
+    import torch
+
+    from iree_dispatch import runtime
+
+    rows: dict[str, dict] = {}
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+
+    # CuPy: the cubin IREE runs on this GPU.
+    cc = runtime.cuda_compute_capability(0)
+    arch = "sm_90" if cc >= (9, 0) else "sm_80"
+    kern = cp.RawModule(path=str(BUILD / "samples.objects" / f"simple_mul.{arch}.cubin")).get_function("simple_mul")
+    ca, cb, cout = cp.asarray(a), cp.asarray(b), cp.empty(N, cp.float32)
+    args = (ca, cb, cout, np.int32(N))
+
+    def cupy_sync():
+        kern(((N + 63) // 64,), (64,), args)
+        cp.cuda.runtime.deviceSynchronize()
+
+    rows["cupy launch + sync"] = summarize(wall_times_us(cupy_sync, REPS, 50))
+    rows["cupy launch (host)"] = summarize(host_times_us(lambda: kern(((N + 63) // 64,), (64,), args), REPS))
+    cp.cuda.runtime.deviceSynchronize()
+
+    mod = runtime.load(BUILD / "samples.vmfb")
+    da, db = mod.to_device(a), mod.to_device(b)
+    np.testing.assert_array_equal(mod.simple_mul(da, db).to_host(), a * b)
+    rows["iree_dispatch call, device arrays"] = summarize(wall_times_us(lambda: mod.simple_mul(da, db), REPS, 50))
+    rows["iree_dispatch call, numpy in/out"] = summarize(wall_times_us(lambda: mod.simple_mul(a, b), REPS, 50))
+    check = mod.simple_mul.check
+    rows["  of which argument checks"] = summarize(host_times_us(lambda: check(da, db), REPS))
+    invoker = mod.simple_mul._invoke
+    rows["  of which invoke + result wrap"] = summarize(wall_times_us(lambda: invoker(da, db), REPS, 50))
+
+    ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    torch.testing.assert_close(torch.from_dlpack(mod.simple_mul(ta, tb)), ta * tb, rtol=0, atol=0)
+
+    def torch_call():
+        y = torch.from_dlpack(mod.simple_mul(ta, tb))
+        torch.cuda.synchronize()
+        return y
+
+    def torch_op():
+        y = ta * tb
+        torch.cuda.synchronize()
+        return y
+
+    rows["torch in -> iree_dispatch -> torch out"] = summarize(wall_times_us(torch_call, REPS, 50))
+    rows["torch elementwise multiply + sync"] = summarize(wall_times_us(torch_op, REPS, 50))
+
+    amod = runtime.load(BUILD / "async" / "samples.vmfb", asynchronous=True)
+    xa, xb = amod.to_device(a), amod.to_device(b)
+    held = []
+
+    def async_call():
+        held.append(amod.simple_mul(xa, xb))
+
+    samples = []
+    for _ in range(20):  # batches of 100 queued calls, host time per call, then a wait
+        samples += host_times_us(async_call, 100, warmup=0)
+        amod.wait()
+        held.clear()
+    rows["iree_dispatch async call (host)"] = summarize(samples)
+
+    gemm = runtime.load(BUILD / "gemm" / "gemm.vmfb")
+    import ml_dtypes
+
+    ga = gemm.to_device(rng.standard_normal((GEMM, GEMM)).astype(ml_dtypes.bfloat16))
+    gb = gemm.to_device(rng.standard_normal((GEMM, GEMM)).astype(ml_dtypes.bfloat16))
+    wall = wall_times_us(lambda: gemm.gemm_bf16(ga, gb), 50, 5)
+
+    def gemm_calls(count):
+        for _ in range(count):
+            gemm.gemm_bf16(ga, gb)
+
+    from common import cupti_kernel_records
+
+    records = cupti_kernel_records(gemm_calls, 20)  # one kernel per call, nothing else launched
+    kernels = [r["dur"] for r in records]
+    rows["gemm_bf16 4096^3 sync call (wall)"] = summarize(wall)
+    rows["gemm_bf16 4096^3 kernel (CUPTI)"] = summarize(kernels or [float("nan")])
+    out.write_text(json.dumps(rows))
+
+
+def table(results: dict) -> str:
+    names = list(next(iter(results["runs"].values())))
+    lines = ["| row | " + " | ".join(f"{k} median µs (p10-p90)" for k in results["runs"]) + " |", "|---|" + "---:|" * len(results["runs"])]
+    for name in names:
+        cells = [f"{r[name]['median']:.1f} ({r[name]['p10']:.1f}-{r[name]['p90']:.1f})" for r in results["runs"].values()]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args.worker)
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = {}
+    for label, pool in (("pool", "default"), ("no pool", "off")):
+        target = args.out / f"runtime_calls_{pool}.json"
+        env = {**os.environ, "IREE_DISPATCH_OUTPUT_POOL": pool}
+        subprocess.run([sys.executable, __file__, "--out", str(args.out), "--worker", str(target)], check=True, env=env)
+        runs[label] = json.loads(target.read_text())
+    results = {
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": nvidia_smi("name"),
+        "driver": nvidia_smi("driver_version"),
+        "runs": runs,
+    }
+    (args.out / "runtime_calls.json").write_text(json.dumps(results, indent=1))
+    text = f"{results['date']}, {results['device']}, driver {results['driver']}\n\n{table(results)}\n"
+    (args.out / "runtime_calls.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""The few CUDA driver calls the runtime needs that IREE's Python API doesn't offer: device
+queries (compute capability, name, memory) and, for arrays shared with other frameworks, a
+stream and an event to wait for their work on the host without synchronizing the device.
+
+The driver library (libcuda) is present wherever IREE's `cuda` HAL driver works, so it is
+called directly through ctypes; every function answers None (or raises DeviceError for the
+stream operations) where it is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+from collections.abc import Iterator
+from functools import cache
+
+from ..core.errors import DeviceError
+
+# CUdevice_attribute values (cuda.h)
+_COMPUTE_CAPABILITY_MAJOR = 75
+_COMPUTE_CAPABILITY_MINOR = 76
+_STREAM_NON_BLOCKING = 1
+_EVENT_DISABLE_TIMING = 2
+_ERROR_INVALID_HANDLE = 400
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    if cuda.cuInit(0) != 0:
+        return None
+    return cuda
+
+
+def _device(ordinal: int) -> ctypes.c_int | None:
+    cuda = _library()
+    device = ctypes.c_int()
+    if cuda is None or cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+        return None
+    return device
+
+
+def device_count() -> int:
+    cuda = _library()
+    count = ctypes.c_int()
+    if cuda is None or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def compute_capability(ordinal: int = 0) -> tuple[int, int] | None:
+    """(major, minor) of CUDA device `ordinal`, or None if unavailable."""
+    cuda, device = _library(), _device(ordinal)
+    if device is None:
+        return None
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    if cuda.cuDeviceGetAttribute(ctypes.byref(major), _COMPUTE_CAPABILITY_MAJOR, device) or cuda.cuDeviceGetAttribute(
+        ctypes.byref(minor), _COMPUTE_CAPABILITY_MINOR, device
+    ):
+        return None
+    return major.value, minor.value
+
+
+def device_name(ordinal: int = 0) -> str | None:
+    cuda, device = _library(), _device(ordinal)
+    name = ctypes.create_string_buffer(256)
+    if device is None or cuda.cuDeviceGetName(name, 256, device) != 0:
+        return None
+    return name.value.decode()
+
+
+def total_memory(ordinal: int = 0) -> int | None:
+    """Bytes of memory on CUDA device `ordinal`, or None if unavailable."""
+    cuda, device = _library(), _device(ordinal)
+    size = ctypes.c_size_t()
+    if device is None or cuda.cuDeviceTotalMem_v2(ctypes.byref(size), device) != 0:
+        return None
+    return size.value
+
+
+def device_uuid(ordinal: int) -> str | None:
+    """The device's UUID as nvidia-smi spells it ("GPU-xxxxxxxx-xxxx-..."), or None."""
+    cuda, device = _library(), _device(ordinal)
+    raw = (ctypes.c_ubyte * 16)()
+    if device is None or cuda.cuDeviceGetUuid_v2(raw, device) != 0:
+        return None
+    h = bytes(raw).hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+class StreamBridge:
+    """A stream of our own on one device, used to wait on the host for other frameworks' work.
+
+    DLPack's protocol orders an exchange through the consumer's stream: `x.__dlpack__(stream=s)`
+    makes `s` wait (on the device, by an event) for the work the producer has queued on its
+    current stream. Passing this bridge's stream and then synchronizing it waits for exactly
+    that work, and nothing else on the device. `wait_for(stream)` does the same for a stream
+    a consumer named when it took one of our arrays.
+    """
+
+    def __init__(self, ordinal: int):
+        cuda, device = _library(), _device(ordinal)
+        if device is None:
+            raise DeviceError(f"cuda://{ordinal}: the CUDA driver library (libcuda.so.1) can't open this device")
+        self._cuda = cuda
+        self._context = ctypes.c_void_p()
+        self._check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(self._context), device), "cuDevicePrimaryCtxRetain")
+        self._lock = threading.Lock()
+        with self._current():
+            self._stream = ctypes.c_void_p()
+            self._check(cuda.cuStreamCreate(ctypes.byref(self._stream), _STREAM_NON_BLOCKING), "cuStreamCreate")
+            self._event = ctypes.c_void_p()
+            self._check(cuda.cuEventCreate(ctypes.byref(self._event), _EVENT_DISABLE_TIMING), "cuEventCreate")
+
+    @property
+    def handle(self) -> int:
+        """The stream's handle, as DLPack's `stream=` argument takes it."""
+        return self._stream.value
+
+    def synchronize(self) -> None:
+        """Waits on the host until the work queued on the bridge stream has completed."""
+        with self._current():
+            self._check(self._cuda.cuStreamSynchronize(self._stream), "cuStreamSynchronize")
+
+    def wait_for(self, stream: int) -> bool:
+        """Waits on the host for the work queued so far on `stream`; False if the stream is gone."""
+        with self._current():
+            rc = self._cuda.cuEventRecord(self._event, ctypes.c_void_p(stream))
+            if rc == _ERROR_INVALID_HANDLE:
+                return False
+            self._check(rc, "cuEventRecord")
+            self._check(self._cuda.cuEventSynchronize(self._event), "cuEventSynchronize")
+        return True
+
+    @contextlib.contextmanager
+    def _current(self) -> Iterator[None]:
+        """This device's primary context, current on the calling thread for the duration."""
+        with self._lock:
+            self._check(self._cuda.cuCtxPushCurrent_v2(self._context), "cuCtxPushCurrent")
+            try:
+                yield
+            finally:
+                self._cuda.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            name = ctypes.c_char_p()
+            self._cuda.cuGetErrorName(rc, ctypes.byref(name))
+            raise DeviceError(f"{what} failed: {name.value.decode() if name.value else rc}")

@@ -1,0 +1,125 @@
+"""Arrays of other frameworks (torch, CuPy, JAX, ...) in and out, without copies, via DLPack.
+
+In: any object with `__dlpack__` and `__dlpack_device__`. A CUDA tensor must be on the module's
+GPU, dense row-major and start at its allocation's data pointer; a CPU one goes the numpy way.
+The capsule is read here first (dtype, shape, strides, device) so that a wrong tensor is refused
+with the parameter's name before IREE sees it: IREE imports a capsule's pointer as device memory
+without looking at its device.
+
+Ordering: the capsule is requested for the device's bridge stream, so the producer makes that
+stream wait for the work it has queued (DLPack's contract); the call then waits on the host for
+the bridge stream alone, never for the whole device.
+
+Out: `DeviceArray` (an IREE device array with `__dlpack__`/`__dlpack_device__`), which
+`torch.from_dlpack`, `cupy.from_dlpack` and `jax.dlpack.from_dlpack` take without a copy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+import iree.runtime as rt
+import numpy as np
+
+from .devices import KDL_CUDA, Device
+
+KDL_CPU = 1
+# DLDataTypeCode → numpy kind (bf16 needs ml_dtypes: named by string, resolved by the caller)
+_KINDS = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 6: "bool"}
+_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host (pinned)", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 10: "ROCm", 13: "CUDA managed"}
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+@dataclass(frozen=True)
+class Described:
+    """What a DLPack capsule holds, read without taking it."""
+
+    dtype: str  # numpy's name ("float32", "bfloat16", "bool", ...) or "code C, B bits"
+    shape: tuple[int, ...]
+    dense: bool  # row-major and contiguous (strides of size-1 dims don't matter)
+    byte_offset: int
+
+
+def describe(capsule: Any) -> Described:
+    tensor = _DLTensor.from_address(_get_pointer(capsule, b"dltensor"))
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    dense = True
+    if tensor.strides:
+        expected = 1
+        for i in reversed(range(tensor.ndim)):
+            if shape[i] not in (0, 1) and tensor.strides[i] != expected:
+                dense = False
+            expected *= shape[i]
+    code, bits, lanes = tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes
+    kind = _KINDS.get(code)
+    if kind is None or lanes != 1:
+        dtype = f"DLPack type code {code}, {bits} bits, {lanes} lanes"
+    elif kind == "bool":
+        dtype = "bool"
+    else:
+        dtype = f"{kind}{bits}"
+    return Described(dtype, shape, dense, tensor.byte_offset)
+
+
+def is_dlpack(value: Any) -> bool:
+    """Whether `value` is another framework's array (numpy's and IREE's go their own ways)."""
+    return hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__") and not isinstance(value, (np.ndarray, rt.DeviceArray))
+
+
+def device_of(value: Any) -> tuple[int, int]:
+    device_type, device_id = value.__dlpack_device__()
+    return int(device_type), int(device_id)
+
+
+def device_name(device_type: int, device_id: int) -> str:
+    return f"{_DEVICE_NAMES.get(device_type, f'DLPack device type {device_type}')} device {device_id}"
+
+
+class DeviceArray(rt.DeviceArray):
+    """An IREE device array that other frameworks can take without a copy (`torch.from_dlpack`).
+
+    The result of a call is complete when the call returns, so `__dlpack__` waits for nothing;
+    it records the consumer's stream, and later calls on the device wait for the work queued
+    there so far before reusing memory (see devices.py).
+    """
+
+    def __init__(self, device: Device, buffer_view: rt.HalBufferView, override_dtype: np.dtype | None = None):
+        super().__init__(device.hal, buffer_view, implicit_host_transfer=True, override_dtype=override_dtype)
+        self._dispatch_device = device
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return KDL_CUDA, self._dispatch_device.ordinal
+
+    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None, dl_device: Any = None, copy: bool | None = None) -> Any:
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"this array is on cuda:{self._dispatch_device.ordinal}; it can't be exported to {tuple(dl_device)} without a copy")
+        if copy:
+            raise BufferError("iree_dispatch arrays are exported without copies (copy=True is not supported)")
+        self._dispatch_device.handed_to(stream)
+        return self._dispatch_device.hal.create_dlpack_capsule(self._buffer_view, KDL_CUDA, self._dispatch_device.ordinal)
