@@ -153,9 +153,10 @@ def compile_model(
             from . import rewrite
 
             rewrite.declare(module, decisions)
+            replaced: dict = {}
             for d in decisions:
                 if d.replaced:
-                    rewrite.apply(d)
+                    rewrite.apply(d, replaced)
             if not module.operation.verify():
                 raise CompileError(f"{model}: the rewritten model does not verify (a bug in iree_dispatch, please report it)")
             text = module.operation.get_asm(enable_debug_info=False)

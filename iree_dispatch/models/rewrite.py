@@ -44,14 +44,19 @@ def declare(module, decisions: list[Decision]) -> list[str]:
     return list(symbols)
 
 
-def apply(decision: Decision) -> None:
+def apply(decision: Decision, replaced: dict) -> None:
+    """Rewrites one decision; `replaced` maps each model value already replaced to its
+    replacement (a later candidate's operand may be an earlier one's result)."""
     form, cap = decision.form, decision.capability
     kernel = cap.kernel
     ins, outs = kernel_function_type(kernel)
     with ir.InsertionPoint(form.anchor), form.anchor.location:
         args = []
         for operand, type_text in zip(form.operands, ins):
-            v = _reshape(operand.value, operand.shape)
+            value = operand.value
+            while value in replaced:
+                value = replaced[value]
+            v = _reshape(value, operand.shape)
             args.append(_cast(v, ir.Type.parse(type_text)))
         for s in kernel.scalar_args:  # capability.py allows only LayerNorm's epsilon here
             t = ir.Type.parse(s.stype.func_arg)
@@ -67,6 +72,7 @@ def apply(decision: Decision) -> None:
             result = ir.Operation.create("arith.truncf", results=[t], operands=[result]).results[0]
         result = _reshape(result, tensor_info(form.result)[0])
     form.result.replace_all_uses_with(result)
+    replaced[form.result] = result
 
 
 def _cast(value, target):
