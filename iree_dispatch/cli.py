@@ -133,7 +133,7 @@ def _cmd_build(args) -> int:
     emit = planned[1][1] if len(planned) > 1 and planned[1][0] == "--emit-mlir" else None
     result = build(
         specs[0] if len(specs) == 1 else specs, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects,
-        asynchronous=args.asynchronous, strip_assertions=args.strip_assertions, iree_compile_flags=iree_compile_flags, progress=_progress,
+        asynchronous=args.asynchronous, strip_assertions=args.strip_assertions, iree_compile_flags=iree_compile_flags, progress=args.progress,
         cache=not args.no_cache, toolchain=args.toolchain,
     )
     if args.depfile:
@@ -329,6 +329,7 @@ def version_text() -> str:
     """iree-dispatch's version, iree-base-compiler's and iree-base-runtime's, and the CUDA
     compiler a build would use: what to put in a bug report. Never fails."""
     import importlib.metadata
+    import shutil
 
     from . import __version__
 
@@ -339,9 +340,13 @@ def version_text() -> str:
         except importlib.metadata.PackageNotFoundError:
             lines.append(f"{package}: not installed" + (f" (needed to build: {_COMPILER_INSTALL})" if package == "iree-base-compiler" else ""))
     try:
-        from .toolchains import select_toolchain
+        from .toolchains import NvccToolchain, select_toolchain
+        from .toolchains.base import host_compiler_setting
 
-        lines.append(f"CUDA compiler: {select_toolchain().identity()}")
+        tc = select_toolchain()
+        host = host_compiler_setting()[1]
+        host = f", host compiler {host} ({shutil.which(host) or host})" if isinstance(tc, NvccToolchain) else ""
+        lines.append(f"CUDA compiler: {tc.describe()}{host}")
     except Exception as exc:  # noqa: BLE001 - a report, whatever is missing
         lines.append(f"CUDA compiler: none found ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
     return "\n".join(lines)
@@ -454,9 +459,25 @@ def _join_iree_compile_args(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import toolchains
+
+    def progress(message: str) -> None:  # this command's own: what is said once is said once per command
+        _progress(message)
+
+    # Toolchain lines no build passes on (a fallback's warning, Triton's cubins) go to stderr too.
+    previous = toolchains.base._default_progress
+    toolchains.set_default_progress(progress)
+    try:
+        return _main(argv, progress)
+    finally:
+        toolchains.set_default_progress(previous)
+
+
+def _main(argv: list[str] | None, progress) -> int:
     argv, passthrough = _split_passthrough(sys.argv[1:] if argv is None else list(argv))
     args = parser().parse_args(_split_emit_mlir(_join_iree_compile_args(argv)))
     args.passthrough = passthrough
+    args.progress = progress
     prefix = f"iree-dispatch {args.command}: error:"
     with _interrupts_stop_compilers():
         try:

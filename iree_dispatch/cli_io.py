@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -26,9 +27,12 @@ def parse_input(text: str) -> np.ndarray | int | float:
             return int(text)
         except ValueError:
             try:
-                return float(text)
+                number = float(text)
             except ValueError:
                 raise ValueError(f"--input={text}: expected SHAPExTYPE=VALUES (e.g. 8xf32=2), TYPE=VALUE (f32=2.5), a number, or @file.npy") from None
+            if math.isinf(number) and "inf" not in text.lower():
+                raise ValueError(f"--input={text}: {text} is beyond any floating type (it would arrive as infinity); write inf if that is meant") from None
+            return number
     dtype_name = match["dtype"]
     if dtype_name not in ELEMENT_TYPES:
         raise ValueError(f"--input={text}: unknown element type {dtype_name!r} (known: {', '.join(ELEMENT_TYPES)})")
@@ -38,9 +42,12 @@ def parse_input(text: str) -> np.ndarray | int | float:
     dims = [int(d) for d in match["dims"].split("x") if d]
     raw = (match["values"] or "0").replace("[", " ").replace("]", " ").replace(",", " ").split()
     try:
-        values = np.array([float(v) if dtype.kind == "f" else int(v, 0) for v in raw]).astype(dtype)
+        numbers = [float(v) if dtype.kind == "f" else int(v, 0) for v in raw]
     except ValueError:
         raise ValueError(f"--input={text}: values must be numbers of type {dtype_name}") from None
+    _check_range(text, dtype_name, dtype, raw, numbers)
+    with np.errstate(over="ignore"):  # only values that round to the largest finite one are left
+        values = np.array(numbers).astype(dtype)
     if not dims:
         if values.size != 1:
             raise ValueError(f"--input={text}: a scalar takes exactly one value")
@@ -51,6 +58,23 @@ def parse_input(text: str) -> np.ndarray | int | float:
     if values.size != count:
         raise ValueError(f"--input={text}: shape {'x'.join(map(str, dims))} needs {count} values (or 1 to splat), got {values.size}")
     return values.reshape(dims)
+
+
+def _check_range(text: str, dtype_name: str, dtype: np.dtype, raw: list[str], numbers: list) -> None:
+    """Every value fits the element type: integers in its range, finite floats finite in it (no
+    silent wrap-around or rounding to infinity)."""
+    if dtype.kind == "f":
+        largest = float(np.finfo(dtype).max)
+        for given, number in zip(raw, numbers):
+            with np.errstate(over="ignore"):
+                overflows = math.isfinite(number) and abs(number) > largest and np.isinf(np.array(number).astype(dtype))
+            if overflows:
+                raise ValueError(f"--input={text}: {given} is beyond {dtype_name} (largest {largest:G}; it would arrive as infinity)")
+        return
+    low, high = (0, 1) if dtype.kind == "b" else (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+    for given, number in zip(raw, numbers):
+        if not low <= number <= high:
+            raise ValueError(f"--input={text}: {given} is out of range for {dtype_name} ({low} to {high})")
 
 
 def _mlir_type(dtype: np.dtype) -> str:

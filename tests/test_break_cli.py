@@ -109,6 +109,40 @@ def _nested_spec(proj: Path) -> None:
     shutil.copytree(proj / "kernels", proj / "samples.objects")
 
 
+def _spec_file(text: str | bytes, name: str = "bad.toml", sources: dict[str, str] | None = None):
+    """A spec (text, or bytes as they are) beside the samples' sources, and more sources."""
+    def make(proj: Path) -> None:
+        for source, code in (sources or {}).items():
+            (proj / "kernels" / source).write_text(code)
+        (proj / "kernels" / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+
+    return make
+
+
+def _build_spec(name: str = "bad.toml") -> Callable[[Path], list[str]]:
+    return lambda proj: ["build", str(proj / "kernels" / name), "-o", str(proj / "out" / "m.vmfb")]
+
+
+MUL_KERNEL = '[[kernel]]\nname = "simple_mul"\nsource = "simple_mul.cu"\nblock = [64]\nshape = ["n"]\n'
+
+
+def _cache_folder(mode: int | None = None, files: dict[str, str] | None = None):
+    """The build cache folder (the fixture's IREE_DISPATCH_CACHE_DIR, beside proj) made now."""
+    def make(proj: Path) -> None:
+        cache = proj.parent / "cache"
+        cache.mkdir()
+        for name, text in (files or {}).items():
+            (cache / name).write_text(text)
+        if mode is not None:
+            os.chmod(cache, mode)
+
+    return make
+
+
+def _vmfb(rel: str = "m.vmfb"):
+    return _touch(rel, "not really a module")
+
+
 CASES = [
     # 1. outputs that are inputs (data loss)
     Case("-o is a kernel source", _build("-o", "{p}/kernels/simple_mul.cu"), _p("kernels/simple_mul.cu"), message="own input"),
@@ -161,6 +195,43 @@ CASES = [
     Case("inspect a missing file", lambda proj: ["inspect", str(proj / "nope.vmfb")], _p("nope.vmfb"), message="no such file"),
     Case("inspect a file that is no module", lambda proj: ["inspect", str(proj / "kernels" / "axpby.cu")], _p("kernels/axpby.cu"), message="not a module"),
     Case("run a folder", lambda proj: ["run", str(proj / "kernels"), "--function=f"], _p("kernels"), message="is a folder"),
+    # 6. specs and sources the build must refuse (through the command line: one line naming the file)
+    Case("grid divides by n - n, zero for every size", _build_spec(), lambda proj: "grid[0]", setup=_spec_file(MUL_KERNEL + 'grid = ["n % (n - n)"]\n'),
+         message="divides by zero"),
+    Case("-arch= in nvcc_flags", _build_spec(), _p("kernels/bad.toml"), setup=_spec_file('[module]\nnvcc_flags = ["-arch=sm_75"]\n' + MUL_KERNEL + 'grid = ["n"]\n'),
+         message="choose the target architecture"),
+    Case("integer constant beyond 64 bits", _build_spec(), lambda proj: "99999999999999999999",
+         setup=_spec_file(MUL_KERNEL + 'grid = ["ceildiv(n, 99999999999999999999)"]\n'), message="doesn't fit a 64-bit"),
+    Case("spec not in UTF-8", _build_spec(), _p("kernels/bad.toml"), setup=_spec_file(b"# caf\xe9\n" + (MUL_KERNEL + 'grid = ["n"]\n').encode()),
+         message="not valid UTF-8"),
+    Case("source = [\"k.cu\"]", _build_spec(), _p("kernels/bad.toml"), setup=_spec_file(MUL_KERNEL.replace('"simple_mul.cu"', '["simple_mul.cu"]') + 'grid = ["n"]\n'),
+         message="source is a list"),
+    Case("variadic template kernel", _build_spec(), lambda proj: "vt.cu", message="variadic template",
+         setup=_spec_file('[[kernel]]\nname = "vt<int>"\nsource = "vt.cu"\nblock = [64]\nshape = ["n"]\ngrid = ["n"]\n',
+                          sources={"vt.cu": "template <typename... Ts> __global__ void vt(float* out, Ts... rest) {}\n"})),
+    Case("a macro's parameter listed as the kernel", _build_spec(), lambda proj: "mac.cu", message="signature",
+         setup=_spec_file('[[kernel]]\nname = "name"\nsource = "mac.cu"\nblock = [64]\nshape = ["n"]\ngrid = ["n"]\n',
+                          sources={"mac.cu": '#define KERNEL(name) extern "C" __global__ void name(float* out, int n) {}\nKERNEL(foo)\n'})),
+    # 7. flags for iree-compile
+    Case("--iree-compile-arg=-o", _build("-o", "{p}/out/m.vmfb", "--iree-compile-arg=-o"), lambda proj: "'-o'", message="can't be given"),
+    Case("a value after -- as its own item", _build("-o", "{p}/out/m.vmfb", "--", "--iree-opt-level", "O3"), lambda proj: "'O3'", message="not one flag"),
+    Case("an iree-compile flag that doesn't exist", _build("-o", "{p}/out/m.vmfb", "--", "--iree-no-such-flag"), lambda proj: "--iree-no-such-flag",
+         message="Unknown command line argument"),
+    # 8. the build cache
+    Case("cache writable by everyone", _build("-o", "{p}/out/m.vmfb"), lambda proj: str(proj.parent / "cache"), setup=_cache_folder(0o777),
+         message="writable by group and others"),
+    Case("cache writable by the group", _build("-o", "{p}/out/m.vmfb"), lambda proj: str(proj.parent / "cache"), setup=_cache_folder(0o770),
+         message="writable by group"),
+    Case("cache clear on a folder of unrelated files", lambda proj: ["cache", "clear"], lambda proj: str(proj.parent / "cache"),
+         setup=_cache_folder(0o700, {"notes.txt": "mine", "CACHEDIR.TAG": "Signature: something else\n"}), message="refusing to clear"),
+    # 9. run, iree-run-module's way (refused before a device is opened)
+    Case("run: the file and --module= differ", lambda proj: ["run", str(proj / "m.vmfb"), f"--module={proj / 'o.vmfb'}", "--function=f"], _p("o.vmfb"),
+         setup=lambda proj: (_vmfb()(proj), _vmfb("o.vmfb")(proj)), message="different modules"),
+    Case("run: --output_max_element_count not a number", lambda proj: ["run", str(proj / "m.vmfb"), "--function=f", "--output_max_element_count=lots"],
+         lambda proj: "--output_max_element_count=lots", setup=_vmfb(), message="whole number"),
+    Case("run: no --function", lambda proj: ["run", f"--module={proj / 'm.vmfb'}"], lambda proj: "--function=NAME", setup=_vmfb()),
+    Case("run: a file that is no module", lambda proj: ["run", str(proj / "kernels" / "samples.toml"), "--function=f"], _p("kernels/samples.toml"),
+         message="not a module"),
 ]
 
 
@@ -190,8 +261,8 @@ def test_refused(case: Case, proj, capsys):
     check_refused(proj, case.argv(proj), capsys, case.names(proj), case.message)
 
 
-def test_at_least_30_cases():
-    assert len(CASES) >= 30
+def test_at_least_50_cases():
+    assert len(CASES) >= 50
 
 
 def test_read_only_output_folder(proj, capsys, monkeypatch):
@@ -361,3 +432,120 @@ def test_emit_mlir_on_another_file_system(proj, capsys):
             assert sorted(p.name for p in other.iterdir()) == ["m.mlir", "samples.objects"] and sorted(p.name for p in (proj / "out").iterdir()) == ["m.vmfb"]
     finally:
         shutil.rmtree(other)
+
+
+# ---- the build cache through the command line: refused in one line, or damage repaired with one warning ----
+
+def test_cache_owned_by_another_user(proj, capsys, monkeypatch):
+    cache = proj.parent / "cache"
+    cache.mkdir(mode=0o700)
+    real = os.stat
+
+    def stat(path, *args, **kwargs):
+        result = real(path, *args, **kwargs)
+        if isinstance(path, (str, os.PathLike)) and os.path.abspath(path) == str(cache):
+            fields = list(result[:10])
+            fields[4] = os.geteuid() + 1000
+            return os.stat_result(fields)
+        return result
+
+    monkeypatch.setattr(os, "stat", stat)
+    check_refused(proj, ["build", str(proj / SPEC), "-o", str(proj / "out" / "m.vmfb")], capsys, str(cache), "owned by another user")
+
+
+def test_unwritable_cache(proj, capsys, monkeypatch):
+    """A cache folder that can't be written (access(2), which root passes: simulated)."""
+    cache = proj.parent / "cache"
+    cache.mkdir(mode=0o700)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if os.path.abspath(path) == str(cache) else real(path, mode, *a, **k))
+    check_refused(proj, ["build", str(proj / SPEC), "-o", str(proj / "out" / "m.vmfb")], capsys, str(cache), "not writable")
+
+
+@needs_build_tools
+def test_planted_lock_symlinks(proj, capsys):
+    """Every lock of a warm cache replaced by a symlink to a file of the user's: refused, the file untouched."""
+    argv = ["build", str(proj / SPEC), "-o", str(proj / "out" / "m.vmfb")]
+    assert main(argv) == 0
+    capsys.readouterr()
+    precious = proj / "precious.txt"
+    precious.write_text("keep me\n")
+    locks = list((proj.parent / "cache" / "locks").iterdir())
+    assert locks
+    for lock in locks:
+        lock.unlink()
+        lock.symlink_to(precious)
+    check_refused(proj, argv, capsys, "locks", "symlink")
+    assert precious.read_text() == "keep me\n"
+
+
+def _entry_vmfbs(proj: Path) -> list[Path]:
+    return sorted((proj.parent / "cache" / "entries").glob("[!.]*/files/module.vmfb"))
+
+
+@needs_build_tools
+@pytest.mark.parametrize("damage", ["truncated", "swapped"])
+def test_damaged_cache_entry_rebuilds_with_one_warning(proj, capsys, damage):
+    """A truncated vmfb in the cache, or another entry's vmfb swapped in: the build warns once,
+    rebuilds, writes the same bytes as before, and leaves no temporary; the inputs are unchanged."""
+    sm80 = ["build", str(proj / SPEC), "-o", str(proj / "out" / "m.vmfb"), "--arch", "sm_80"]
+    sm90 = ["build", str(proj / SPEC), "-o", str(proj / "other" / "m.vmfb"), "--arch", "sm_90"]
+    assert main(sm80) == 0 and main(sm90) == 0
+    good = (proj / "out" / "m.vmfb").read_bytes()
+    vmfbs = _entry_vmfbs(proj)
+    mine = next(v for v in vmfbs if v.read_bytes() == good)
+    if damage == "truncated":
+        mine.write_bytes(good[: len(good) // 2])
+    else:
+        mine.write_bytes(next(v for v in vmfbs if v != mine).read_bytes())
+    (proj / "out" / "m.vmfb").unlink()
+    inputs = snapshot(proj / "kernels")
+    capsys.readouterr()
+    assert main(sm80) == 0
+    captured = capsys.readouterr()
+    warnings = [line for line in captured.err.splitlines() if "damaged" in line]
+    assert len(warnings) == 1 and "Traceback" not in captured.err and "up to date" not in captured.err, captured.err
+    assert (proj / "out" / "m.vmfb").read_bytes() == good and snapshot(proj / "kernels") == inputs
+    assert not [p for p in (proj / "out").iterdir() if p.name.startswith(".")]
+
+
+def test_spec_with_a_utf8_bom_is_read(proj, capsys):
+    spec = proj / "kernels" / "bom.toml"
+    spec.write_bytes(b"\xef\xbb\xbf" + (proj / SPEC).read_bytes())
+    assert main(["inspect", str(spec)]) == 0
+    assert capsys.readouterr().out.startswith("module samples ")
+
+
+@pytest.fixture(scope="module")
+def samples_vmfb(tmp_path_factory):
+    if needs_build_tools.args[0]:
+        pytest.skip(needs_build_tools.kwargs["reason"])
+    out = tmp_path_factory.mktemp("run") / "samples.vmfb"
+    assert main(["build", str(ROOT / SPEC), "-o", str(out), "--arch", "sm_90"]) == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    "inputs, names, message",
+    [
+        (["--input=8xf32=1", "--input=8xf32=2", "--input=1e40", "--input=0.5"], "alpha", "out of the range of float"),
+        (["--input=8xf32=1e40", "--input=8xf32=2", "--input=1", "--input=0.5"], "1e40", "beyond f32"),
+        (["--input=8xi32=1", "--input=8xf32=2", "--input=1", "--input=0.5"], "'x'", "dtype float32"),
+        (["--input=8xf32=1", "--input=8xf32=2", "--input=i32=99999999999", "--input=0.5"], "99999999999", "out of range for i32"),
+        (["--input=8xf32=1", "--input=8xf32=2", "--input=1"], "beta", "missing"),
+    ],
+)
+def test_run_refuses_bad_values_before_opening_a_device(samples_vmfb, capsys, inputs, names, message):
+    before = samples_vmfb.read_bytes()
+    assert main(["run", str(samples_vmfb), "--function=axpby", *inputs]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("iree-dispatch run: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert names in err and message in err and "CUDA" not in err, err
+    assert samples_vmfb.read_bytes() == before
+
+
+def test_version_and_help_are_one_command_each():
+    for argv in (["--version"], ["run", "-h"], ["build", "-h"]):
+        result = run_cli(*argv)
+        assert result.returncode == 0 and result.stderr == "" and result.stdout, (argv, result.stderr)
+    assert "--output_max_element_count" in run_cli("run", "-h").stdout and "--iree-compile-arg" in run_cli("build", "-h").stdout

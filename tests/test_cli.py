@@ -44,6 +44,13 @@ def test_parse_scalars_and_files(tmp_path):
         ("4xi32=a", "values must be numbers"),
         ("banana", "expected SHAPExTYPE=VALUES"),
         ("@/nonexistent.npy", "can't load .npy"),
+        ("4xi8=300", r"300 is out of range for i8 \(-128 to 127\)"),
+        ("i32=99999999999", "out of range for i32"),
+        ("2xui8=-1", "out of range for ui8"),
+        ("2xi1=2", "out of range for i1"),
+        ("2xf32=1e40", r"1e40 is beyond f32 \(largest 3.40282E\+38; it would arrive as infinity\)"),
+        ("f16=70000", "beyond f16"),
+        ("1e400", "beyond any floating type"),
     ],
 )
 def test_bad_inputs(text, message):

@@ -363,3 +363,202 @@ def test_cli_build_takes_a_toolchain(nvrtc, tmp_path, capsys):
     assert out.stat().st_size > 0 and "(nvrtc " in capsys.readouterr().out
     with pytest.raises(SystemExit):
         cli.main(["build", str(SAMPLES_SPEC), "--toolchain", "clang"])
+
+
+# ---- progress: which compiler runs, and ptxas's own line ----
+
+SIMPLE = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] = 1.0f; }\n'
+
+
+def test_progress_names_the_compiler_and_the_assembler(toolchain, cu, tmp_path):
+    """`compiling with nvcc 13.0 (/path/nvcc)` (or NVRTC and its library), once; a line per
+    compile; `assembling cubins with ptxas 13.0 (/path/ptxas)` (or nvJitLink), once; a line per cubin."""
+    lines: list[str] = []
+
+    def progress(line: str) -> None:
+        lines.append(line)
+
+    source = cu(SIMPLE)
+    ptx = toolchain.compile_all([(source, SM80, tmp_path / "k.sm_80.ptx"), (source, SM90, tmp_path / "k.sm_90.ptx")], progress=progress)
+    for o in ptx:
+        toolchain.assemble_cubin(o.path, o.arch, tmp_path / f"k.{o.arch.name}.cubin")
+    if toolchain.name == "nvcc":
+        compiler = rf"nvcc \d+\.\d+ \({re.escape(str(toolchain.nvcc))}\)"
+        assembler = r"ptxas \d+\.\d+ \(/\S+/ptxas\)"
+    else:
+        compiler = r"NVRTC \d+\.\d+ \(libnvrtc\.so[.\d]* from /\S+\)"
+        assembler = r"(nvJitLink \d+\.\d+ \(libnvJitLink\.so[.\d]* from /\S+\)|ptxas \d+\.\d+ \(/\S+/ptxas\))"
+    assert re.fullmatch(f"compiling with {compiler}", lines[0]), lines
+    assert sorted(lines[1:3]) == [f"{toolchain.name} k.cu -> sm_80", f"{toolchain.name} k.cu -> sm_90"]
+    assert re.fullmatch(f"assembling cubins with {assembler}", lines[3]), lines
+    tool = lines[3].split()[3]
+    assert lines[4:] == [f"{tool} k.sm_80.ptx -> sm_80 cubin", f"{tool} k.sm_90.ptx -> sm_90 cubin"]
+    # said once per progress callback: a second build in the same process names only its files
+    toolchain.compile_all([(source, SM80, tmp_path / "again.ptx")], progress=progress)
+    assert lines[6:] == [f"{toolchain.name} k.cu -> sm_80"]
+
+
+def test_nvrtc_without_nvjitlink_says_ptxas_runs(monkeypatch, cu, tmp_path):
+    from iree_dispatch.toolchains import nvrtc as nvrtc_module
+
+    toolchain_or_skip("nvrtc")
+    try:
+        nvrtc_module.find_cuda_tool("ptxas")
+    except ToolchainError:
+        pytest.skip("no ptxas")
+    import cuda.bindings
+
+    monkeypatch.delattr(cuda.bindings, "nvjitlink", raising=False)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.nvjitlink", None)
+    lines: list[str] = []
+    without = nvrtc_module.NvrtcToolchain()
+    (ptx,) = without.compile_all([(cu(SIMPLE), SM90, tmp_path / "k.ptx")], progress=lines.append)
+    without.assemble_cubin(ptx.path, SM90, tmp_path / "k.cubin")
+    assert re.fullmatch(r"assembling cubins with ptxas \d+\.\d+ \(/\S+/ptxas\)", lines[-2]) and lines[-1] == "ptxas k.ptx -> sm_90 cubin", lines
+
+
+def test_assemble_cubin_without_a_build_says_so_to_the_default_progress(monkeypatch, cu, tmp_path):
+    """Triton's cubins (toolchains.assemble_cubin, no build's progress): the command line's lines."""
+    from iree_dispatch import toolchains
+
+    tc = toolchain_or_skip("nvcc")
+    ptx = tc.compile_ptx(cu(SIMPLE), SM90, tmp_path / "k.ptx")
+    lines: list[str] = []
+    monkeypatch.setattr(toolchains.base, "_default_progress", None)
+    toolchains.set_default_progress(lines.append)
+    toolchains.assemble_cubin(ptx.path, SM90, tmp_path / "k.cubin", toolchain="nvcc")
+    assert lines[-1] == "ptxas k.ptx -> sm_90 cubin" and lines[0].startswith("assembling cubins with ptxas ")
+    own: list[str] = []
+    toolchains.assemble_cubin(ptx.path, SM90, tmp_path / "k.cubin", toolchain="nvcc", progress=own.append)
+    assert own[-1] == "ptxas k.ptx -> sm_90 cubin"
+
+
+def test_compiler_versions_are_asked_once_per_process(monkeypatch, tmp_path):
+    """`--version` of a program runs once per process (and again only if the program changes)."""
+    from iree_dispatch.toolchains import base
+
+    program = tmp_path / "nvcc"
+    program.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\necho 'Build cuda_13.0.r13.0/compiler.1_0'\n")
+    program.chmod(0o755)
+    runs = []
+    real = subprocess.run
+    monkeypatch.setattr(base.subprocess, "run", lambda cmd, *a, **kw: (runs.append(cmd), real(cmd, *a, **kw))[1])
+    for _ in range(3):
+        assert base.describe_program("nvcc", program) == f"nvcc 13.0 ({program})"
+        assert base.program_identity(program).endswith("Build cuda_13.0.r13.0/compiler.1_0")
+    assert runs == [[str(program), "--version"]]
+
+
+# ---- auto: NVRTC when nvcc can't run its host compiler ----
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """Warnings are said once per process: each test starts afresh, its lines collected."""
+    from iree_dispatch.toolchains import base
+
+    lines: list[str] = []
+    monkeypatch.setattr(base, "_warned", set())
+    monkeypatch.setattr(base, "_default_progress", lines.append)
+    for var in ("NVCC_CCBIN", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS"):
+        monkeypatch.delenv(var, raising=False)
+    return lines
+
+
+def _script(folder: Path, name: str, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("how", ["NVCC_CCBIN missing", "PATH without gcc", "gcc without C++", "-ccbin in NVCC_PREPEND_FLAGS"])
+def test_auto_falls_back_to_nvrtc_without_a_host_compiler(monkeypatch, tmp_path, fresh_warnings, how):
+    from iree_dispatch import toolchains as tc
+    from iree_dispatch.toolchains import base
+
+    toolchain_or_skip("nvrtc")
+    if not _try(tc.find_nvcc):
+        pytest.skip("no nvcc to pass over")
+    if how == "NVCC_CCBIN missing":
+        monkeypatch.setenv("NVCC_CCBIN", str(tmp_path / "nope" / "g++"))
+        reason = f"no host C++ compiler: {tmp_path / 'nope' / 'g++'} ($NVCC_CCBIN) is not an executable file"
+    elif how == "PATH without gcc":
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # nvcc is still found: $CUDA_HOME, /usr/local/cuda, the wheel
+        monkeypatch.setattr(tc, "find_nvcc", lambda: Path("/opt/cuda/bin/nvcc"))
+        reason = "no host C++ compiler: gcc (nvcc's default) is not on PATH"
+    elif how == "gcc without C++":
+        gcc = _script(tmp_path / "bin", "gcc", "echo \"gcc: fatal error: cannot execute 'cc1plus'\" >&2; exit 1")
+        monkeypatch.setenv("PATH", f"{gcc.parent}:/usr/bin:/bin")
+        reason = f"the host C++ compiler {gcc} (nvcc's default) can't compile C++: gcc: fatal error: cannot execute 'cc1plus'"
+    else:
+        monkeypatch.setenv("NVCC_PREPEND_FLAGS", f"-O2 -ccbin {tmp_path / 'nope'}")
+        reason = f"{tmp_path / 'nope'} (-ccbin in $NVCC_PREPEND_FLAGS) is not an executable file"
+    assert base.host_compiler_problem() is not None and reason in base.host_compiler_problem()
+    assert isinstance(tc.select_toolchain(), tc.NvrtcToolchain) and isinstance(tc.select_toolchain("auto"), tc.NvrtcToolchain)
+    assert len(fresh_warnings) == 1, fresh_warnings  # said once, however often it is asked
+    assert fresh_warnings[0].startswith("warning: nvcc (") and reason in fresh_warnings[0] and "using NVRTC instead" in fresh_warnings[0]
+    assert isinstance(tc.select_toolchain("nvcc"), tc.NvccToolchain)  # asked for by name: nvcc, whose error will say why
+
+
+def test_host_compiler_setting_follows_nvcc(monkeypatch, tmp_path, fresh_warnings):
+    """-ccbin in $NVCC_APPEND_FLAGS beats one in $NVCC_PREPEND_FLAGS, which beats $NVCC_CCBIN; a
+    folder means the gcc in it; a usable compiler is no problem."""
+    from iree_dispatch.toolchains import base
+
+    assert base.host_compiler_setting() == ("nvcc's default", "gcc")
+    monkeypatch.setenv("NVCC_CCBIN", "g++")
+    assert base.host_compiler_setting() == ("$NVCC_CCBIN", "g++")
+    monkeypatch.setenv("NVCC_PREPEND_FLAGS", "--compiler-bindir=/a")
+    assert base.host_compiler_setting() == ("-ccbin in $NVCC_PREPEND_FLAGS", "/a")
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", "-ccbin /b -ccbin /c")
+    assert base.host_compiler_setting() == ("-ccbin in $NVCC_APPEND_FLAGS", "/c")
+    good = _script(tmp_path / "cc", "gcc", "exit 0")
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", f"-ccbin {good.parent}")
+    assert base.host_compiler_problem() is None
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", f"-ccbin {tmp_path}")
+    assert f"{tmp_path / 'gcc'} (-ccbin in $NVCC_APPEND_FLAGS) is not an executable file" in base.host_compiler_problem()
+
+
+def test_no_host_compiler_and_no_nvrtc_is_one_error_naming_both(monkeypatch, tmp_path, fresh_warnings):
+    from iree_dispatch import toolchains as tc
+    from iree_dispatch.toolchains import nvrtc as nvrtc_module
+
+    monkeypatch.setattr(tc, "find_nvcc", lambda: Path("/opt/cuda/bin/nvcc"))
+    monkeypatch.setenv("NVCC_CCBIN", "/nope/g++")
+
+    def no_bindings():
+        raise ToolchainError("NVRTC needs cuda-bindings (test)")
+
+    monkeypatch.setattr(nvrtc_module, "_require_bindings", no_bindings)
+    with pytest.raises(ToolchainError) as error:
+        tc.select_toolchain()
+    message = str(error.value)
+    assert "\n" not in message and "nvcc (/opt/cuda/bin/nvcc) needs a host C++ compiler" in message and "/nope/g++" in message
+    assert "NVRTC needs cuda-bindings" in message and "iree-dispatch[nvrtc]" in message and fresh_warnings == []
+
+
+def test_nvcc_by_name_without_a_host_compiler_says_what_to_do(monkeypatch, cu, tmp_path, fresh_warnings):
+    tc = toolchain_or_skip("nvcc")
+    monkeypatch.setenv("NVCC_CCBIN", str(tmp_path / "nope" / "g++"))
+    with pytest.raises(ToolchainError) as error:
+        tc.compile_ptx(cu(SIMPLE), SM90, tmp_path / "k.ptx")
+    assert "is not an executable file: install g++ (or set NVCC_CCBIN to a C++ compiler), or build with --toolchain nvrtc" in str(error.value)
+    assert not (tmp_path / "k.ptx").exists()
+
+
+@needs_iree_compiler
+def test_cli_build_falls_back_to_nvrtc_and_says_so_once(nvrtc, tmp_path):
+    import os
+
+    from iree_dispatch.toolchains import find_nvcc
+
+    if not _try(find_nvcc):
+        pytest.skip("no nvcc to pass over")
+    env = {**os.environ, "NVCC_CCBIN": str(tmp_path / "nope" / "g++"), "IREE_DISPATCH_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-m", "iree_dispatch.cli", "build", str(SAMPLES_SPEC), "-o", str(tmp_path / "m.vmfb"), "--objects", "ptx"],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("[iree-dispatch] warning: nvcc (") and "using NVRTC instead" in warnings[0], result.stderr
+    assert "[iree-dispatch] compiling with NVRTC " in result.stderr and "(nvrtc " in result.stdout

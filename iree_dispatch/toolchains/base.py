@@ -6,8 +6,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
+import shlex
 import shutil
 import subprocess
+import warnings
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,14 +44,62 @@ def object_filename(stem: str, arch: Arch) -> str:
     return f"{stem}.{arch.name}.ptx"
 
 
+# ---- progress: which compiler runs, said once; warnings ----
+
+Progress = Callable[[str], None]
+_default_progress: Progress | None = None  # where lines go when a caller gave none: the command line's
+_said: weakref.WeakKeyDictionary[Progress, set[str]] = weakref.WeakKeyDictionary()
+_warned: set[str] = set()
+
+
+def set_default_progress(progress: Progress | None) -> None:
+    """Where toolchain lines go when the caller passed no progress callback (the command line
+    sets its own: a cubin that Triton needs, a toolchain fallback are said there too)."""
+    global _default_progress
+    _default_progress = progress
+
+
+def say(message: str, progress: Progress | None = None, once: bool = False) -> None:
+    """`message` to `progress`, else to the default; `once`: only the first time for that sink."""
+    sink = progress or _default_progress
+    if sink is None:
+        return
+    if once:
+        try:
+            said = _said.setdefault(sink, set())
+        except TypeError:  # not weakly referenceable: say it every time
+            said = set()
+        if message in said:
+            return
+        said.add(message)
+    sink(message)
+
+
+def warn_once(message: str) -> None:
+    """A warning: to the command line's progress (`warning: ...`), else Python's warnings. Once
+    per process."""
+    if message in _warned:
+        return
+    _warned.add(message)
+    if _default_progress is not None:
+        _default_progress(f"warning: {message}")
+    else:
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
 class Toolchain(ABC):
     """A CUDA compiler: .cu → PTX per arch, PTX → cubin, cubins + PTX → fatbin."""
 
     name: str
+    progress: Progress | None = None  # the build's progress (compile_all sets it): cubins and fatbins are said there too
 
     @abstractmethod
     def identity(self) -> str:
         """The compiler, its version and location: part of the build cache key."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """The compiler for people: name, version, where (`nvcc 13.0 (/usr/local/cuda/bin/nvcc)`)."""
 
     @abstractmethod
     def compile_ptx(self, source: Path, arch: Arch, out: Path, flags: tuple[str, ...] = ()) -> PtxObject:
@@ -68,10 +120,14 @@ class Toolchain(ABC):
         failed or interrupted build returns at once instead of starting every queued compile.
         """
 
+        if progress is not None:
+            self.progress = progress
+        if jobs:
+            say(f"compiling with {self.describe()}", self.progress, once=True)
+
         def run(job: tuple[Path, Arch, Path]) -> PtxObject:
             source, arch, out = job
-            if progress:
-                progress(f"{self.name} {source.name} -> {arch.name}")
+            say(f"{self.name} {source.name} -> {arch.name}", self.progress)
             return self.compile_ptx(source, arch, out, flags)
 
         pool = ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1)))
@@ -93,7 +149,10 @@ class Toolchain(ABC):
         """fatbinary: every cubin plus one PTX, for the driver to choose from at load time."""
         images = [f"--image3=kind=elf,sm={a.name[3:]},file={path}" for a, path in cubins.items()]
         images.append(f"--image3=kind=ptx,sm={ptx[0].name[3:]},file={ptx[1]}")
-        run_tool([str(self.tool("fatbinary")), f"--create={out}", *images], f"fatbinary {out.name}", out)
+        fatbinary = self.tool("fatbinary")
+        say(f"assembling fatbins with {describe_program('fatbinary', fatbinary)}", self.progress, once=True)
+        say(f"fatbinary {out.name} ({', '.join(a.name for a in cubins)} + {ptx[0].name} PTX)", self.progress)
+        run_tool([str(fatbinary), f"--create={out}", *images], f"fatbinary {out.name}", out)
         return out
 
 
@@ -145,9 +204,34 @@ def find_nvcc() -> Path:
 
 
 @functools.cache
+def _version_output(program: str, size: int, mtime_ns: int) -> str:
+    """`program --version`'s output: asked once per process for each version of the program."""
+    try:
+        return subprocess.run([program, "--version"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return ""
+
+
 def _version_line(program: str, size: int, mtime_ns: int) -> str:
-    out = subprocess.run([program, "--version"], capture_output=True, text=True, check=False).stdout
+    out = _version_output(program, size, mtime_ns)
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def program_version(program: Path) -> str:
+    """The CUDA release of a CUDA program (`13.0` from `release 13.0, V13.0.88`), else its last
+    `--version` line, else `?`."""
+    try:
+        stat = program.stat()
+    except OSError:
+        return "?"
+    out = _version_output(str(program), stat.st_size, stat.st_mtime_ns)
+    found = re.search(r"release (\d+\.\d+)", out) or re.search(r"\bV?(\d+\.\d+(?:\.\d+)*)\b", out)
+    return found.group(1) if found else (out.strip().splitlines() or ["?"])[-1]
+
+
+def describe_program(name: str, program: Path) -> str:
+    """`ptxas 13.0 (/usr/local/cuda/bin/ptxas)`."""
+    return f"{name} {program_version(program)} ({program})"
 
 
 def program_identity(program: Path) -> str:
@@ -171,6 +255,68 @@ def find_cuda_tool(name: str, nvcc: Path | None = None) -> Path:
             return Path(candidate)
     where = f"beside {nvcc} or on PATH" if nvcc else "on PATH or beside an nvcc"
     raise ToolchainError(f"{name} not found {where}; it comes with the CUDA toolkit, or pip install {WHEEL_PINS['nvcc']}")
+
+
+# ---- the host compiler nvcc needs ----
+
+_CCBIN_OPTIONS = ("-ccbin", "--compiler-bindir")
+
+
+def _ccbin_option(flags: list[str]) -> str | None:
+    """The last -ccbin / --compiler-bindir value in `flags` (nvcc takes the last one)."""
+    found = None
+    for i, flag in enumerate(flags):
+        name, eq, value = flag.partition("=")
+        if name in _CCBIN_OPTIONS:
+            found = value if eq else (flags[i + 1] if i + 1 < len(flags) else None)
+    return found
+
+
+def host_compiler_setting() -> tuple[str, str]:
+    """(where it is set, value) of the host compiler nvcc runs, as nvcc decides: -ccbin in
+    $NVCC_APPEND_FLAGS, then in $NVCC_PREPEND_FLAGS, then $NVCC_CCBIN, else `gcc` on PATH.
+    (A -ccbin among a module's nvcc_flags is not seen here.)"""
+    for var in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"):
+        try:
+            value = _ccbin_option(shlex.split(os.environ.get(var, "")))
+        except ValueError:
+            value = None
+        if value:
+            return f"-ccbin in ${var}", value
+    if os.environ.get("NVCC_CCBIN"):
+        return "$NVCC_CCBIN", os.environ["NVCC_CCBIN"]
+    return "nvcc's default", "gcc"
+
+
+def host_compiler_problem() -> str | None:
+    """Why nvcc can't run its host compiler here, or None. Cheap: a PATH lookup, and once per
+    process per compiler a preprocess of an empty C++ file (about 10 ms; it needs the C++ front
+    end, cc1plus, which a C-only gcc lacks)."""
+    where, value = host_compiler_setting()
+    path = Path(value)
+    if os.sep in value:
+        path = path / "gcc" if path.is_dir() else path
+        found = str(path) if path.is_file() and os.access(path, os.X_OK) else None
+        missing = f"{path} ({where}) is not an executable file"
+    else:
+        found = shutil.which(value)
+        missing = f"{value} ({where}) is not on PATH"
+    if found is None:
+        return f"no host C++ compiler: {missing}"
+    stat = os.stat(found)
+    return _host_compiler_fails(found, stat.st_size, stat.st_mtime_ns, where)
+
+
+@functools.cache
+def _host_compiler_fails(compiler: str, size: int, mtime_ns: int, where: str) -> str | None:
+    try:
+        proc = subprocess.run([compiler, "-x", "c++", "-E", "-", "-o", os.devnull], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the host C++ compiler {compiler} ({where}) can't run: {exc}"
+    if proc.returncode != 0:
+        lines = (proc.stderr + proc.stdout).strip().splitlines()
+        return f"the host C++ compiler {compiler} ({where}) can't compile C++: {lines[0] if lines else f'exit {proc.returncode}'}"
+    return None
 
 
 def run_tool(cmd: list[str], what: str, out: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..core.archs import Arch
 from ..core.errors import ToolchainError
-from .base import PtxObject, Toolchain, find_cuda_tool, program_identity, run_tool
+from .base import PtxObject, Toolchain, describe_program, find_cuda_tool, host_compiler_problem, program_identity, run_tool, say
 
 # Fixed flags: optimized device code, C++17. `-ptx` keeps the output forward-compatible text.
 BASE_FLAGS = ("-ptx", "-O3", "-std=c++17")
@@ -23,6 +23,9 @@ class NvccToolchain(Toolchain):
 
     def identity(self) -> str:
         return f"nvcc {program_identity(self.nvcc)}"
+
+    def describe(self) -> str:
+        return describe_program("nvcc", self.nvcc)
 
     def tool(self, name: str) -> Path:
         return find_cuda_tool(name, self.nvcc)
@@ -40,13 +43,19 @@ class NvccToolchain(Toolchain):
             log = (proc.stderr + proc.stdout).strip()
             out.unlink(missing_ok=True)
             deps.unlink(missing_ok=True)
-            raise ToolchainError(f"nvcc failed on {source} for {arch.name} (exit {proc.returncode}):\n{log}\ncommand: {' '.join(cmd)}")
+            hint = ""
+            if "host compiler" in log and (problem := host_compiler_problem()):
+                hint = f"\n{problem}: install g++ (or set NVCC_CCBIN to a C++ compiler), or build with --toolchain nvrtc"
+            raise ToolchainError(f"nvcc failed on {source} for {arch.name} (exit {proc.returncode}):\n{log}{hint}\ncommand: {' '.join(cmd)}")
         rule = deps.read_text(encoding="utf-8")
         deps.unlink()
         return PtxObject(source, arch, out, make_prerequisites(rule))
 
     def assemble_cubin(self, ptx: Path, arch: Arch, out: Path) -> Path:
-        run_tool([str(self.tool("ptxas")), f"-arch={arch.name}", "-O3", str(ptx), "-o", str(out)], f"ptxas of {ptx.name} for {arch.name}", out)
+        ptxas = self.tool("ptxas")
+        say(f"assembling cubins with {describe_program('ptxas', ptxas)}", self.progress, once=True)
+        say(f"ptxas {ptx.name} -> {arch.name} cubin", self.progress)
+        run_tool([str(ptxas), f"-arch={arch.name}", "-O3", str(ptx), "-o", str(out)], f"ptxas of {ptx.name} for {arch.name}", out)
         return out
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..core.archs import Arch
 from ..core.errors import ToolchainError
-from .base import WHEEL_PINS, PtxObject, Toolchain, find_cuda_tool, nvidia_wheel_dirs, program_identity, run_tool
+from .base import WHEEL_PINS, PtxObject, Toolchain, describe_program, find_cuda_tool, nvidia_wheel_dirs, program_identity, run_tool, say
 
 SHIM_DIR = Path(__file__).resolve().parent / "nvrtc_include"
 PRELUDE = SHIM_DIR / "iree_dispatch_nvrtc_prelude.h"
@@ -137,7 +137,7 @@ class NvrtcToolchain(Toolchain):
         _require_bindings()
         self.cuda_include = cuda_include_dir()
         self._loaded: tuple[object, tuple[int, int]] | None = None
-        self._assembler_found: tuple[str, Callable[[Path, Arch, Path], None]] | None = None
+        self._assembler_found: tuple[str, str, Callable[[Path, Arch, Path], None]] | None = None
 
     def _load(self) -> tuple[object, tuple[int, int]]:
         """(the cuda.bindings nvrtc module, NVRTC's (major, minor)), loaded once."""
@@ -167,6 +167,10 @@ class NvrtcToolchain(Toolchain):
         jitlink = _wheel_identity("nvidia-nvjitlink", "libnvJitLink.so*") if _importable("cuda.bindings.nvjitlink") else None
         assembler = f"nvJitLink {jitlink}" if jitlink else self._assembler()[0]
         return f"{nvrtc} headers {self.cuda_include}; cubins: {assembler}"
+
+    def describe(self) -> str:
+        major, minor = self.version
+        return f"NVRTC {major}.{minor} ({_library_location('nvrtc')})"
 
     def tool(self, name: str) -> Path:
         try:
@@ -209,12 +213,15 @@ class NvrtcToolchain(Toolchain):
         return PtxObject(source, arch, out, dependencies)
 
     def assemble_cubin(self, ptx: Path, arch: Arch, out: Path) -> Path:
-        _, assemble = self._assembler()
+        _, description, assemble = self._assembler()
+        if description:
+            say(f"assembling cubins with {description}", self.progress, once=True)
+            say(f"{description.split()[0]} {ptx.name} -> {arch.name} cubin", self.progress)
         assemble(ptx, arch, out)
         return out
 
-    def _assembler(self) -> tuple[str, Callable[[Path, Arch, Path], None]]:
-        """(identity, function) of what turns PTX into cubins: nvJitLink, else ptxas."""
+    def _assembler(self) -> tuple[str, str, Callable[[Path, Arch, Path], None]]:
+        """(identity, description, function) of what turns PTX into cubins: nvJitLink, else ptxas."""
         if self._assembler_found is None:
             self._assembler_found = _find_assembler()
         return self._assembler_found
@@ -226,18 +233,18 @@ def _find_assembler() -> tuple[str, Callable[[Path, Arch, Path], None]]:
         from cuda.bindings import nvjitlink
 
         version = nvjitlink.version()
-        return f"nvJitLink {version} {_library_identity('nvJitLink')}", _nvjitlink_cubin
+        return f"nvJitLink {version} {_library_identity('nvJitLink')}", f"nvJitLink {'.'.join(map(str, version))} ({_library_location('nvJitLink')})", _nvjitlink_cubin
     except Exception:  # not installed, or its library can't be loaded: try ptxas
         pass
     try:
         ptxas = find_cuda_tool("ptxas")
     except ToolchainError:
-        return "none", _no_assembler
+        return "none", "", _no_assembler
 
     def run_ptxas(ptx: Path, arch: Arch, out: Path) -> None:
         run_tool([str(ptxas), f"-arch={arch.name}", "-O3", str(ptx), "-o", str(out)], f"ptxas of {ptx.name} for {arch.name}", out)
 
-    return f"ptxas {program_identity(ptxas)}", run_ptxas
+    return f"ptxas {program_identity(ptxas)}", describe_program("ptxas", ptxas), run_ptxas
 
 
 def normalize_ptx(ptx: str) -> str:
@@ -262,6 +269,17 @@ def _wheel_identity(package: str, library_glob: str) -> str | None:
         return None
     files = sorted(p for d in nvidia_wheel_dirs() for p in (d / "lib").glob(library_glob))
     return " ".join([versions, *(f"{p} {p.stat().st_size} {p.stat().st_mtime_ns}" for p in files)])
+
+
+def _library_location(name: str) -> str:
+    """`libnvrtc.so.13 from /.../nvidia/cu13/lib`: the shared library loaded, for people."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        path = Path(load_nvidia_dynamic_lib(name).abs_path)
+        return f"{path.name} from {path.parent}"
+    except Exception:  # pathfinder absent or the library found another way
+        return f"lib{name}"
 
 
 def _library_identity(name: str) -> str:
