@@ -107,6 +107,17 @@ class KernelFunction:
             checked = [self._import(spec, v) if _foreign(v) else v for spec, v in zip(self._inputs, checked)]
         return checked + scalars, framework
 
+    def _wait_for_producers(self, args: Sequence) -> None:
+        """Waits on the host for the work queued so far on the streams of the framework arrays
+        among `args` (their current streams where the framework is known, else the bridge
+        stream that their capsules were ordered on)."""
+        on_cuda = [v for v in args if _foreign(v) and dlpack.device_of(v)[0] == dlpack.KDL_CUDA]
+        streams = [dlpack.current_stream(v) for v in on_cuda]
+        for stream in set(streams) - {None}:
+            self._device.bridge.wait_for(stream)
+        if None in streams:
+            self._device.bridge.synchronize()
+
     def _check_relations(self, sizes: dict[str, tuple[int, str]], values: list) -> None:
         env = {name: size for name, (size, _) in sizes.items()}
         for scalar, value in zip(self._scalars, values[len(self._inputs) :]):
@@ -124,7 +135,7 @@ class KernelFunction:
         converted, framework = self._convert(args, kwargs)
         if self._device is not None:
             if framework:
-                self._device.bridge.synchronize()  # the producers' work on those arrays is done
+                self._wait_for_producers(args)
             self._device.before_call()
         on_device = framework or any(isinstance(v, (rt.DeviceArray, AsyncArray)) for v in converted)
         if not isinstance(self._invoke, FencedInvoker):
@@ -156,6 +167,9 @@ class KernelFunction:
     def _check_tensor(self, spec: _Tensor, value, sizes: dict[str, tuple[int, str]]):
         where = f"{self.name}(): argument {spec.name!r}"
         if isinstance(value, (rt.DeviceArray, AsyncArray)):
+            owner = value.device if isinstance(value, AsyncArray) else getattr(value, "_dispatch_device", None)
+            if owner is not None and self._device is not None and owner is not self._device:
+                raise ValueError(f"{where} is on {owner.uri}, but this module runs on {self._device.uri}; copy it there first (module.to_device(numpy.asarray(x)))")
             dtype, shape = np.dtype(value.dtype), tuple(value.shape)
         elif isinstance(value, np.ndarray):
             dtype, shape = value.dtype, value.shape
@@ -193,8 +207,11 @@ class KernelFunction:
         where = f"{self.name}(): argument {spec.name!r}"
         if self._device is None:
             raise DeviceError(f"{where}: a CUDA array needs a loaded module (this function has no device)")
+        # A framework whose current stream is known exports without ordering (stream=-1) and
+        # the call waits for that stream once; any other orders its export on the bridge.
+        stream = -1 if dlpack.current_stream(value) is not None else self._device.bridge.handle
         try:
-            capsule = value.__dlpack__(stream=self._device.bridge.handle)
+            capsule = value.__dlpack__(stream=stream)
         except (BufferError, RuntimeError, TypeError) as exc:
             raise ValueError(f"{where} can't be shared through DLPack: {exc}") from None
         described = dlpack.describe(capsule)

@@ -6,9 +6,10 @@ The capsule is read here first (dtype, shape, strides, device) so that a wrong t
 with the parameter's name before IREE sees it: IREE imports a capsule's pointer as device memory
 without looking at its device.
 
-Ordering: the capsule is requested for the device's bridge stream, so the producer makes that
-stream wait for the work it has queued (DLPack's contract); the call then waits on the host for
-the bridge stream alone, never for the whole device.
+Ordering: the call waits on the host for the work queued so far on the producer's stream, and
+nothing else on the device. For torch and CuPy that is their current stream, asked directly; for
+any other framework the capsule is requested for the device's bridge stream, so the producer
+makes that stream wait for its work (DLPack's contract), and the call waits for the bridge.
 
 Out: `DeviceArray` (an IREE device array with `__dlpack__`/`__dlpack_device__`), which
 `torch.from_dlpack`, `cupy.from_dlpack` and `jax.dlpack.from_dlpack` take without a copy.
@@ -17,6 +18,7 @@ Out: `DeviceArray` (an IREE device array with `__dlpack__`/`__dlpack_device__`),
 from __future__ import annotations
 
 import ctypes
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +97,22 @@ def is_dlpack(value: Any) -> bool:
 def device_of(value: Any) -> tuple[int, int]:
     device_type, device_id = value.__dlpack_device__()
     return int(device_type), int(device_id)
+
+
+def current_stream(value: Any) -> int | None:
+    """The CUstream handle of the current stream of `value`'s framework on its device, for the
+    frameworks known here (torch, CuPy), or None. Asking costs a few µs where DLPack's own
+    ordering (an event and a stream wait per array) costs 20-30."""
+    module = type(value).__module__.partition(".")[0]
+    framework = sys.modules.get(module)
+    if framework is None or not hasattr(value, "__dlpack__"):
+        return None
+    if module == "torch" and value.is_cuda:
+        return framework.cuda.current_stream(value.device).cuda_stream
+    if module == "cupy":
+        with value.device:
+            return framework.cuda.get_current_stream().ptr
+    return None
 
 
 def device_name(device_type: int, device_id: int) -> str:
