@@ -1,0 +1,307 @@
+"""GPT-2 small through IREE alone, through IREE with our kernels substituted, and in PyTorch.
+
+Two sides, as the other benchmarks (docs/models.md, "GPT-2"):
+
+    # CPU side (torch, transformers, iree-base-compiler, nvcc): export, substitute, compile
+    python benchmarks/model.py prepare --out build/model-gpu [--batch 8 --seq 1024 --dtypes f32,bf16]
+    # GPU side (torch, transformers, numpy, ml_dtypes, iree-base-runtime; no compiler):
+    python3 benchmarks/model.py run --dir build/model-gpu --out RESULTS
+
+The model is GPT2LMHeadModel(GPT2Config(use_cache=False)) with eager attention and random
+weights from a seed, fed an explicit additive causal mask ([B, 1, T, T]; transformers' own mask
+construction does not legalize in IREE). Its parameters are the exported function's trailing
+arguments (iree_dispatch.models.torch_export, params_as_inputs): the vmfbs hold no weights (a
+few MB instead of 250-500), and the GPU side rebuilds the same weights from the seed and passes
+the same tensors to every implementation. Logits are returned as float32.
+
+`run` compares, per dtype: PyTorch eager, torch.compile (unless --no-compile), IREE alone, and
+IREE with our kernels (strict numerics; for bf16 also --allow-wider-accumulation): forward time
+(median of --iters, after warm-up; CUDA events for torch, a synchronous call for IREE) and the
+logits' error against a float32 PyTorch reference run with the same (rounded) weights: max
+|diff| / max |ref|, mean |diff|, and the fraction of positions whose top-1 token agrees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = [ROOT / "tests" / "models" / "kernels" / "library.toml", ROOT / "tests" / "models" / "kernels" / "gemm.toml"]
+TORCH_DTYPES = {"f32": "float32", "bf16": "bfloat16"}
+
+
+def make_model(dtype: str, seed: int):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(use_cache=False, attn_implementation="eager")
+    return GPT2LMHeadModel(config).eval().to(getattr(torch, TORCH_DTYPES[dtype]))
+
+
+def make_inputs(batch: int, seq: int, seed: int, dtype: str, vocab: int = 50257):
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(0, vocab, (batch, seq), generator=g)
+    tdtype = getattr(torch, TORCH_DTYPES[dtype])
+    causal = torch.tril(torch.ones(seq, seq, dtype=torch.bool))
+    mask = torch.zeros(batch, 1, seq, seq, dtype=tdtype).masked_fill(~causal, torch.finfo(tdtype).min)
+    return ids, mask
+
+
+def _logits(output):
+    return output.logits.float()
+
+
+# ----------------------------------------------------------------------------------------------
+# CPU side
+# ----------------------------------------------------------------------------------------------
+
+
+def prepare(args) -> int:
+    import torch
+
+    from iree_dispatch.models.compiler import INPUT_FLAGS, compile_model, report_json
+    from iree_dispatch.models.torch_export import export_mlir, parameter_names
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"batch": args.batch, "seq": args.seq, "seed": args.seed, "torch": torch.__version__, "dtypes": {}}
+    kernels = [Path(k) for k in args.kernels] if args.kernels else KERNELS
+    for dtype in args.dtypes.split(","):
+        d = out / dtype
+        d.mkdir(exist_ok=True)
+        model = make_model(dtype, args.seed)
+        ids, mask = make_inputs(args.batch, args.seq, args.seed, dtype)
+        started = time.perf_counter()
+        mlir = export_mlir(model, (ids,), d / "model.mlir", kwargs={"attention_mask": mask}, params_as_inputs=True, output=_logits)
+        print(f"[{dtype}] export + import: {time.perf_counter() - started:.1f} s -> {mlir}", flush=True)
+        params = [(n, list(p.shape), str(p.dtype)) for n, p in zip(parameter_names(model), (p for _, p in model.named_parameters()))]
+        entry = {"parameters": params, "variants": {}}
+        from iree.compiler.tools.binaries import find_tool
+
+        started = time.perf_counter()
+        flags = [*INPUT_FLAGS, "--iree-cuda-target=sm_80"]
+        subprocess.run([find_tool("iree-compile"), *flags, str(mlir), "-o", str(d / "iree.vmfb")], check=True)
+        print(f"[{dtype}] IREE alone: {time.perf_counter() - started:.1f} s", flush=True)
+        entry["variants"]["iree"] = {"vmfb": "iree.vmfb", "device": "cuda", "what": "IREE alone"}
+        variants = [("subst", False)] + ([("subst_wide", True)] if dtype != "f32" else [])
+        for name, wide in variants:
+            started = time.perf_counter()
+            report = compile_model(mlir, kernels, d / f"{name}.vmfb", allow_wider_accumulation=wide, program=d / f"{name}.program.mlir")
+            (d / f"{name}.report.txt").write_text(report.text())
+            (d / f"{name}.report.json").write_text(report_json(report))
+            print(f"[{dtype}] {name}: {time.perf_counter() - started:.1f} s; {report.kernel_counts()}; {report.counts()}", flush=True)
+            what = "IREE + our kernels" + (" (--allow-wider-accumulation)" if wide else "")
+            entry["variants"][name] = {"vmfb": f"{name}.vmfb", "device": "cuda", "what": what, "counts": report.counts(), "kernels": report.kernel_counts()}
+        if args.cpu_check:  # the run side's code path, checked on this machine (IREE alone on the CPU)
+            cpu = [find_tool("iree-compile"), "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
+            subprocess.run([*cpu, str(mlir), "-o", str(d / "iree_cpu.vmfb")], check=True)
+            entry["variants"]["iree_cpu"] = {"vmfb": "iree_cpu.vmfb", "device": "local-task", "what": "IREE alone on the CPU (check)"}
+        (d / "model.mlir").unlink() if not args.keep_mlir else None
+        meta["dtypes"][dtype] = entry
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if args.wheels:
+        _copy_wheels(out / "whl")
+    total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"{out}: {total / 2**20:.1f} MiB")
+    return 0
+
+
+def _copy_wheels(folder: Path) -> None:
+    """The IREE runtime and ml_dtypes wheels for the GPU machine's Python 3.12 (no network there)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    from importlib.metadata import version
+
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", "3.12", "--platform", "manylinux_2_28_x86_64", "-d", str(folder)]
+    subprocess.run([*cmd, f"iree-base-runtime=={version('iree-base-runtime')}", f"ml_dtypes=={version('ml_dtypes')}"], check=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU side
+# ----------------------------------------------------------------------------------------------
+
+
+def _to_numpy(t):
+    import ml_dtypes
+    import torch
+
+    t = t.detach().contiguous().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _errors(x, ref) -> dict:
+    import torch
+
+    diff = (x - ref).abs()
+    return {
+        "max_rel": float(diff.max() / ref.abs().max()),
+        "mean_abs": float(diff.mean()),
+        "top1_agree": float((x.argmax(-1) == ref.argmax(-1)).float().mean()),
+        "finite": bool(torch.isfinite(x).all()),
+    }
+
+
+def _median(samples) -> float:
+    s = sorted(samples)
+    return s[len(s) // 2]
+
+
+def run(args) -> int:
+    import torch
+
+    folder = Path(args.dir)
+    meta = json.loads((folder / "meta.json").read_text())
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    results = {"meta": {k: v for k, v in meta.items() if k != "dtypes"}, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "runs": {}}
+    results["meta"]["run_torch"] = torch.__version__
+    for dtype, entry in meta["dtypes"].items():
+        model = make_model(dtype, meta["seed"]).to(dev)
+        names = [n for n, _ in model.named_parameters()]
+        shapes = [(n, list(p.shape), str(p.dtype)) for n, p in model.named_parameters()]
+        if [tuple(p) for p in entry["parameters"]] != [tuple(p) for p in shapes]:
+            raise SystemExit(f"[{dtype}] the model's parameters differ from the exported ones (transformers version?): {len(names)} vs {len(entry['parameters'])}")
+        ids, mask = make_inputs(meta["batch"], meta["seq"], meta["seed"], dtype)
+        ids, mask = ids.to(dev), mask.to(dev)
+        out: dict = {}
+        results["runs"][dtype] = out
+        with torch.no_grad():
+            reference = make_model("f32", meta["seed"]).to(dev)
+            reference.load_state_dict({k: v.float() for k, v in model.state_dict().items()})  # the same (rounded) weights in f32
+            ref_mask = mask.float().clamp(min=torch.finfo(torch.float32).min)
+            ref = _logits(reference(ids, attention_mask=ref_mask))
+            del reference
+
+            def eager():
+                return _logits(model(ids, attention_mask=mask))
+
+            out["torch_eager"] = _time_torch(eager, ref, args.iters, dev)
+            print(f"[{dtype}] torch eager: {out['torch_eager']}", flush=True)
+            if not args.no_compile:
+                try:
+                    compiled = torch.compile(model)
+                    out["torch_compile"] = _time_torch(lambda: _logits(compiled(ids, attention_mask=mask)), ref, args.iters, dev)
+                except Exception as exc:  # noqa: BLE001 - a peer we report, not depend on
+                    out["torch_compile"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                print(f"[{dtype}] torch.compile: {out['torch_compile']}", flush=True)
+        host_args = [_to_numpy(ids), _to_numpy(mask), *(_to_numpy(p) for p in model.parameters())]
+        for name, variant in entry["variants"].items():
+            if (variant["device"] == "cuda") != (dev == "cuda"):
+                continue
+            try:
+                out[name] = _time_iree(folder / dtype / variant["vmfb"], variant["device"], host_args, ref, args.iters)
+            except Exception as exc:  # noqa: BLE001 - one variant failing must not hide the others
+                out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+            out[name]["what"] = variant["what"]
+            if "kernels" in variant:
+                out[name]["kernels"], out[name]["counts"] = variant["kernels"], variant["counts"]
+            print(f"[{dtype}] {name}: {out[name]}", flush=True)
+        model = ref = None  # free them before the next dtype
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+    dest = Path(args.out)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "model.json").write_text(json.dumps(results, indent=2) + "\n")
+    (dest / "model.md").write_text(table(results))
+    print(table(results))
+    return 0
+
+
+def _time_torch(fn, ref, iters: int, dev: str) -> dict:
+    import torch
+
+    x = fn()
+    errors = _errors(x, ref)
+    del x
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(iters):
+        if dev == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return {"ms": _median(times), "ms_min": min(times), **errors}
+
+
+def _time_iree(vmfb: Path, device: str, host_args, ref, iters: int) -> dict:
+    import iree.runtime as ireert
+    import torch
+
+    config = ireert.Config(device)
+    module = ireert.load_vm_module(ireert.VmModule.mmap(config.vm_instance, str(vmfb)), config)
+    args = [ireert.asdevicearray(config.device, a) for a in host_args]
+    started = time.perf_counter()
+    result = module.main(*args)
+    first = time.perf_counter() - started
+    logits = torch.from_numpy(result.to_host()).to(ref.device)
+    errors = _errors(logits, ref)
+    del logits, result
+    for _ in range(2):
+        module.main(*args)
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        module.main(*args)  # synchronous: returns when the results are ready
+        times.append((time.perf_counter() - t0) * 1e3)
+    return {"ms": _median(times), "ms_min": min(times), "first_call_ms": first * 1e3, **errors}
+
+
+def table(results: dict) -> str:
+    m = results["meta"]
+    lines = [f"GPT-2 small, batch {m['batch']} x {m['seq']} tokens, seed {m['seed']}, on {results['device']}", ""]
+    lines.append("| dtype | implementation | forward ms (median) | vs eager | max err / max ref | top-1 agree | replaced |")
+    lines.append("|---|---|---:|---:|---:|---:|---|")
+    for dtype, runs in results["runs"].items():
+        eager = runs.get("torch_eager", {}).get("ms")
+        for name, r in runs.items():
+            if "error" in r:
+                lines.append(f"| {dtype} | {r.get('what', name)} | failed: {r['error'][:80]} | | | | |")
+                continue
+            speed = f"{eager / r['ms']:.2f}x" if eager else ""
+            kernels = ", ".join(f"{k.split('.')[-1]} x{n}" for k, n in r.get("kernels", {}).items())
+            lines.append(f"| {dtype} | {r.get('what', name)} | {r['ms']:.2f} | {speed} | {r['max_rel']:.2e} | {r['top1_agree'] * 100:.2f}% | {kernels} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("prepare", help="CPU side: export, substitute, compile")
+    a.add_argument("--out", default="build/model-gpu")
+    a.add_argument("--batch", type=int, default=8)
+    a.add_argument("--seq", type=int, default=1024)
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--dtypes", default="f32,bf16")
+    a.add_argument("--kernels", action="append", help="kernel specs (default: tests/models/kernels/library.toml and gemm.toml)")
+    a.add_argument("--cpu-check", action="store_true", help="also compile IREE alone for the CPU, to check the run side here")
+    a.add_argument("--keep-mlir", action="store_true", help="keep the exported model.mlir")
+    a.add_argument("--wheels", action="store_true", help="also download the runtime and ml_dtypes wheels for the GPU machine into OUT/whl")
+    a.set_defaults(func=prepare)
+    r = sub.add_parser("run", help="GPU side: time and compare")
+    r.add_argument("--dir", default="build/model-gpu")
+    r.add_argument("--out", default="build/model-results")
+    r.add_argument("--iters", type=int, default=20)
+    r.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    r.set_defaults(func=run)
+    args = p.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
