@@ -147,6 +147,8 @@ def _cmd_build(args) -> int:
 def _run_module_path(args) -> str:
     """The module to run: the positional FILE or iree-run-module's --module=FILE (both only if
     they name one file)."""
+    if "" in args.module_flag:
+        raise DispatchError("--module= names no file: give the module, --module=FILE.vmfb")
     given = ([(args.vmfb, args.vmfb)] if args.vmfb else []) + [(f"--module={m}", m) for m in args.module_flag]
     if not given:
         raise DispatchError("no module given: iree-dispatch run FILE.vmfb --function=NAME [--input=...] (or --module=FILE.vmfb)")

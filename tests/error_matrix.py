@@ -155,7 +155,38 @@ CASES = [
     Case("build without iree-base-compiler (a runtime-only install)", lambda d: _cli(d, "-o", "<dir>/m.vmfb", compiler=False), CliError),
     Case("inspect a folder", lambda d: _cli(d, command="inspect", spec="<dir>"), CliError),
     Case("inspect a file that isn't a module", lambda d: _cli(d, command="inspect", spec="<dir>/mul.cu"), CliError, True),
+    # Flags for iree-compile (--iree-compile-arg=FLAG, or after --): refused before any CUDA compiler runs.
+    Case("build: an iree-compile flag the build sets itself", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--iree-compile-arg=--iree-hal-target-device=vulkan"), CliError),
+    Case("build: an iree-compile flag's value as its own item after --", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--", "--iree-opt-level", "O3"), CliError),
+    Case("build: an iree-compile flag iree-compile doesn't know", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--", "--iree-opt-levle=O3"), CliError, True),
+    # The CUDA compiler: nvcc found, but no host compiler for it, and no NVRTC either.
+    Case("no host C++ compiler for nvcc and no NVRTC", lambda d: _no_host_compiler(d), DispatchError),
+    # run, iree-run-module's way: checked before a device is opened.
+    Case("run: the module FILE and --module= differ", lambda d: _cli(d, "--module=<dir>/other.vmfb", "--function=mul", command="run", spec="<dir>/m.vmfb"), CliError),
+    Case("run: --output_max_element_count that isn't a count", lambda d: _cli(d, "--function=mul", "--output_max_element_count=all", command="run", spec="<dir>/m.vmfb"), CliError),
+    Case("run: an --input value beyond its element type", lambda d: _cli(d, "--function=mul", "--input=4xi8=300", command="run", spec=str(_module_file(d))), CliError, True),
 ]
+
+
+def _module_file(folder: Path) -> Path:
+    """A built module of kernel mul (iree-dispatch build of k.toml)."""
+    _cli(folder, "-o", "<dir>/m.vmfb")
+    return folder / "m.vmfb"
+
+
+def _no_host_compiler(folder: Path) -> None:
+    from unittest import mock
+
+    from iree_dispatch import toolchains
+    from iree_dispatch.core.errors import ToolchainError
+    from iree_dispatch.toolchains import nvrtc
+
+    def no_bindings():
+        raise ToolchainError("NVRTC needs cuda-bindings (no module cuda.bindings.nvrtc): pip install 'iree-dispatch[nvrtc]'")
+
+    with mock.patch.dict("os.environ", {"NVCC_CCBIN": str(folder / "g++")}), mock.patch.object(toolchains, "find_nvcc", lambda: Path("/usr/local/cuda/bin/nvcc")), \
+            mock.patch.object(nvrtc, "_require_bindings", no_bindings):
+        toolchains.select_toolchain()
 
 
 def _build_to(folder: Path, output: str, emit_mlir: str | None = None) -> None:
@@ -184,7 +215,7 @@ def _cli(folder: Path, *argv: str, command: str = "build", spec: str = "<dir>/k.
 
     _cu(folder, MUL, "mul.cu")
     (folder / "k.toml").write_text(f"[[kernel]]\nname = 'mul'\nsource = '{source}'\nblock = [64]\ngrid = ['ceildiv(n, 64)']\nshape = ['n']\n")
-    (folder / "locked").mkdir()
+    (folder / "locked").mkdir(exist_ok=True)
     access, version = os.access, importlib.metadata.version
     err = io.StringIO()
     with contextlib.ExitStack() as stack:
@@ -242,7 +273,7 @@ def message(case: Case) -> str:
             text = str(exc).replace(str(folder), "<dir>")
             # Install locations differ between machines (NVRTC's messages list its include folders).
             text = text.replace(str(Path(iree_dispatch.__file__).parent), "<iree_dispatch>").replace(sysconfig.get_paths()["purelib"], "<site-packages>")
-            return re.sub(r"/tmp/[\w./-]+\.cubin\.cu|\S*/nvcc", "<nvcc>", text)
+            return re.sub(r"/tmp/[\w./-]+\.cubin\.cu|[^\s(]*/nvcc", "<nvcc>", text)
     raise AssertionError(f"{case.title}: no {case.error.__name__} raised")
 
 

@@ -549,3 +549,19 @@ def test_version_and_help_are_one_command_each():
         result = run_cli(*argv)
         assert result.returncode == 0 and result.stderr == "" and result.stdout, (argv, result.stderr)
     assert "--output_max_element_count" in run_cli("run", "-h").stdout and "--iree-compile-arg" in run_cli("build", "-h").stdout
+
+
+@needs_build_tools
+def test_cache_clear_keeps_unrelated_files(proj, capsys):
+    """A tagged cache with the user's own files in it: clear removes the builds only, says what it kept."""
+    assert main(["build", str(proj / SPEC), "-o", str(proj / "out" / "m.vmfb")]) == 0
+    cache = proj.parent / "cache"
+    (cache / "notes.txt").write_text("mine\n")
+    (cache / "data").mkdir()
+    (cache / "data" / "x.bin").write_bytes(b"x")
+    capsys.readouterr()
+    assert main(["cache", "clear"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"cleared {cache}; kept 2 file(s) that are not the cache's") and out.count("\n") == 1, out
+    assert (cache / "notes.txt").read_text() == "mine\n" and (cache / "data" / "x.bin").read_bytes() == b"x"
+    assert not (cache / "entries").exists() or not any((cache / "entries").iterdir())

@@ -228,6 +228,7 @@ def test_run_output_max_element_count(tmp_path, monkeypatch, capsys, flag, value
         (["{m}", "--module={o}", "--function=f"], "{m} and --module={o} are different modules; run takes one module: drop one of them"),
         (["--module={m}", "--module={o}", "--function=f"], "--module={m} and --module={o} are different modules"),
         (["--function=f"], "no module given"),
+        (["--module=", "--function=f"], "--module= names no file"),
         (["{m}"], "no function given: add --function=NAME"),
         (["{m}", "--function=f", "--output_max_element_count=many"], "--output_max_element_count=many: expected a whole number"),
         (["{m}", "--function=f", "--output_max_element_count=-5"], "--output_max_element_count=-5: expected a count >= 0"),

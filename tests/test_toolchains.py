@@ -534,7 +534,7 @@ def test_no_host_compiler_and_no_nvrtc_is_one_error_naming_both(monkeypatch, tmp
     with pytest.raises(ToolchainError) as error:
         tc.select_toolchain()
     message = str(error.value)
-    assert "\n" not in message and "nvcc (/opt/cuda/bin/nvcc) needs a host C++ compiler" in message and "/nope/g++" in message
+    assert "\n" not in message and "nvcc (/opt/cuda/bin/nvcc) has no host C++ compiler" in message and "/nope/g++" in message
     assert "NVRTC needs cuda-bindings" in message and "iree-dispatch[nvrtc]" in message and fresh_warnings == []
 
 

@@ -50,7 +50,7 @@ def select_toolchain(choice: str | Toolchain | None = None) -> Toolchain:
     except ToolchainError as nvrtc_missing:
         if nvcc is not None:
             raise ToolchainError(
-                f"no CUDA compiler that can run here: nvcc ({nvcc}) needs a host C++ compiler: {problem}; and NVRTC: {nvrtc_missing}. "
+                f"no CUDA compiler that can run here: nvcc ({nvcc}) has {problem}; and NVRTC: {nvrtc_missing}. "
                 "Install g++ (or set NVCC_CCBIN to a C++ compiler) for nvcc, or pip install 'iree-dispatch[nvrtc]' (NVRTC, no host compiler needed)"
             ) from None
         raise ToolchainError(

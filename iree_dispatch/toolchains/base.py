@@ -97,9 +97,9 @@ class Toolchain(ABC):
     def identity(self) -> str:
         """The compiler, its version and location: part of the build cache key."""
 
-    @abstractmethod
     def describe(self) -> str:
         """The compiler for people: name, version, where (`nvcc 13.0 (/usr/local/cuda/bin/nvcc)`)."""
+        return self.name
 
     @abstractmethod
     def compile_ptx(self, source: Path, arch: Arch, out: Path, flags: tuple[str, ...] = ()) -> PtxObject:
