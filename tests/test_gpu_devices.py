@@ -4,6 +4,11 @@ GPUs (DataParallel). Skipped with fewer than two GPUs."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,6 +18,7 @@ from iree_dispatch.runtime.parallel import DataParallel
 
 from .test_gpu import artifacts, fresh  # noqa: F401  (the session fixture that builds or finds the modules)
 
+ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cuda_driver.device_count() < 2, reason="needs two CUDA devices")]
 
 
@@ -68,3 +74,16 @@ def test_data_parallel_call_equals_numpy(artifacts, n):
     parts = dp.call_parts("axpby", dp.scatter(a), dp.scatter(b), 0.5, 2.0)
     assert [p._dispatch_device.ordinal for p in parts] == list(range(len(parts)))
     np.testing.assert_allclose(np.concatenate([p.to_host() for p in parts]), 0.5 * a + 2.0 * b, rtol=1e-6)
+
+
+def test_two_torchrun_ranks_exchange_results_through_nccl(artifacts):
+    """torch.distributed as the engine that scales out: 2 ranks, one GPU and one module each."""
+    pytest.importorskip("torch.distributed")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    worker = ROOT / "tests" / "distributed" / "allgather_worker.py"
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker), str(artifacts["samples"])],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert run.stdout.count("0 of 1000003 elements differ") == 2, run.stdout
