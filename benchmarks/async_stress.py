@@ -69,7 +69,9 @@ def iree_dispatch_worker(vmfb: str, calls: int, batches: int, seed: int) -> None
 def wait_on_previous_worker(vmfb: str, calls: int, batches: int, seed: int) -> None:
     import iree.runtime as rt
 
-    rt.flags.parse_flags("--cuda_async_allocations=false")
+    flags = os.environ.get("STRESS_IREE_FLAGS", "--cuda_async_allocations=false").split()
+    if flags:
+        rt.flags.parse_flags(*flags)
     device = rt.get_device("cuda")
     config = rt.Config(device=device)
     module = rt.VmModule.mmap(config.vm_instance, vmfb)

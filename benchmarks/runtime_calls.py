@@ -86,6 +86,32 @@ def worker(out: Path) -> None:
     invoker = mod.simple_mul._invoke
     rows["  of which invoke + result wrap"] = summarize(wall_times_us(lambda: invoker(da, db), REPS, 50))
 
+    amod = runtime.load(BUILD / "async" / "samples.vmfb", asynchronous=True)
+    xa, xb = amod.to_device(a), amod.to_device(b)
+    held = []
+
+    def async_call():
+        held.append(amod.simple_mul(xa, xb))
+
+    samples = []
+    for _ in range(20):  # batches of 100 queued calls, host time per call, then a wait
+        samples += host_times_us(async_call, 100, warmup=0)
+        amod.wait()
+        held.clear()
+    rows["iree_dispatch async call (host)"] = summarize(samples)
+    ainvoke = amod.simple_mul._invoke
+    samples = []
+    for _ in range(20):
+        samples += host_times_us(lambda: held.append(ainvoke(xa, xb)), 100, warmup=0)
+        amod.wait()
+        held.clear()
+    rows["  of which the fenced invoke"] = summarize(samples)
+
+    smod = runtime.load(BUILD / "async" / "samples.vmfb")  # the same module, calls waited for
+    sa, sb = smod.to_device(a), smod.to_device(b)
+    np.testing.assert_array_equal(smod.simple_mul(sa, sb).to_host(), a * b)
+    rows["iree_dispatch call of an async-built kernel, waited (device arrays)"] = summarize(wall_times_us(lambda: smod.simple_mul(sa, sb), REPS, 50))
+
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     torch.testing.assert_close(torch.from_dlpack(mod.simple_mul(ta, tb)), ta * tb, rtol=0, atol=0)
 
@@ -101,20 +127,16 @@ def worker(out: Path) -> None:
 
     rows["torch in -> iree_dispatch -> torch out"] = summarize(wall_times_us(torch_call, REPS, 50))
     rows["torch elementwise multiply + sync"] = summarize(wall_times_us(torch_op, REPS, 50))
-
-    amod = runtime.load(BUILD / "async" / "samples.vmfb", asynchronous=True)
-    xa, xb = amod.to_device(a), amod.to_device(b)
-    held = []
-
-    def async_call():
-        held.append(amod.simple_mul(xa, xb))
-
-    samples = []
-    for _ in range(20):  # batches of 100 queued calls, host time per call, then a wait
-        samples += host_times_us(async_call, 100, warmup=0)
-        amod.wait()
-        held.clear()
-    rows["iree_dispatch async call (host)"] = summarize(samples)
+    rows["  of which checks + DLPack import of 2 tensors"] = summarize(host_times_us(lambda: check(ta, tb), REPS))
+    rows["  of which torch __dlpack__ (1 tensor, unordered)"] = summarize(host_times_us(lambda: ta.__dlpack__(stream=-1), REPS))
+    rows["  (torch __dlpack__ ordered on a stream, 1 tensor)"] = summarize(host_times_us(lambda: ta.__dlpack__(stream=mod.gpu.bridge.handle), REPS))
+    rows["  of which asking torch's current stream"] = summarize(host_times_us(lambda: torch.cuda.current_stream(ta.device).cuda_stream, REPS))
+    stream = torch.cuda.current_stream().cuda_stream
+    rows["  of which waiting for the producer stream"] = summarize(host_times_us(lambda: mod.gpu.bridge.wait_for(stream), REPS))
+    rows["  of which waiting for consumer streams"] = summarize(host_times_us(mod.gpu.before_call, REPS))
+    kept = mod.simple_mul(da, db)
+    rows["  of which torch.from_dlpack(result)"] = summarize(host_times_us(lambda: torch.from_dlpack(kept), REPS))
+    rows["  of which the call on imported arrays"] = summarize(wall_times_us(lambda: invoker(*check(ta, tb)), REPS, 50))
 
     gemm = runtime.load(BUILD / "gemm" / "gemm.vmfb")
     import ml_dtypes
@@ -131,6 +153,12 @@ def worker(out: Path) -> None:
 
     records = cupti_kernel_records(gemm_calls, 20)  # one kernel per call, nothing else launched
     kernels = [r["dur"] for r in records]
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        gemm_calls(3)
+    gpu_work = [(e.key, round(e.device_time_total / e.count, 1), e.count) for e in prof.key_averages() if e.device_time_total > 0]
+    print("gemm call, GPU work per call:", gpu_work, flush=True)
     rows["gemm_bf16 4096^3 sync call (wall)"] = summarize(wall)
     rows["gemm_bf16 4096^3 kernel (CUPTI)"] = summarize(kernels or [float("nan")])
     out.write_text(json.dumps(rows))
