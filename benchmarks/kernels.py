@@ -2,13 +2,16 @@
 """Achieved memory bandwidth of the kernel library (kernels/library.toml) at large sizes,
 against a device-to-device copy measured in the same run.
 
-Each kernel is timed three ways, on the same device buffers' worth of data:
+Each kernel is timed four ways, on the same device buffers' worth of data:
   * `cupy`: the kernel's own cubin (library.objects/<source>.sm_XY.cubin, the one IREE runs on
     this GPU) launched by CuPy RawModule, no IREE involved; CUDA events around batches of
     launches, median per launch;
-  * `iree_cupti`: the kernel as IREE launches it (`module.<kernel>(*device_arrays)`), its
-    duration read from CUPTI through torch.profiler: the kernel alone, without the call's host
-    overhead;
+  * `cupy_cupti`: the same CuPy launches, each kernel's duration read from CUPTI (through
+    torch.profiler);
+  * `iree_cupti`: the kernel as an iree_dispatch call launches it (`module.<kernel>(*device_arrays)`,
+    a fresh output per call, from the output pool), its duration read from CUPTI the same way:
+    the kernel alone, without the call's host overhead. `IREE / CuPy (CUPTI)` compares the two
+    CUPTI durations: the same cubin, launched by CuPy or through iree_dispatch;
   * `iree_wall - empty`: median wall time of the synchronous IREE call minus that of the same
     call on a 1x4 tensor (the host overhead of an empty call). It holds more than the kernel
     where the output is large: the call also allocates and frees its output, which the empty
@@ -206,6 +209,12 @@ def measure(args) -> dict:
                 params = kernel_params(name, rows, cols, c_in, c_out, scalars)
                 cupy_launch = lambda: kernel(grid, block, params, shared_mem=fn.description["shared_memory"])  # noqa: E731
                 row["cupy_us"] = summarize(event_times_us(cp, cupy_launch))
+
+                def cupy_calls(k):
+                    for _ in range(k):
+                        cupy_launch()
+
+                row["cupy_cupti_us"] = summarize(cupti_times_us(cupy_calls, name, CUPTI_CALLS))
                 got_cupy = c_out[0].get().view(got.dtype)
                 row["cupy_matches_iree"] = bool(np.array_equal(got_cupy, got))
 
@@ -219,7 +228,8 @@ def measure(args) -> dict:
                 tiny = [module.to_device(a) for a in tiny_in]
                 row["iree_empty_wall_us"] = summarize(wall_times_us(lambda: fn(*tiny, *tiny_scalars), WALL_CALLS))
                 row["iree_wall_minus_empty_us"] = row["iree_wall_us"]["median"] - row["iree_empty_wall_us"]["median"]
-                for key, us in (("cupy", row["cupy_us"]["median"]), ("iree_cupti", row["iree_cupti_us"]["median"]),
+                row["iree_vs_cupy_cupti"] = row["cupy_cupti_us"]["median"] / row["iree_cupti_us"]["median"]
+                for key, us in (("cupy", row["cupy_us"]["median"]), ("cupy_cupti", row["cupy_cupti_us"]["median"]), ("iree_cupti", row["iree_cupti_us"]["median"]),
                                 ("iree_wall_minus_empty", row["iree_wall_minus_empty_us"])):
                     row[f"{key}_GBps"] = row["bytes"] / us / 1e3
                     row[f"{key}_pct_copy"] = 100 * row[f"{key}_GBps"] / copy_gbps
@@ -241,9 +251,9 @@ def table(result: dict) -> str:
         + ", ".join(f"{k} {v['GBps']:.0f} GB/s ({v['median']:.1f} µs)" for k, v in copy.items())
         + f"; 100% = {result['copy_GBps']:.0f} GB/s.",
         "",
-        "| kernel | shape | MB moved | CuPy launch µs | GB/s | % copy | IREE kernel µs (CUPTI) | GB/s | % copy | IREE call µs (wall) | minus empty call "
-        "| max rel err (sampled rows) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| kernel | shape | MB moved | CuPy launch µs (events) | GB/s | % copy | CuPy kernel µs (CUPTI) | IREE kernel µs (CUPTI) | GB/s | % copy "
+        "| IREE / CuPy (CUPTI) | IREE call µs (wall) | minus empty call | max rel err (sampled rows) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["kernels"]:
         shape = "x".join(map(str, r["shape"]))
@@ -252,7 +262,8 @@ def table(result: dict) -> str:
             continue
         lines.append(
             f"| {r['kernel']} | {shape} | {r['bytes'] / 1e6:.0f} | {r['cupy_us']['median']:.1f} | {r['cupy_GBps']:.0f} | {r['cupy_pct_copy']:.0f}% "
-            f"| {r['iree_cupti_us']['median']:.1f} | {r['iree_cupti_GBps']:.0f} | {r['iree_cupti_pct_copy']:.0f}% "
+            f"| {r['cupy_cupti_us']['median']:.1f} | {r['iree_cupti_us']['median']:.1f} | {r['iree_cupti_GBps']:.0f} | {r['iree_cupti_pct_copy']:.0f}% "
+            f"| {100 * r['iree_vs_cupy_cupti']:.1f}% "
             f"| {r['iree_wall_us']['median']:.1f} | {r['iree_wall_minus_empty_us']:.1f} | {r['max_rel_err_sampled']:.1e} |"
         )
     return "\n".join(lines) + "\n"
@@ -268,7 +279,7 @@ def plot(result: dict, path: Path) -> None:
     labels = [f"{r['kernel']}\n{r['shape'][0]}x{r['shape'][1]}" for r in rows]
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(rows)), 4.5))
-    ax.bar(x - 0.2, [r["cupy_GBps"] for r in rows], 0.4, label="CuPy launch (events)")
+    ax.bar(x - 0.2, [r["cupy_cupti_GBps"] for r in rows], 0.4, label="CuPy launch (CUPTI)")
     ax.bar(x + 0.2, [r["iree_cupti_GBps"] for r in rows], 0.4, label="IREE launch (CUPTI)")
     ax.axhline(result["copy_GBps"], color="k", linestyle="--", linewidth=1, label=f"d2d copy {result['copy_GBps']:.0f} GB/s")
     ax.axhline(0.9 * result["copy_GBps"], color="gray", linestyle=":", linewidth=1, label="90% of copy")
