@@ -3,7 +3,8 @@
 
 For each size (M = N = K = 2048, 4096, 8192) and dtype (bf16, f16), on the same device inputs:
   * `torch`: torch.matmul(a, b) (cuBLAS; output bf16/f16, ours is f32), CUDA events around
-    batches of back-to-back calls, median per call;
+    batches of back-to-back calls, median per call, and each call's kernels read from CUPTI
+    (through torch.profiler); "% torch" compares CUPTI with CUPTI;
   * `cupy`: our kernel's object that IREE runs on this GPU (gemm.objects/gemm.sm_90a.cubin on
     an H100) launched by CuPy RawModule, timed like torch;
   * `iree_cupti`: the kernel as IREE launches it (`module.gemm_bf16(a, b)` on device arrays),
@@ -156,6 +157,16 @@ def measure(args) -> dict:
             entry = {"size": [m, n, k], "dtype": dtype, "kernels": []}
             entry["torch_us"] = summarize(event_times_us(torch, lambda: torch.matmul(a, b)))
             entry["torch_tflops"] = flop / entry["torch_us"]["median"] / 1e6
+
+            def torch_calls(count):
+                for _ in range(count):
+                    torch.matmul(a, b)
+
+            # cuBLAS may launch more than one kernel per product: a call's duration is the sum
+            records = common.cupti_kernel_records(torch_calls, CUPTI_CALLS)
+            per_call = len(records) // CUPTI_CALLS
+            entry["torch_cupti_us"] = summarize([sum(r["dur"] for r in records[i * per_call : (i + 1) * per_call]) for i in range(CUPTI_CALLS)])
+            entry["torch_cupti_tflops"] = flop / entry["torch_cupti_us"]["median"] / 1e6
             c = torch.empty(m, n, device="cuda", dtype=torch.float32)
             for kut in kernels_under_test:
                 fn = loaded[kut["name"]][dtype]
@@ -193,7 +204,7 @@ def measure(args) -> dict:
 
                 iree["cupti_us"] = summarize(cupti_times_us(iree_calls, f"gemm_{dtype}", CUPTI_CALLS))
                 iree["cupti_tflops"] = flop / iree["cupti_us"]["median"] / 1e6
-                iree["pct_torch"] = 100 * iree["cupti_tflops"] / entry["torch_tflops"]
+                iree["pct_torch"] = 100 * iree["cupti_tflops"] / entry["torch_cupti_tflops"]
                 iree["wall_us"] = summarize(wall_times_us(lambda: fn(da, db), WALL_CALLS, warmup=2))
                 iree["wall_tflops"] = flop / iree["wall_us"]["median"] / 1e6
             except Exception as exc:
@@ -212,16 +223,16 @@ def table(result: dict) -> str:
         f"Device: {result['device']} (compute capability {result['capability']}, driver {result['driver']}), {result['date']}; "
         f"torch {result['versions']['torch']}, cupy {result['versions']['cupy']}.",
         "",
-        "| M=N=K | dtype | torch.matmul TFLOP/s | ours via IREE (CUPTI) TFLOP/s | % torch | IREE call (wall) TFLOP/s | max err/scale (IREE) |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| M=N=K | dtype | torch.matmul TFLOP/s (CUPTI) | (events) | ours via IREE (CUPTI) TFLOP/s | % torch (CUPTI/CUPTI) | IREE call (wall) TFLOP/s | max err/scale (IREE) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
         i = r["iree"]
         if "error" in i:
-            lines.append(f"| {r['size'][0]} | {r['dtype']} | {r['torch_tflops']:.0f} | error: {i['error']} | | | |")
+            lines.append(f"| {r['size'][0]} | {r['dtype']} | {r['torch_cupti_tflops']:.0f} | {r['torch_tflops']:.0f} | error: {i['error']} | | | |")
             continue
         lines.append(
-            f"| {r['size'][0]} | {r['dtype']} | {r['torch_tflops']:.0f} | {i['cupti_tflops']:.0f} | {i['pct_torch']:.0f}% | {i['wall_tflops']:.0f} "
+            f"| {r['size'][0]} | {r['dtype']} | {r['torch_cupti_tflops']:.0f} | {r['torch_tflops']:.0f} | {i['cupti_tflops']:.0f} | {i['pct_torch']:.0f}% | {i['wall_tflops']:.0f} "
             f"| {i['max_err_over_scale']:.1e} |"
         )
     lines += ["", "Objects launched by CuPy (CUDA events):", "",
@@ -248,7 +259,7 @@ def plot(result: dict, path: Path) -> None:
     labels = [f"{r['size'][0]}³ {r['dtype']}" for r in rows]
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(7, 1.2 * len(rows)), 4.2))
-    ax.bar(x - 0.27, [r["torch_tflops"] for r in rows], 0.27, label="torch.matmul (cuBLAS)")
+    ax.bar(x - 0.27, [r.get("torch_cupti_tflops", r["torch_tflops"]) for r in rows], 0.27, label="torch.matmul (cuBLAS, CUPTI)")
     ax.bar(x, [r["iree"]["cupti_tflops"] for r in rows], 0.27, label="ours via IREE (CUPTI kernel time)")
     ax.bar(x + 0.27, [r["kernels"][0].get("tflops", 0) for r in rows], 0.27, label="ours via CuPy (events)")
     ax.set_xticks(x, labels, fontsize=8)
