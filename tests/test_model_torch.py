@@ -1,0 +1,97 @@
+"""Torch models through torch.export + IREE's FX importer into compile_model (skipped without
+torch; the GPT-2 test also needs transformers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from iree_dispatch.models import compile_model  # noqa: E402
+from iree_dispatch.models.torch_export import export_mlir, parameter_names  # noqa: E402
+
+KERNELS = Path(__file__).parent / "models" / "kernels"
+ALL = [KERNELS / "naive.toml", KERNELS / "library.toml", KERNELS / "gemm.toml"]
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 128)
+        self.norm = torch.nn.LayerNorm(128, eps=1e-5)
+
+    def forward(self, x, q, k):
+        h = self.norm(torch.addmm(self.proj.bias, x, self.proj.weight.t().contiguous()))
+        return h, torch.softmax(q @ k.transpose(-1, -2), dim=-1)
+
+
+def _inputs(dtype):
+    torch.manual_seed(0)
+    return torch.randn(32, 64, dtype=dtype), torch.randn(2, 16, 32, dtype=dtype), torch.randn(2, 16, 32, dtype=dtype)
+
+
+def _counts(report):
+    return {k: (c["replaced"], c["found"]) for k, c in report.counts().items()}
+
+
+@pytest.mark.parametrize("params_as_inputs", [False, True])
+def test_torch_block_f32(tmp_path, params_as_inputs):
+    block = Block().eval()
+    mlir = export_mlir(block, _inputs(torch.float32), tmp_path / "block.mlir", params_as_inputs=params_as_inputs)
+    assert "torch.aten" in mlir.read_text()
+    r = compile_model(mlir, ALL, dry_run=True)
+    assert _counts(r) == {"batch_matmul": (1, 1), "layernorm": (1, 1), "matmul": (1, 1), "softmax": (1, 1)}
+    labels = [d.capability.label for d in r.replaced]
+    assert labels == ["naive.matmul_bias_f32", "library.layernorm_warp_f32", "naive.batch_matmul_f32", "library.softmax_warp_f32"]
+    assert r.replaced[1].form.eps == pytest.approx(1e-5)
+
+
+def test_torch_block_bf16(tmp_path):
+    block = Block().eval().to(torch.bfloat16)
+    mlir = export_mlir(block, _inputs(torch.bfloat16), tmp_path / "block.mlir")
+    r = compile_model(mlir, ALL, dry_run=True)
+    # bf16 matmuls accumulate in f32 (torch imports them so) and the kernel does too; the
+    # LayerNorm computes in bf16, which the f32-math kernel refuses unless allowed.
+    assert [d.capability.label for d in r.replaced] == ["gemm.gemm_bf16", "library.softmax_warp_bf16"]
+    assert [d.candidate.kind for d in r.left] == ["layernorm", "batch_matmul"]
+    wide = compile_model(mlir, ALL, dry_run=True, allow_wider_accumulation=True)
+    assert [d.capability.label for d in wide.replaced] == ["gemm.gemm_bf16", "library.layernorm_warp_bf16", "library.softmax_warp_bf16"]
+
+
+def test_torch_block_compiles(tmp_path):
+    mlir = export_mlir(Block().eval(), _inputs(torch.float32), tmp_path / "block.mlir")
+    r = compile_model(mlir, ALL, tmp_path / "block.vmfb")
+    assert (tmp_path / "block.vmfb").stat().st_size > 0 and len(r.replaced) == 4
+    program = (tmp_path / "block.program.mlir").read_text()
+    for label in ("naive.matmul_bias_f32", "library.layernorm_warp_f32", "naive.batch_matmul_f32", "library.softmax_warp_f32"):
+        assert f"func.call @{label}(" in program
+
+
+def test_parameters_as_inputs_keep_the_weights_out(tmp_path):
+    block = Block().eval()
+    frozen = export_mlir(block, _inputs(torch.float32), tmp_path / "frozen.mlir")
+    lifted = export_mlir(block, _inputs(torch.float32), tmp_path / "lifted.mlir", params_as_inputs=True)
+    assert "dense_resource" in frozen.read_text() and "dense_resource" not in lifted.read_text()
+    assert parameter_names(block) == ["proj.weight", "proj.bias", "norm.weight", "norm.bias"]
+
+
+def test_tiny_gpt2_report(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64, use_cache=False, attn_implementation="eager")
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 256, (2, 32))
+    causal = torch.tril(torch.ones(32, 32, dtype=torch.bool))
+    mask = torch.zeros(2, 1, 32, 32).masked_fill(~causal, torch.finfo(torch.float32).min)
+    mlir = export_mlir(model, (ids,), tmp_path / "gpt2.mlir", kwargs={"attention_mask": mask}, params_as_inputs=True, output=lambda o: o.logits)
+    r = compile_model(mlir, ALL, dry_run=True)
+    # Per layer: 2 LayerNorms, 4 Conv1D matmuls (addmm: matmul + bias), 2 attention batch
+    # matmuls and a softmax; then the final LayerNorm and the LM head (a batch matmul whose rhs is
+    # the tied embedding, transposed and broadcast: one matmul over batch * tokens rows).
+    assert _counts(r) == {"batch_matmul": (5, 5), "layernorm": (5, 5), "matmul": (8, 8), "softmax": (2, 2)}
+    kinds = {(d.candidate.kind, d.form.kind, d.capability.label) for d in r.replaced}
+    assert ("matmul", "matmul+bias", "naive.matmul_bias_f32") in kinds
+    assert ("batch_matmul", "matmul", "naive.matmul_f32") in kinds  # the LM head
+    assert ("softmax", "softmax", "library.softmax_warp_f32") in kinds
