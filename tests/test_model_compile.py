@@ -40,7 +40,7 @@ def test_mlp_matmul_with_bias_and_without():
     assert _by_kernel(r) == [("matmul", "matmul+bias", "naive.matmul_bias_f32"), ("matmul", "matmul", "naive.matmul_f32")]
     assert r.counts() == {"matmul": {"found": 2, "replaced": 2, "left": 0}}
     text = r.text()
-    assert "#1 matmul 32x64 @ 64x128 f32 x f32 -> 32x128 f32 at mlp_f32.mlir:7 -> naive.matmul_bias_f32" in text
+    assert "#1 matmul 32x64 @ 64x128 f32 x f32 -> 32x128 f32 at mlp_f32.mlir:7 -> naive.matmul_bias_f32 (as matmul+bias)" in text
     assert "naive.matmul_f32: 1 calls" in text
 
 
@@ -259,3 +259,10 @@ def test_spec_without_replaces_declares_nothing():
     assert kernels.capabilities == ()
     r = compile_model(MODELS / "mlp_f32.mlir", [Path(__file__).parents[1] / "kernels" / "samples.toml"], dry_run=True)
     assert r.left[0].reasons[0] == ("kernel", "no kernel declares 'matmul+bias' or 'matmul'")
+
+
+def test_missing_model_named(tmp_path):
+    with pytest.raises(DispatchError, match=re.escape(f"can't read model {tmp_path / 'none.mlir'}: No such file or directory")):
+        compile_model(tmp_path / "none.mlir", [NAIVE], dry_run=True)
+    with pytest.raises(DispatchError, match="is not a regular file"):
+        compile_model(tmp_path, [NAIVE], dry_run=True)

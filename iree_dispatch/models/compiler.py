@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import tempfile
 from collections import Counter
@@ -20,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import CompileError, DispatchError
-from ..core.inputs import check_input_file
 from .capability import KernelSet, load_kernels
 from .patterns import find_candidates
 from .select import Decision, decide
@@ -66,8 +67,8 @@ class ModelReport:
         lines.append(f"replaced: {len(self.replaced)}")
         for d in self.replaced:
             form = d.form
-            how = f"{form.kind}" + (f" (as {form.kind} over {'x'.join(str(s) for s in form.result_shape)})" if form.kind != d.candidate.kind else "")
-            lines.append(f"  #{d.candidate.order} {d.candidate.kind} {d.candidate.description}{_loc(d)} -> {d.capability.label} [{how}]")
+            how = f" (as {form.kind})" if form.kind != d.candidate.kind else ""
+            lines.append(f"  #{d.candidate.order} {d.candidate.kind} {d.candidate.description}{_loc(d)} -> {d.capability.label}{how}")
             lines += [f"      note: {n}" for n in d.notes]
         lines.append(f"left to IREE: {len(self.left)}")
         for d in self.left:
@@ -129,10 +130,10 @@ def compile_model(
     """
     say = progress or (lambda _msg: None)
     model = Path(model)
-    check_input_file("model", model)
+    _check_model(model)
     kernel_set = load_kernels(list(kernels))
     if not dry_run and output is None:
-        raise DispatchError("compile: an output path (-o MODEL.vmfb) is needed unless --dry-run")
+        raise DispatchError("an output path (-o MODEL.vmfb) is needed unless --dry-run")
     from iree.compiler import ir
 
     with tempfile.TemporaryDirectory(prefix=".iree-dispatch-model.") as tmp:
@@ -174,6 +175,16 @@ def compile_model(
         _compile_alone(program_path, output, kernel_set, emit_mlir)
     report.output, report.program = output, program_path
     return report
+
+
+def _check_model(model: Path) -> None:
+    """A regular file (models with inlined weights are large: no size limit, unlike specs)."""
+    try:
+        st = os.stat(model)
+    except OSError as exc:
+        raise DispatchError(f"can't read model {model}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DispatchError(f"model {model} is not a regular file; give the .mlir file of an imported model")
 
 
 def to_input_level(model: Path, out: Path) -> None:
