@@ -18,11 +18,16 @@ same float32 operations in numpy. A process that fails, crashes or hangs (timeou
 failed.
 
     python3 benchmarks/async_stress.py --vmfb build/gpu-tests/async/samples.vmfb --mode iree_dispatch --processes 100 --calls 1000
+
+Environment: STRESS_IREE_FLAGS replaces the reproducer's IREE driver flags (default
+--cuda_async_allocations=false; "" for IREE's defaults); STRESS_GC=0 disables Python's cycle
+collector in the workers.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -146,6 +151,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
+        if os.environ.get("STRESS_GC") == "0":
+            gc.disable()  # as the benchmark workers run (no collection pauses in timings)
         WORKERS[args.worker](args.vmfb, args.calls, args.batches, args.seed)
         return 0
     with ThreadPoolExecutor(args.parallel) as pool:
