@@ -266,3 +266,12 @@ def test_missing_model_named(tmp_path):
         compile_model(tmp_path / "none.mlir", [NAIVE], dry_run=True)
     with pytest.raises(DispatchError, match="is not a regular file"):
         compile_model(tmp_path, [NAIVE], dry_run=True)
+
+
+def test_module_entry_point(capsys):
+    from iree_dispatch.models.__main__ import main
+
+    assert main(["compile", str(MODELS / "mlp_f32.mlir"), "--kernels", str(NAIVE), "--dry-run", "-q"]) == 0
+    assert "replaced: 2" in capsys.readouterr().out
+    assert main(["compile", str(MODELS / "mlp_f32.mlir"), "--kernels", str(MODELS / "none.toml"), "--dry-run"]) == 1
+    assert "iree-dispatch compile: error: can't read spec" in capsys.readouterr().err
