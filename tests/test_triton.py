@@ -165,3 +165,128 @@ def test_toml_errors(tmp_path):
         spec(f'{source}\nsignature = "{tk.AXPY_SIGNATURE}"\nconstexprs = {{ BLOCK = 1024 }}\nnum_warps = 3')
     with pytest.raises(SpecError, match="no function 'nope'"):
         load_triton_kernel(ROOT / "kernels" / "triton_kernels.py", "nope", "void nope(float* x, int n)", grid=1, shape=["n"])
+
+
+# ---- compiled by the build: nothing written outside it, nothing run when the cache has it ----
+
+TOML = """
+[module]
+name = "tri"
+archs = ["sm_80", "sm_90"]
+
+[[kernel]]
+name = "softmax_rows"
+source = "{source}"
+signature = "{signature}"
+constexprs = {{ BLOCK = 1024 }}
+num_warps = 8
+grid = ["rows"]
+shape = ["rows", "cols"]
+
+[[kernel]]
+name = "axpy"
+source = "{source}"
+signature = "{axpy}"
+constexprs = {{ BLOCK = 1024 }}
+grid = ["ceildiv(n, BLOCK)"]
+shape = ["n"]
+"""
+
+
+@pytest.fixture
+def triton_project(tmp_path, monkeypatch):
+    """A copy of the Triton examples, a spec using two of them, and a private build cache."""
+    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
+    source = tmp_path / "kernels.py"
+    source.write_text((ROOT / "kernels" / "triton_kernels.py").read_text())
+    spec = tmp_path / "tri.toml"
+    spec.write_text(TOML.format(source=source.name, signature=tk.SOFTMAX_SIGNATURE, axpy=tk.AXPY_SIGNATURE))
+    return tmp_path
+
+
+def test_a_declared_kernel_is_pending_until_the_build_compiles_it(out, tmp_path):
+    pending = axpy(out, out_dir=None)
+    assert pending.pending and pending.objects == () and pending.block == (128, 1, 1) and str(pending.grid[0]) == "ceildiv(n, 1024)"
+    assert pending.source == ROOT / "kernels" / "triton_kernels.py"
+    # The build compiles it to what compiling it at once (out_dir) gives: the same IR and vmfb.
+    now = build(ModuleSpec("tri", (axpy(out),)), tmp_path / "a" / "tri.vmfb", emit_mlir=tmp_path / "a" / "tri.mlir", cache=False)
+    later = build(ModuleSpec("tri", (pending,)), tmp_path / "b" / "tri.vmfb", emit_mlir=tmp_path / "b" / "tri.mlir", cache=False)
+    assert later.mlir.read_text() == now.mlir.read_text()
+    assert later.vmfb.read_bytes() == now.vmfb.read_bytes()
+    assert {p.name for p in later.objects_dir.iterdir()} == {p.name for p in now.objects_dir.iterdir()}
+    assert ROOT / "kernels" / "triton_kernels.py" in later.dependencies
+    assert not any(".triton" in str(d) or str(tmp_path / "b") in str(d) for d in later.dependencies)
+
+
+def test_load_spec_neither_imports_nor_compiles(triton_project):
+    from iree_dispatch.frontend.spec_file import load_spec
+
+    spec = load_spec(triton_project / "tri.toml")
+    assert all(k.pending for k in spec.kernels) and [k.block[0] for k in spec.kernels] == [256, 128]
+    assert str(spec.kernels[1].grid[0]) == "ceildiv(n, 1024)"
+    assert not any(name.startswith("_iree_dispatch_triton_") and "kernels_py" in name for name in sys.modules)
+    assert not (triton_project / "cache").exists()  # nothing written
+
+
+def test_a_failed_build_leaves_nothing_and_a_warm_one_runs_no_triton(triton_project, monkeypatch):
+    import os
+
+    from iree_dispatch.frontend import triton as front
+
+    spec_path = triton_project / "tri.toml"
+    text = (triton_project / "kernels.py").read_text()
+    (triton_project / "kernels.py").write_text(text.replace("alpha * x + y", "alpha * x + undefined_name"))
+    from iree_dispatch.frontend.spec_file import load_spec
+
+    with pytest.raises(SpecError, match="Triton failed to compile it for"):
+        build(load_spec(spec_path), triton_project / "out" / "tri.vmfb")
+    leftovers = [p for p in (triton_project / "cache").rglob("*") if p.is_file() and p.name != "CACHEDIR.TAG" and "locks" not in p.parts]
+    assert leftovers == [] and not (triton_project / "out").exists()
+
+    (triton_project / "kernels.py").write_text(text)
+    cold = build(load_spec(spec_path), triton_project / "out" / "tri.vmfb", emit_mlir=triton_project / "out" / "tri.mlir")
+    assert "triton" in cold.timings and (triton_project / "kernels.py") in cold.dependencies
+    assert not any(p.name == "triton" for p in (triton_project / "cache").iterdir())  # no objects kept beside the cache's entries
+
+    def no_triton(*args, **kwargs):
+        raise AssertionError("a warm build compiled Triton")
+
+    monkeypatch.setattr(front, "compile_triton", no_triton)
+    warm = build(load_spec(spec_path), triton_project / "out" / "tri.vmfb", emit_mlir=triton_project / "out" / "tri.mlir")
+    assert set(warm.timings) == {"cache"} and warm.vmfb.read_bytes() == cold.vmfb.read_bytes()
+    # The .py file's bytes are part of the key: an edit compiles again.
+    monkeypatch.undo()
+    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(triton_project / "cache"))
+    (triton_project / "kernels.py").write_text(text + "\n# edited\n")
+    assert "triton" in build(load_spec(spec_path), triton_project / "out" / "tri.vmfb").timings
+    assert os.listdir(triton_project / "out") == ["tri.vmfb", "tri.objects", "tri.mlir"] or set(os.listdir(triton_project / "out")) == {"tri.vmfb", "tri.objects", "tri.mlir"}
+
+
+WARM_BUILD = """
+import sys
+sys.path.insert(0, {root!r})
+from iree_dispatch.backend.pipeline import build
+from iree_dispatch.frontend.spec_file import load_spec
+result = build(load_spec({spec!r}), {out!r})
+print(sorted(result.timings), "triton" in sys.modules)
+"""
+
+
+def test_a_warm_build_does_not_import_triton(triton_project):
+    import os
+    import subprocess
+
+    script = WARM_BUILD.format(root=str(ROOT), spec=str(triton_project / "tri.toml"), out=str(triton_project / "out" / "tri.vmfb"))
+    env = {**os.environ, "IREE_DISPATCH_CACHE_DIR": str(triton_project / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
+    assert runs[0].stdout.split()[-1] == "True" and runs[1].stdout.strip() == "['cache'] False"
+
+
+def test_two_declarations_of_one_function_with_other_constexprs_share_a_module(out, tmp_path):
+    small = axpy(out, out_dir=None, constexprs={"BLOCK": 256}, function="axpy256")
+    large = axpy(out, out_dir=None)
+    result = build(ModuleSpec("tri", (small, large)), tmp_path / "tri.vmfb", emit_mlir=tmp_path / "tri.mlir", cache=False)
+    text = result.mlir.read_text()
+    assert len(re.findall(r"^  hal\.executable private", text, re.M)) == 2
+    assert "ceildiv" in text and "func.func @axpy256" in text and "func.func @axpy(" in text

@@ -30,6 +30,7 @@ from ..core.archs import Arch
 from ..core.errors import AbiError, DispatchError, SpecError
 from ..core.variants import Variant
 from ..frontend.spec import ModuleSpec
+from ..frontend.triton import compile_module as compile_triton_kernels
 from ..toolchains import PtxObject, Toolchain, object_filename, select_toolchain
 from .abi import check_adapted, check_entry, check_machine_code, resolve_entry
 from .cache import ENTRY_FILES, ENTRY_META, Cache, digest, file_digest, package_digest
@@ -260,9 +261,17 @@ def _stage(
 
 def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str, float], tc: Toolchain | None) -> CompiledObjects:
     """Compiles, checks and adapts one module's objects into `tmp/<module>.objects/`; stage
-    times add up over modules."""
+    times add up over modules. Pending Triton kernels are compiled first (in `tmp/.triton/`),
+    and from then on are prebuilt kernels: the CompiledObjects' module is the compiled one."""
     objects_rel = objects_dirname(spec.name)
     (tmp / objects_rel).mkdir()
+    read: list[Path] = []  # files the Triton compiles read, for the dependencies
+    compiled_here = {k.function for k in spec.kernels if k.pending}
+    if compiled_here:
+        started = time.perf_counter()
+        spec, read = compile_triton_kernels(spec, tmp / ".triton" / spec.name, tc, say)
+        timings["triton"] = timings.get("triton", 0.0) + time.perf_counter() - started
+    fresh = {k.source for k in spec.kernels if k.function in compiled_here}  # their objects are this build's own, not inputs
     prebuilt = {k.source: k.objects for k in spec.kernels if k.objects}
     symbols = executable_symbols(spec)
     jobs = [(src, arch, tmp / objects_rel / object_filename(src.stem, arch)) for src in spec.sources if src not in prebuilt for arch in spec.archs]
@@ -279,7 +288,7 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
             if obj.kind == "ptx":
                 staged = tmp / objects_rel / f"{symbols[src]}.{obj.variant.name}.ptx"
                 shutil.copyfile(obj.path, staged)
-                objects.append(PtxObject(src, obj.variant.target_arch, staged, (obj.path.absolute(),)))
+                objects.append(PtxObject(src, obj.variant.target_arch, staged, () if src in fresh else (obj.path.absolute(),)))
             else:
                 for kernel, entry in check_machine_code(kernels, obj).items():
                     if entries.setdefault(kernel, entry) != entry:
@@ -313,7 +322,8 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
                 shutil.copyfile(obj.path, staged)
             paths[(src, obj.variant.name)] = f"{objects_rel}/{staged.name}"
     timings["ptxas+checks"] = timings.get("ptxas+checks", 0.0) + time.perf_counter() - started
-    dependencies = [d for o in objects for d in o.dependencies] + [o.path.absolute() for objs in prebuilt.values() for o in objs]
+    dependencies = [d for o in objects for d in o.dependencies] + read
+    dependencies += [o.path.absolute() for src, objs in prebuilt.items() if src not in fresh for o in objs]
     return CompiledObjects.of(spec, paths, entries, dependencies)
 
 

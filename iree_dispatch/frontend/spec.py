@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ..core import expr as ex
 from ..core.archs import DEFAULT_ARCHS, Arch, parse_arch, parse_archs
@@ -32,6 +32,49 @@ MAX_CONSTANTS = 64
 MAX_THREADS_PER_BLOCK = 1024
 
 Dim = ex.Expr  # inputs: Sym or Num; outputs: any expression over bound symbols
+
+
+@dataclass(frozen=True)
+class TritonSource:
+    """A `@triton.jit` function declared as a kernel but not compiled yet (frontend/triton.py).
+
+    The build's objects stage (backend/pipeline.py) compiles it, inside the build's private
+    folder, into PTX and a cubin per arch, and the kernel becomes a prebuilt one: only then are
+    its objects and its dynamic shared memory known. The fields are everything Triton's output
+    depends on besides the bytes of `path` (which the build key covers as the kernel's source)
+    and the Triton version.
+    """
+
+    path: Path  # the .py file that defines the function
+    function: str  # its name there
+    constexprs: tuple[tuple[str, int | float | bool], ...]  # the values given, by name; the others take the function's defaults
+    num_warps: int
+    num_stages: int
+    archs: tuple[Arch, ...]
+    aligned: tuple[str, ...]  # the pointers declared 16-byte aligned
+    # The live function (the Python API's); None: imported from `path` when the build compiles it.
+    fn: Any = field(default=None, compare=False, repr=False)
+
+    def fingerprint(self) -> dict:
+        """What decides the objects, for the build key (with the digest of `path`)."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            triton_version = version("triton")
+        except PackageNotFoundError:
+            triton_version = "not installed"
+        return {
+            "file": str(self.path.absolute()),
+            "function": self.function,
+            "constexprs": [[k, repr(v)] for k, v in self.constexprs],
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+            "archs": [a.name for a in self.archs],
+            "aligned": list(self.aligned),
+            "triton": triton_version,
+            # Triton's own hash of the function, the jit functions it calls and the globals it reads.
+            "jit": self.fn.cache_key if self.fn is not None else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -82,6 +125,18 @@ class KernelSpec:
     # The nvcc flags and arch the parameter types were resolved with (type_probe.py), when a
     # type is an alias; the module re-resolves a kernel declared with other flags than its own.
     types_resolved_with: tuple[tuple[str, ...], Arch] | None = None
+    # A Triton kernel: what it is compiled from. Until the build compiles it (`pending`) it has
+    # no objects and no shared memory size; then it is a prebuilt kernel that remembers this.
+    triton: TritonSource | None = None
+
+    @property
+    def pending(self) -> bool:
+        """A Triton kernel the build has not compiled yet (objects and shared memory unknown)."""
+        return self.triton is not None and not self.objects
+
+    def compiled_as(self, objects: Sequence[Path], shared_memory: int) -> KernelSpec:
+        """This pending Triton kernel, declared again as the prebuilt kernel of `objects`."""
+        return self._declared_again(source=list(objects), shared_memory=shared_memory)
 
     def shared_memory_for(self, variant: Variant) -> int:
         """Bytes of dynamic shared memory the export of `variant` declares. A variant carrying
@@ -138,7 +193,7 @@ class KernelSpec:
         return {
             "kernel": self.name,
             "function": self.function,
-            "source": self.source.name,
+            "source": self.source.name,  # a pending Triton kernel's: its .py file
             # An int, or {arch: bytes} as declared per arch.
             "shared_memory": {a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory,
             "block": list(self.block),
@@ -163,6 +218,7 @@ class KernelSpec:
             "extern_c": self.signature.extern_c,
             "declared": self.signature.declared,
             "computed_scalars": {s.name: str(s.value) for s in self.scalars if s.value is not None},
+            **({"triton": self.triton.fingerprint()} if self.triton is not None else {}),
         }
 
     @classmethod
@@ -183,6 +239,7 @@ class KernelSpec:
         signature: str | None = None,
         nvcc_flags: Sequence[str] = (),
         arch: str | Arch | None = None,
+        triton: TritonSource | None = None,
     ) -> KernelSpec:
         """Reads kernel `name` from `source` and completes it with what the signature can't say.
 
@@ -211,6 +268,8 @@ class KernelSpec:
         `-D`-selected `#if`) are resolved with, by compiling a probe (type_probe.py); default: no
         flags, the newest default arch. A ModuleSpec with other flags or archs resolves its
         kernels again with its own.
+        triton: a Triton kernel (frontend/triton.py declares these): with `source` its .py file,
+        pending until the build compiles it; with `source` its objects, compiled.
         """
         objects: tuple[PrebuiltObject, ...] = ()
         if is_object_source(source):
@@ -219,12 +278,16 @@ class KernelSpec:
                 raise SpecError(f"{objects[0].path}: kernel {name}: a prebuilt object needs signature = \"void {name}(...)\" (its C declaration)")
             namespace, _, leaf = name.removeprefix("::").rpartition("::")
             signature = dataclasses.replace(parse_signature(signature, objects[0].path, leaf), namespace=namespace)
+        elif triton is not None:
+            if signature is None:
+                raise SpecError(f"{source}: Triton kernel {name}: needs signature = \"void {name}(...)\" (its C declaration, constexprs left out)")
+            signature = parse_signature(signature, Path(source), name)
         elif signature is not None:
             signature = _declared_in_source(Path(source), name, signature)
         else:
             signature = find_kernel(Path(source), name)
         types_resolved_with = None
-        if not objects and needs_probe(signature):
+        if not objects and triton is None and needs_probe(signature):
             probe_arch = arch if isinstance(arch, Arch) else parse_arch(arch or DEFAULT_ARCHS[-1])
             signature = resolve_types(signature, tuple(nvcc_flags), probe_arch)
             types_resolved_with = (tuple(nvcc_flags), probe_arch)
@@ -333,7 +396,7 @@ class KernelSpec:
         slots = sum(s.stype.slots for s in scalar_list)
         if slots > MAX_CONSTANTS:
             raise SpecError(f"{where}: the scalar parameters need {slots} 32-bit push constants (64-bit values take two), but IREE allows at most {MAX_CONSTANTS} per dispatch")
-        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects, by_arch, types_resolved_with)
+        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects, by_arch, types_resolved_with, triton)
 
     def with_outputs_in_place(self, function: str | None = None) -> KernelSpec:
         """The same kernel with every fresh output declared in place: its generated function
@@ -380,8 +443,10 @@ class KernelSpec:
             function=self.function,
             nvcc_flags=flags,
             arch=arch,
+            triton=self.triton,
         )
-        return KernelSpec.declare([o.path for o in self.objects] if self.objects else self.source, self.name, **{**arguments, **changes})
+        source = changes.pop("source", [o.path for o in self.objects] if self.objects else self.source)
+        return KernelSpec.declare(source, self.name, **{**arguments, **changes})
 
 
 def _declared_in_source(source: Path, name: str, signature: str) -> KernelSignature:
@@ -543,15 +608,16 @@ class ModuleSpec:
         if not self.kernels:
             raise SpecError(f"module {self.name}: no kernels declared")
         seen: dict[str, KernelSpec] = {}
-        entries: dict[tuple[Path, str], KernelSpec] = {}
+        entries: dict[tuple[Path, str, TritonSource | None], KernelSpec] = {}
         for k in self.kernels:
             # One executable per source holds each kernel once: its export is named by the entry.
-            if (k.source, k.name) in entries:
+            # (Pending Triton kernels of one .py file get objects, so executables, of their own.)
+            if (k.source, k.name, k.triton if k.pending else None) in entries:
                 raise SpecError(
-                    f"module {self.name}: kernel {k.name} of {k.source.name} is declared twice ({entries[(k.source, k.name)].function}, "
+                    f"module {self.name}: kernel {k.name} of {k.source.name} is declared twice ({entries[(k.source, k.name, k.triton if k.pending else None)].function}, "
                     f"{k.function}); put the second declaration (e.g. an out= form) in another module"
                 )
-            entries[(k.source, k.name)] = k
+            entries[(k.source, k.name, k.triton if k.pending else None)] = k
             other = next((o for o in self.kernels if o.source == k.source and o.objects != k.objects), None)
             if other is not None:
                 raise SpecError(f"module {self.name}: kernels {other.name} and {k.name} both come from {k.source.name} but list different objects; list the same objects for both")

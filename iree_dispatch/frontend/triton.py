@@ -1,8 +1,13 @@
 """Triton kernels as iree_dispatch kernels, compiled offline for a target arch (no GPU needed).
 
 `triton_kernel(add_kernel, "void add_kernel(const float* x, float* out, float alpha, int n)",
-grid="ceildiv(n, BLOCK)", constexprs={"BLOCK": 1024}, shape=["n"])` returns a `KernelSpec` whose
-objects are Triton's PTX and a cubin per arch, ready for `build` like any prebuilt kernel:
+grid="ceildiv(n, BLOCK)", constexprs={"BLOCK": 1024}, shape=["n"])` returns a `KernelSpec` that
+is checked now and compiled by the build: its objects stage (backend/pipeline.py) compiles it,
+in the build's private folder, into Triton's PTX and a cubin per arch, and from there on it is a
+prebuilt kernel. A build that fails or is interrupted leaves nothing behind, and a build the
+cache serves runs (and imports) no Triton at all. A TOML spec's kernel (`source = "kernels.py"`)
+is read without importing the file: its parameters come from the Python syntax tree, and the
+file is imported only when the build compiles it.
 
 - the C signature says what Triton's can't: which pointers are inputs (`const`) and outputs,
   and the element types. It is mapped to Triton's (`const float*` → `*fp32`, `int` → `i32`);
@@ -33,22 +38,23 @@ Needs `triton` (`pip install iree-dispatch[triton]`, triton==3.6.0) and ptxas (C
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import importlib.util
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..backend.cache import cache_dir
 from ..core import expr as ex
 from ..core.archs import parse_archs
 from ..core.dtypes import POINTEE_TYPES, SCALAR_TYPES
 from ..core.errors import SpecError
-from ..toolchains import assemble_cubin
+from ..toolchains import Toolchain, assemble_cubin
 from .prebuilt import ptx_arch
 from .signature import Param, parse_signature
-from .spec import KernelSpec
+from .spec import KernelSpec, ModuleSpec, TritonSource
 
 # Triton's kernel-ABI names for the element types iree_dispatch knows (MLIR name → Triton).
 _POINTEE = {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64", "i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64",
@@ -70,6 +76,18 @@ def triton_type(p: Param) -> str:
     return _FLOATS[stype.kind]
 
 
+class JitParam(NamedTuple):
+    """A parameter of a `@triton.jit` function, as Triton sees it (its `fn.params`)."""
+
+    name: str
+    is_constexpr: bool  # annotated tl.constexpr
+    has_default: bool
+    default: Any  # _UNKNOWN: a default that isn't a literal (known only when the file is imported)
+
+
+_UNKNOWN = object()
+
+
 def triton_kernel(
     fn: Any,
     signature: str,
@@ -88,7 +106,7 @@ def triton_kernel(
     function: str | None = None,
     out_dir: str | Path | None = None,
 ) -> KernelSpec:
-    """Compiles the `@triton.jit` function `fn` for each of `archs` and declares it.
+    """Declares the `@triton.jit` function `fn` as a kernel, compiled for each of `archs` by the build.
 
     signature: the kernel's C declaration without its constexprs, named like `fn`.
     grid: blocks per grid, expressions over shape symbols and integer constexprs
@@ -96,33 +114,79 @@ def triton_kernel(
     are used for those left out). num_warps, num_stages: Triton's options.
     aligned: which pointers may be assumed 16-byte aligned (see the module docstring).
     shape, shapes, scalars, inplace, readonly, function: as in KernelSpec.declare.
-    out_dir: where the objects are written (default: the build cache folder, `triton/`).
+    out_dir: compile now and write the objects there: the kernel returned is then a prebuilt
+    one, its objects and shared memory known at once. Default: the build compiles it (the
+    kernel is `pending` until then: no objects, shared memory unknown).
     """
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     name = getattr(fn, "__name__", None)
     params = getattr(fn, "params", None)
     if name is None or params is None:
         raise SpecError(f"{fn!r} is not a @triton.jit function")
+    params = [JitParam(p.name, p.is_constexpr, p.has_default, p.default) for p in params]
+    kernel = _declare(Path(fn.fn.__code__.co_filename), name, params, signature, fn=fn, grid=grid, constexprs=constexprs, num_warps=num_warps,
+                      num_stages=num_stages, archs=archs, aligned=aligned, shape=shape, shapes=shapes, scalars=scalars, inplace=inplace,
+                      readonly=readonly, function=function)
+    return kernel if out_dir is None else compile_triton(kernel, Path(out_dir))[0]
+
+
+def load_triton_kernel(path: Path, name: str, signature: str | None, *, out_dir: str | Path | None = None, **options: Any) -> KernelSpec:
+    """`triton_kernel` for the function `name` of the Python file `path` (a TOML spec's
+    `source = "kernels.py"`), read without importing the file: its parameters, which are
+    constexprs and their defaults come from the syntax tree. The build imports it (as a module
+    of its own) when it compiles the kernel."""
+    if signature is None:
+        raise SpecError(f"{path}: Triton kernel {name}: needs signature = \"void {name}(...)\" (its C declaration, constexprs left out)")
+    kernel = _declare(path, name, jit_params(path, name), signature, fn=None, **options)
+    return kernel if out_dir is None else compile_triton(kernel, Path(out_dir))[0]
+
+
+def jit_params(path: Path, name: str) -> list[JitParam]:
+    """The parameters of the decorated top-level function `name` of the Python file `path`,
+    read from its syntax tree: constexpr as Triton decides it (the annotation mentions
+    `constexpr`), defaults when they are literals."""
+    try:
+        if not path.is_file():
+            raise OSError
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (OSError, ValueError):
+        raise SpecError(f"can't read Triton source {path}") from None
+    except SyntaxError as exc:
+        raise SpecError(f"{path}:{exc.lineno}: importing it would fail: SyntaxError: {exc.msg}") from None
+    found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    if not found:
+        raise SpecError(f"{path}: no function {name!r} (a @triton.jit function of that name)")
+    node = found[-1]
+    if not node.decorator_list:
+        raise SpecError(f"{path}:{node.lineno}: {name} is not a @triton.jit function (it has no decorator)")
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = [*zip(positional, defaults), *zip(args.kwonlyargs, args.kw_defaults)]
+    params = []
+    for arg, default in pairs:
+        constexpr = arg.annotation is not None and "constexpr" in ast.unparse(arg.annotation)
+        value: Any = None
+        if default is not None:
+            try:
+                value = ast.literal_eval(default)
+            except ValueError:
+                value = _UNKNOWN
+        params.append(JitParam(arg.arg, constexpr, default is not None, value))
+    return params
+
+
+def _declare(origin: Path, name: str, params: Sequence[JitParam], signature: str, *, fn: Any, grid: str | int | Sequence[str | int],
+             constexprs: Mapping[str, int | float | bool] | None = None, num_warps: int = 4, num_stages: int = 3, archs: Sequence[str] = ("sm_80", "sm_90"),
+             aligned: bool | Sequence[str] = True, shape=None, shapes=None, scalars=None, inplace: Sequence[str] = (), readonly: Sequence[str] = (),
+             function: str | None = None) -> KernelSpec:
+    """The pending KernelSpec of a Triton function with these parameters, checked."""
     if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16, 32):
         raise SpecError(f"Triton kernel {name}: num_warps must be a power of two from 1 to 32 (a block of at most 1024 threads), got {num_warps!r}")
-    origin = Path(fn.fn.__code__.co_filename)
     where = f"{origin}: Triton kernel {name}"
     c_sig = parse_signature(signature, origin, name)
-    constexprs = dict(constexprs or {})
-    values: dict[str, Any] = {}
-    runtime_params = []
-    for p in params:
-        if p.is_constexpr:
-            if p.name not in constexprs and not p.has_default:
-                raise SpecError(f"{where}: constexpr {p.name!r} needs a value: constexprs={{{p.name!r}: ...}}")
-            values[p.name] = constexprs.pop(p.name, p.default)
-        else:
-            runtime_params.append(p.name)
-    if constexprs:
-        raise SpecError(f"{where}: constexprs names {sorted(constexprs)}, which are not tl.constexpr parameters of {name}")
+    given = dict(constexprs or {})
+    values = _constexpr_values(params, given, where)
+    runtime_params = [p.name for p in params if not p.is_constexpr]
     if [p.name for p in c_sig.params] != runtime_params:
         raise SpecError(
             f"{where}: signature {signature!r} has parameters {[p.name for p in c_sig.params]}, the kernel's non-constexpr parameters are "
@@ -133,26 +197,92 @@ def triton_kernel(
     unknown = set(aligned) - {p.name for p in c_sig.params if p.pointer}
     if unknown:
         raise SpecError(f"{where}: aligned names {sorted(unknown)}, which are not pointer parameters")
-
-    tsig: dict[str, str] = {}
     for p in c_sig.params:
         if (POINTEE_TYPES.get(p.ctype) if p.pointer else SCALAR_TYPES.get(p.ctype)) is None:
             raise SpecError(f"{where}: parameter {p.name!r} has type {p.ctype!r}, which has no Triton equivalent here")
-        tsig[p.name] = triton_type(p)
+    source = TritonSource(origin, name, tuple(sorted(given.items())), num_warps, num_stages, tuple(parse_archs(list(archs))), tuple(aligned), fn)
+
+    ints = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+    grid_items = list(grid) if isinstance(grid, (list, tuple)) else [grid]
+    grid_exprs = []
+    for i, g in enumerate(grid_items):
+        e = ex.parse(g, f"{where}: grid[{i}]")
+        unknown_default = [n for n in ex.symbols(e) if values.get(n, None) is _UNKNOWN]
+        if unknown_default:
+            raise SpecError(f"{where}: grid[{i}] uses constexpr {unknown_default[0]!r}, whose default is not a literal; give it: constexprs = {{ {unknown_default[0]} = ... }}")
+        grid_exprs.append(str(_substitute(e, ints)))
+    return KernelSpec.declare(origin, name, signature=signature, block=32 * num_warps, grid=grid_exprs, shape=shape, shapes=shapes, scalars=scalars,
+                              inplace=inplace, readonly=readonly, function=function, triton=source)
+
+
+def _constexpr_values(params: Sequence[JitParam], given: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Each constexpr parameter's value: the one given, else its default."""
+    given = dict(given)
+    values: dict[str, Any] = {}
+    for p in params:
+        if p.is_constexpr:
+            if p.name not in given and not p.has_default:
+                raise SpecError(f"{where}: constexpr {p.name!r} needs a value: constexprs={{{p.name!r}: ...}}")
+            values[p.name] = given.pop(p.name, p.default)
+    if given:
+        name = where.rpartition(" ")[2]
+        raise SpecError(f"{where}: constexprs names {sorted(given)}, which are not tl.constexpr parameters of {name}")
+    return values
+
+
+def compile_module(spec: ModuleSpec, out: Path, toolchain: Toolchain | None = None, progress: Callable[[str], None] | None = None) -> tuple[ModuleSpec, list[Path]]:
+    """`spec` with every pending Triton kernel compiled into `out` (the objects stage of a build
+    calls this in its private folder), and the files the compiles read: each kernel's .py file
+    and the files of the jit functions its module holds."""
+    kernels, dependencies = [], []
+    for k in spec.kernels:
+        if k.pending:
+            if progress:
+                progress(f"triton {k.triton.path.name}:{k.triton.function} -> {', '.join(a.name for a in k.triton.archs)}")
+            k, read = compile_triton(k, out / k.function, toolchain)
+            dependencies += read
+        kernels.append(k)
+    return dataclasses.replace(spec, kernels=tuple(kernels)), list(dict.fromkeys(dependencies))
+
+
+def compile_triton(kernel: KernelSpec, out: Path, toolchain: Toolchain | None = None) -> tuple[KernelSpec, list[Path]]:
+    """Compiles the pending Triton kernel `kernel` for each of its archs into `out`: Triton's
+    PTX (its hidden parameters removed) and a cubin assembled from it, per arch. Returns the
+    kernel declared as the prebuilt kernel of those objects, with the shared memory Triton's
+    metadata gives, and the files the compile read (absolute)."""
+    source = kernel.triton
+    if source is None or kernel.objects:
+        raise ValueError(f"kernel {kernel.name} is not a pending Triton kernel")
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError:
+        raise SpecError(f"{source.path}: Triton kernel {source.function}: needs triton: pip install 'iree-dispatch[triton]' (triton==3.6.0)") from None
+
+    fn = source.fn if source.fn is not None else _import_function(source.path, source.function)
+    where = f"{source.path}: Triton kernel {source.function}"
+    params = getattr(fn, "params", None)
+    if params is None:
+        raise SpecError(f"{where}: {fn!r} is not a @triton.jit function")
+    values = _constexpr_values([JitParam(p.name, p.is_constexpr, p.has_default, p.default) for p in params], dict(source.constexprs), where)
+    if [p.name for p in kernel.signature.params] != [p.name for p in params if not p.is_constexpr]:
+        raise SpecError(f"{where}: the function's parameters changed since it was declared; declare it again")
+    tsig: dict[str, str] = {p.name: triton_type(p) for p in kernel.signature.params}
     tsig.update({n: "constexpr" for n in values})
     tsig = {p.name: tsig[p.name] for p in params}  # Triton wants the function's order
     indices = {n: i for i, n in enumerate(tsig)}
-    attrs = {(indices[n],): [["tt.divisibility", 16]] for n in aligned}
+    attrs = {(indices[n],): [["tt.divisibility", 16]] for n in source.aligned}
 
-    out = Path(out_dir) if out_dir is not None else cache_dir() / "triton"
     out.mkdir(parents=True, exist_ok=True)
     objects: list[Path] = []
     ptx_objects: list[Path] = []
     shared = 0
-    for arch in parse_archs(list(archs)):
+    for arch in source.archs:
         cc = arch.major * 10 + arch.minor
         try:
-            compiled = triton.compile(ASTSource(fn, tsig, values, attrs), target=GPUTarget("cuda", cc, 32), options={"num_warps": num_warps, "num_stages": num_stages})
+            options = {"num_warps": source.num_warps, "num_stages": source.num_stages}
+            compiled = triton.compile(ASTSource(fn, tsig, values, attrs), target=GPUTarget("cuda", cc, 32), options=options)
         except Exception as exc:  # Triton reports its compile errors as many exception types
             raise SpecError(f"{where}: Triton failed to compile it for {arch.name}: {exc}") from exc
         meta = compiled.metadata
@@ -164,40 +294,25 @@ def triton_kernel(
                 )
         shared = max(shared, meta.shared)
         stem = f"{meta.name}-{meta.hash[:16]}"
-        ptx = strip_hidden_params(compiled.asm["ptx"], meta.name, len(c_sig.params), where)
+        ptx = strip_hidden_params(compiled.asm["ptx"], meta.name, len(kernel.signature.params), where)
         ptx_path = _write_atomic(out / f"{stem}.{arch.name}.ptx", ptx.encode())
         target = ptx_arch(ptx.encode(), ptx_path)  # sm_90a for cc 90
         cubin = out / f"{stem}.{target.name}.cubin"
         if not cubin.exists():
-            assemble_cubin(ptx_path, target, cubin.with_name(f".{cubin.name}.{os.getpid()}"))
-            os.replace(cubin.with_name(f".{cubin.name}.{os.getpid()}"), cubin)
+            partial = cubin.with_name(f".{cubin.name}.{os.getpid()}")
+            toolchain.assemble_cubin(ptx_path, target, partial) if toolchain else assemble_cubin(ptx_path, target, partial)
+            os.replace(partial, cubin)
         objects.append(cubin)
         ptx_objects.append(ptx_path)
-
-    ints = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
-    grid_items = list(grid) if isinstance(grid, (list, tuple)) else [grid]
-    grid_exprs = [str(_substitute(ex.parse(g, f"{where}: grid[{i}]"), ints)) for i, g in enumerate(grid_items)]
-    return KernelSpec.declare(
-        objects + ptx_objects,
-        name,
-        signature=signature,
-        block=32 * num_warps,
-        grid=grid_exprs,
-        shape=shape,
-        shapes=shapes,
-        scalars=scalars,
-        inplace=inplace,
-        readonly=readonly,
-        shared_memory=shared,
-        function=function,
-    )
+    # The jit functions the module holds (and so the ones the kernel may call) are read too.
+    module_globals = getattr(getattr(fn, "fn", None), "__globals__", {})
+    module_files = [Path(v.fn.__code__.co_filename) for v in module_globals.values() if isinstance(v, triton.runtime.JITFunction)]
+    read = list(dict.fromkeys(p.absolute() for p in [source.path, *module_files] if p.is_file()))
+    return kernel.compiled_as(objects + ptx_objects, shared), read
 
 
-def load_triton_kernel(path: Path, name: str, signature: str | None, **options: Any) -> KernelSpec:
-    """`triton_kernel` for the function `name` of the Python file `path` (a TOML spec's
-    `source = "kernels.py"`). The file is imported as a module of its own."""
-    if signature is None:
-        raise SpecError(f"{path}: Triton kernel {name}: needs signature = \"void {name}(...)\" (its C declaration, constexprs left out)")
+def _import_function(path: Path, name: str) -> Any:
+    """The function `name` of the Python file `path`, imported as a module of its own."""
     module_name = "_iree_dispatch_triton_" + re.sub(r"\W", "_", str(path.absolute()))
     module_spec = importlib.util.spec_from_file_location(module_name, path)
     if module_spec is None or not path.is_file():
@@ -210,7 +325,7 @@ def load_triton_kernel(path: Path, name: str, signature: str | None, **options: 
     fn = getattr(module, name, None)
     if fn is None:
         raise SpecError(f"{path}: no function {name!r} (a @triton.jit function of that name)")
-    return triton_kernel(fn, signature, **options)
+    return fn
 
 
 def strip_hidden_params(ptx: str, entry: str, declared: int, where: str) -> str:
