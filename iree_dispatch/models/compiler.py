@@ -134,33 +134,11 @@ def compile_model(
     kernel_set = load_kernels(list(kernels))
     if not dry_run and output is None:
         raise DispatchError("an output path (-o MODEL.vmfb) is needed unless --dry-run")
-    from iree.compiler import ir
-
-    with tempfile.TemporaryDirectory(prefix=".iree-dispatch-model.") as tmp:
-        say(f"iree-compile --compile-to=input {model.name}")
-        input_ir = Path(tmp) / "input.mlir"
-        to_input_level(model, input_ir)
-        with ir.Context():
-            try:
-                module = ir.Module.parse(input_ir.read_text(encoding="utf-8"))
-            except ir.MLIRError as exc:
-                raise CompileError(f"{model}: the input-level IR does not parse: {exc}") from None
-            candidates = find_candidates(module)
-            decisions = decide(candidates, kernel_set, allow_wider_accumulation=allow_wider_accumulation)
-            report = ModelReport(model, kernel_set, decisions)
-            if dry_run:
-                return report
-            output = Path(output)
-            from . import rewrite
-
-            rewrite.declare(module, decisions)
-            replaced: dict = {}
-            for d in decisions:
-                if d.replaced:
-                    rewrite.apply(d, replaced)
-            if not module.operation.verify():
-                raise CompileError(f"{model}: the rewritten model does not verify (a bug in iree_dispatch, please report it)")
-            text = module.operation.get_asm(enable_debug_info=False)
+    report, text = _rewrite(model, kernel_set, allow_wider_accumulation, not dry_run, say)
+    if dry_run:
+        return report
+    output = Path(output)
+    decisions = report.decisions
     program_path = Path(program) if program else output.with_name(output.stem + ".program.mlir")
     program_path.parent.mkdir(parents=True, exist_ok=True)
     program_path.write_text(text, encoding="utf-8")
@@ -175,6 +153,42 @@ def compile_model(
         _compile_alone(program_path, output, kernel_set, emit_mlir)
     report.output, report.program = output, program_path
     return report
+
+
+def rewrite_model(model: str | Path, kernels: Sequence[str | Path], *, allow_wider_accumulation: bool = False) -> tuple[ModelReport, str]:
+    """The report and the rewritten model (a program calling `@<module>.<function>`, declared
+    but not defined), without building anything."""
+    model = Path(model)
+    _check_model(model)
+    return _rewrite(model, load_kernels(list(kernels)), allow_wider_accumulation, True, lambda _msg: None)
+
+
+def _rewrite(model: Path, kernel_set: KernelSet, allow_wider: bool, rewrite_it: bool, say: Progress) -> tuple[ModelReport, str | None]:
+    from iree.compiler import ir
+
+    with tempfile.TemporaryDirectory(prefix=".iree-dispatch-model.") as tmp:
+        say(f"iree-compile --compile-to=input {model.name}")
+        input_ir = Path(tmp) / "input.mlir"
+        to_input_level(model, input_ir)
+        with ir.Context():
+            try:
+                module = ir.Module.parse(input_ir.read_text(encoding="utf-8"))
+            except ir.MLIRError as exc:
+                raise CompileError(f"{model}: the input-level IR does not parse: {exc}") from None
+            decisions = decide(find_candidates(module), kernel_set, allow_wider_accumulation=allow_wider)
+            report = ModelReport(model, kernel_set, decisions)
+            if not rewrite_it:
+                return report, None
+            from . import rewrite
+
+            rewrite.declare(module, decisions)
+            replaced: dict = {}
+            for d in decisions:
+                if d.replaced:
+                    rewrite.apply(d, replaced)
+            if not module.operation.verify():
+                raise CompileError(f"{model}: the rewritten model does not verify (a bug in iree_dispatch, please report it)")
+            return report, module.operation.get_asm(enable_debug_info=False)
 
 
 def _check_model(model: Path) -> None:
