@@ -82,6 +82,14 @@ def worker(out: Path) -> None:
     rows["iree_dispatch call, device arrays"] = summarize(wall_times_us(lambda: mod.simple_mul(da, db), REPS, 50))
     rows["iree_dispatch call, numpy in/out"] = summarize(wall_times_us(lambda: mod.simple_mul(a, b), REPS, 50))
     check = mod.simple_mul.check
+    import iree.runtime as ireert
+
+    rows["  copy 4 KB to the device (to_device)"] = summarize(wall_times_us(lambda: mod.to_device(a), REPS, 50))
+    rows["  copy 4 KB to the host (to_host, pinned staging buffer)"] = summarize(wall_times_us(da.to_host, REPS, 50))
+    try:  # IREE's own read can fail when numpy reuses an address it still has registered
+        rows["  (copy 4 KB to the host, IREE's DeviceArray.to_host)"] = summarize(wall_times_us(lambda: ireert.DeviceArray.to_host(da), REPS, 50))
+    except RuntimeError as exc:
+        print(f"IREE's DeviceArray.to_host failed: {exc}", flush=True)
     rows["  of which argument checks"] = summarize(host_times_us(lambda: check(da, db), REPS))
     invoker = mod.simple_mul._invoke
     rows["  of which invoke + result wrap"] = summarize(wall_times_us(lambda: invoker(da, db), REPS, 50))
@@ -128,6 +136,10 @@ def worker(out: Path) -> None:
     rows["torch in -> iree_dispatch -> torch out"] = summarize(wall_times_us(torch_call, REPS, 50))
     rows["torch elementwise multiply + sync"] = summarize(wall_times_us(torch_op, REPS, 50))
     rows["  of which checks + DLPack import of 2 tensors"] = summarize(host_times_us(lambda: check(ta, tb), REPS))
+    from iree_dispatch.runtime import dlpack as _dl
+
+    rows["  of which reading a capsule (1 tensor)"] = summarize(host_times_us(lambda: _dl.describe(ta.__dlpack__(stream=-1)), REPS))
+    rows["  of which IREE's import (1 tensor, HalDevice.from_dlpack_capsule)"] = summarize(host_times_us(lambda: mod.device.from_dlpack_capsule(ta.__dlpack__(stream=-1)), REPS))
     rows["  of which torch __dlpack__ (1 tensor, unordered)"] = summarize(host_times_us(lambda: ta.__dlpack__(stream=-1), REPS))
     rows["  (torch __dlpack__ ordered on a stream, 1 tensor)"] = summarize(host_times_us(lambda: ta.__dlpack__(stream=mod.gpu.bridge.handle), REPS))
     rows["  of which asking torch's current stream"] = summarize(host_times_us(lambda: torch.cuda.current_stream(ta.device).cuda_stream, REPS))

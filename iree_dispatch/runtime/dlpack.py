@@ -131,6 +131,14 @@ class DeviceArray(rt.DeviceArray):
         super().__init__(device.hal, buffer_view, implicit_host_transfer=True, override_dtype=override_dtype)
         self._dispatch_device = device
 
+    def to_host(self) -> np.ndarray:
+        """A numpy copy of the array (through a pinned staging buffer where that applies)."""
+        raw = self._get_raw_dtype()
+        host = self._dispatch_device.download(self._buffer_view, raw)
+        if host is None:
+            return super().to_host()
+        return host if self._override_dtype is None or self._override_dtype == raw else host.astype(self._override_dtype)
+
     def __dlpack_device__(self) -> tuple[int, int]:
         return KDL_CUDA, self._dispatch_device.ordinal
 
