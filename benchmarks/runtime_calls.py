@@ -149,6 +149,8 @@ def worker(out: Path) -> None:
     kept = mod.simple_mul(da, db)
     rows["  of which torch.from_dlpack(result)"] = summarize(host_times_us(lambda: torch.from_dlpack(kept), REPS))
     rows["  of which the call on imported arrays"] = summarize(wall_times_us(lambda: invoker(*check(ta, tb)), REPS, 50))
+    imported = check(ta, tb)
+    rows["  of which invoke on arrays imported once"] = summarize(wall_times_us(lambda: invoker(*imported), REPS, 50))
 
     gemm = runtime.load(BUILD / "gemm" / "gemm.vmfb")
     import ml_dtypes
