@@ -15,6 +15,8 @@ from iree_dispatch.core.errors import DispatchError, SpecError
 from iree_dispatch.models import compile_model, load_kernels
 from iree_dispatch.models.cli import add_compile_command
 
+from .conftest import needs_build_tools
+
 MODELS = Path(__file__).parent / "models"
 NAIVE = MODELS / "kernels" / "naive.toml"
 LIBRARY = MODELS / "kernels" / "library.toml"
@@ -139,6 +141,7 @@ def _flow_dispatches(linked: Path) -> list[str]:
     return re.findall(r"flow\.dispatch (\{[^}]*\}|@\S+)", out.read_text())
 
 
+@needs_build_tools
 def test_compiled_module_dispatches_the_kernels(tmp_path):
     r = compile_model(MODELS / "mlp_f32.mlir", ALL, tmp_path / "mlp.vmfb", emit_mlir=tmp_path / "mlp.linked.mlir", cache=False)
     assert (tmp_path / "mlp.vmfb").stat().st_size > 0
@@ -152,6 +155,7 @@ def test_compiled_module_dispatches_the_kernels(tmp_path):
     assert not [d for d in dispatches if "naive_cu" not in d and "matmul" in d]
 
 
+@needs_build_tools
 def test_compiled_attention_and_layernorm(tmp_path):
     compile_model(MODELS / "attention_f32.mlir", ALL, tmp_path / "att.vmfb", emit_mlir=tmp_path / "att.linked.mlir")
     dispatches = _flow_dispatches(tmp_path / "att.linked.mlir")
@@ -167,6 +171,7 @@ def test_nothing_replaced_still_compiles(tmp_path):
     assert not r.replaced and (tmp_path / "r.vmfb").stat().st_size > 0
 
 
+@needs_build_tools
 def test_program_is_deterministic(tmp_path):
     compile_model(MODELS / "attention_f32.mlir", ALL, tmp_path / "a" / "m.vmfb")
     compile_model(MODELS / "attention_f32.mlir", ALL, tmp_path / "b" / "m.vmfb")

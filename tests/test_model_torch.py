@@ -10,7 +10,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from iree_dispatch.models import compile_model  # noqa: E402
+from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
 from iree_dispatch.models.torch_export import export_mlir, parameter_names  # noqa: E402
+
+from .conftest import needs_build_tools  # noqa: E402
+from .test_model_rewrite_cpu import _compile_cpu, _run, with_reference_kernels  # noqa: E402
 
 KERNELS = Path(__file__).parent / "models" / "kernels"
 ALL = [KERNELS / "naive.toml", KERNELS / "library.toml", KERNELS / "gemm.toml"]
@@ -60,6 +64,7 @@ def test_torch_block_bf16(tmp_path):
     assert [d.capability.label for d in wide.replaced] == ["gemm.gemm_bf16", "library.layernorm_warp_bf16", "library.softmax_warp_bf16"]
 
 
+@needs_build_tools
 def test_torch_block_compiles(tmp_path):
     mlir = export_mlir(Block().eval(), _inputs(torch.float32), tmp_path / "block.mlir")
     r = compile_model(mlir, ALL, tmp_path / "block.vmfb")
@@ -77,15 +82,20 @@ def test_parameters_as_inputs_keep_the_weights_out(tmp_path):
     assert parameter_names(block) == ["proj.weight", "proj.bias", "norm.weight", "norm.bias"]
 
 
-def test_tiny_gpt2_report(tmp_path):
+def _tiny_gpt2(tmp_path, dtype=torch.float32):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64, use_cache=False, attn_implementation="eager")
-    model = transformers.GPT2LMHeadModel(config).eval()
+    model = transformers.GPT2LMHeadModel(config).eval().to(dtype)
     ids = torch.randint(0, 256, (2, 32))
     causal = torch.tril(torch.ones(32, 32, dtype=torch.bool))
-    mask = torch.zeros(2, 1, 32, 32).masked_fill(~causal, torch.finfo(torch.float32).min)
-    mlir = export_mlir(model, (ids,), tmp_path / "gpt2.mlir", kwargs={"attention_mask": mask}, params_as_inputs=True, output=lambda o: o.logits)
+    mask = torch.zeros(2, 1, 32, 32, dtype=dtype).masked_fill(~causal, torch.finfo(dtype).min)
+    mlir = export_mlir(model, (ids,), tmp_path / "gpt2.mlir", kwargs={"attention_mask": mask}, params_as_inputs=True, output=lambda o: o.logits.float())
+    return model, ids, mask, mlir
+
+
+def test_tiny_gpt2_report(tmp_path):
+    _, _, _, mlir = _tiny_gpt2(tmp_path)
     r = compile_model(mlir, ALL, dry_run=True)
     # Per layer: 2 LayerNorms, 4 Conv1D matmuls (addmm: matmul + bias), 2 attention batch
     # matmuls and a softmax; then the final LayerNorm and the LM head (a batch matmul whose rhs is
@@ -95,3 +105,28 @@ def test_tiny_gpt2_report(tmp_path):
     assert ("matmul", "matmul+bias", "naive.matmul_bias_f32") in kinds
     assert ("batch_matmul", "matmul", "naive.matmul_f32") in kinds  # the LM head
     assert ("softmax", "softmax", "library.softmax_warp_f32") in kinds
+
+
+@pytest.mark.parametrize("dtype, wide, tol", [(torch.float32, False, 1e-4), (torch.bfloat16, True, 3e-2)])
+def test_tiny_gpt2_rewritten_computes_the_same(tmp_path, dtype, wide, tol):
+    """The rewritten GPT-2, kernels given reference bodies, against IREE alone and PyTorch on the CPU."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    model, ids, mask, mlir = _tiny_gpt2(tmp_path, dtype)
+    report, program = rewrite_model(mlir, ALL, allow_wider_accumulation=wide)
+    assert {k: c["replaced"] for k, c in report.counts().items()} == ({"batch_matmul": 5, "layernorm": 5, "matmul": 8, "softmax": 2} if dtype == torch.float32 else
+                                                                      {"batch_matmul": 1, "layernorm": 5, "matmul": 8, "softmax": 2})  # the LM head (N = 256)
+    original = _compile_cpu(mlir.read_text(), tmp_path / "original.vmfb")
+    rewritten = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
+
+    def host(t):
+        t = t.detach().contiguous()
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+
+    args = [host(ids), host(mask), *(host(p) for p in model.parameters())]
+    (expected,) = _run(original, "main", args)
+    (got,) = _run(rewritten, "main", args)
+    with torch.no_grad():
+        eager = model(ids, attention_mask=mask).logits.float().numpy()
+    scale = float(abs(eager).max())
+    assert abs(got - expected).max() <= tol * scale
+    assert abs(got - eager).max() <= tol * scale
