@@ -82,13 +82,13 @@ def test_a_call_waits_for_work_queued_on_the_callers_stream(samples, torch):
     src = torch.from_numpy(a).cuda()
     tb = torch.from_numpy(b).cuda()
     torch.cuda.synchronize()
-    for stream in (torch.cuda.Stream(), torch.cuda.current_stream()):
+    for stream, by_keyword in ((torch.cuda.Stream(), False), (torch.cuda.current_stream(), False), (torch.cuda.Stream(), True)):
         x = torch.full((n,), float("nan"), device="cuda")
         torch.cuda.synchronize()
         with torch.cuda.stream(stream):
             torch.cuda._sleep(100_000_000)  # cycles, ~50 ms
             x.copy_(src)
-            result = samples.simple_mul(x, tb)
+            result = samples.simple_mul(lhs=x, rhs=tb) if by_keyword else samples.simple_mul(x, tb)
         np.testing.assert_array_equal(result.to_host(), a * b)
 
 

@@ -93,30 +93,33 @@ class KernelFunction:
         """Validated, converted arguments, in order; raises TypeError/ValueError otherwise."""
         return self._convert(args, kwargs)[0]
 
-    def _convert(self, args, kwargs) -> tuple[list, bool]:
-        """The converted arguments, and whether any came from another framework (DLPack)."""
+    def _convert(self, args, kwargs) -> tuple[list, set[int | None] | None]:
+        """The converted arguments, and the streams to wait for before launching when some came
+        from another framework (DLPack), else None: a CUDA stream handle per producer stream
+        known, None for arrays whose export was ordered on the device's bridge stream."""
         values = self._bind(args, kwargs)
         sizes: dict[str, tuple[int, str]] = {}
         checked = [self._check_tensor(spec, value, sizes) for spec, value in zip(self._inputs, values)]
         scalars = [scalar_argument(self.name, scalar, value) for scalar, value in zip(self._scalars, values[len(self._inputs) :])]
         if self._relations:
             self._check_relations(sizes, values)
+        if not any(_foreign(v) for v in checked):
+            return checked + scalars, None
         # Framework arrays are imported only once every argument has passed its checks.
-        framework = any(_foreign(v) for v in checked)
-        if framework:
-            checked = [self._import(spec, v) if _foreign(v) else v for spec, v in zip(self._inputs, checked)]
-        return checked + scalars, framework
+        producers: set[int | None] = set()
+        for i, (spec, value) in enumerate(zip(self._inputs, checked)):
+            if _foreign(value):
+                checked[i], stream = self._import(spec, value)
+                producers.add(stream)
+        return checked + scalars, producers
 
-    def _wait_for_producers(self, args: Sequence) -> None:
-        """Waits on the host for the work queued so far on the streams of the framework arrays
-        among `args` (their current streams where the framework is known, else the bridge
-        stream that their capsules were ordered on)."""
-        on_cuda = [v for v in args if _foreign(v) and dlpack.device_of(v)[0] == dlpack.KDL_CUDA]
-        streams = [dlpack.current_stream(v) for v in on_cuda]
-        for stream in set(streams) - {None}:
-            self._device.bridge.wait_for(stream)
-        if None in streams:
-            self._device.bridge.synchronize()
+    def _wait_for(self, producers: set[int | None]) -> None:
+        """Waits on the host for the work queued so far on the producers' streams."""
+        for stream in producers:
+            if stream is None:
+                self._device.bridge.synchronize()
+            else:
+                self._device.bridge.wait_for(stream)
 
     def _check_relations(self, sizes: dict[str, tuple[int, str]], values: list) -> None:
         env = {name: size for name, (size, _) in sizes.items()}
@@ -132,12 +135,12 @@ class KernelFunction:
                 raise ValueError(f"{self.name}(): {message}; " + (f"{lhs} = {a}, but {rhs} = {b}" if op == "eq" else f"{lhs} = {a}"))
 
     def __call__(self, *args, **kwargs):
-        converted, framework = self._convert(args, kwargs)
+        converted, producers = self._convert(args, kwargs)
         if self._device is not None:
-            if framework:
-                self._wait_for_producers(args)
+            if producers:
+                self._wait_for(producers)
             self._device.before_call()
-        on_device = framework or any(isinstance(v, (rt.DeviceArray, AsyncArray)) for v in converted)
+        on_device = producers is not None or any(isinstance(v, (rt.DeviceArray, AsyncArray)) for v in converted)
         if not isinstance(self._invoke, FencedInvoker):
             # IREE's synchronous functions can't wait on fences: wait here for pending inputs.
             converted = [v.wait() if isinstance(v, AsyncArray) else v for v in converted]
@@ -202,16 +205,17 @@ class KernelFunction:
             value = np.ascontiguousarray(value)
         return value
 
-    def _import(self, spec: _Tensor, value) -> rt.DeviceArray:
-        """A framework's CUDA array as an IREE device array over the same memory."""
+    def _import(self, spec: _Tensor, value) -> tuple[DeviceArray, int | None]:
+        """A framework's CUDA array as an IREE device array over the same memory, and the
+        stream its producer works on (None: the export was ordered on the bridge stream)."""
         where = f"{self.name}(): argument {spec.name!r}"
         if self._device is None:
             raise DeviceError(f"{where}: a CUDA array needs a loaded module (this function has no device)")
         # A framework whose current stream is known exports without ordering (stream=-1) and
         # the call waits for that stream once; any other orders its export on the bridge.
-        stream = -1 if dlpack.current_stream(value) is not None else self._device.bridge.handle
+        stream = dlpack.current_stream(value)
         try:
-            capsule = value.__dlpack__(stream=stream)
+            capsule = value.__dlpack__(stream=-1 if stream is not None else self._device.bridge.handle)
         except (BufferError, RuntimeError, TypeError) as exc:
             raise ValueError(f"{where} can't be shared through DLPack: {exc}") from None
         described = dlpack.describe(capsule)
@@ -219,7 +223,7 @@ class KernelFunction:
             raise ValueError(f"{where} is not contiguous (shape {list(described.shape)} with strides); pass a contiguous copy (torch/CuPy: .contiguous() / cupy.ascontiguousarray)")
         if described.byte_offset:
             raise ValueError(f"{where} starts {described.byte_offset} bytes into its DLPack buffer, which IREE can't import; pass a copy")
-        return DeviceArray(self._device, self._device.hal.from_dlpack_capsule(capsule), override_dtype=spec.dtype)
+        return DeviceArray(self._device, self._device.hal.from_dlpack_capsule(capsule), override_dtype=spec.dtype), stream
 
 
 def _foreign(value) -> bool:
