@@ -21,6 +21,15 @@ from .test_cache import nvcc_runs, project, spec_of  # noqa: F401  (project: the
 pytestmark = needs_build_tools
 
 
+@pytest.fixture(autouse=True)
+def builds_only(monkeypatch):
+    """These tests are about whole-build entries: a rebuild counts nvcc's runs, which compiled
+    objects kept in the cache would save (test_cache_objects.py checks those)."""
+    from iree_dispatch.backend import pipeline
+
+    monkeypatch.setattr(pipeline, "OBJECT_CACHE", False)
+
+
 def entries(folder: Path) -> list[Path]:
     return sorted((folder / "cache" / "entries").glob("[!.]*"))
 

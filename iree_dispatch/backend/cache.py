@@ -14,6 +14,13 @@ manifest key take a file lock (flock: released by the OS when a process dies, so
 build never blocks the next), so concurrent processes building the same kernels do the work
 once and the others find it cached.
 
+Compiled objects are kept the same way, one entry per object in `objects/` (the objects stage
+of backend/pipeline.py): the PTX of a (source, arch) is keyed by the toolchain, the flags, the
+source's bytes and path, and, at the second level, the bytes of every header it read; a cubin by
+the toolchain, the arch and the PTX it was assembled from. A build that misses the build cache
+(another program, another output name, an option) so compiles only what it has not compiled
+before.
+
 Nothing found in the cache is trusted: an entry's meta.json records the sha256 of every file
 of the entry (and its own checksum and key), and every use checks them all. Any damage (a
 missing, extra or changed file, unreadable JSON, a missing folder) is a miss: the build runs,
@@ -51,7 +58,8 @@ MARKER_TEXT = (
     f"{MARKER_SIGNATURE}\n# This file is a cache directory tag created by iree_dispatch (its build cache).\n"
     "# For information about cache directory tags, see:\n#\thttps://bford.info/cachedir/\n"
 )
-SUBDIRS = ("entries", "manifests", "locks", "records")  # everything the cache writes lives in these (and MARKER)
+SUBDIRS = ("entries", "objects", "manifests", "locks", "records")  # everything the cache writes lives in these (and MARKER)
+BUILDS, OBJECTS = "entries", "objects"  # the sections of entries: whole builds, compiled objects
 RESERVED = frozenset({"format", "key", "files", "check"})  # meta.json's keys of the cache's own; the rest is the caller's meta
 STALE_SECONDS = 3600  # temporary files older than this are left over by killed builds
 SETTING = "set IREE_DISPATCH_CACHE_DIR to a folder of your own, or build without the cache (iree-dispatch build --no-cache, or build(..., cache=False))"
@@ -266,23 +274,26 @@ class Cache:
     def _entry_key(manifest_key: str, dependencies: list[str]) -> str:
         return digest(manifest_key, *(f"{d}\0{file_digest(Path(d))}" for d in dependencies))
 
-    def find(self, manifest_key: str, warn: Callable[[str], None] | None = None) -> Path | None:
+    def find(self, manifest_key: str, warn: Callable[[str], None] | None = None, section: str = BUILDS) -> Path | None:
         """The verified entry of the last build of `manifest_key` if its headers are unchanged,
-        else None. Damage is reported through `warn` (default: a CacheWarning) and is a miss."""
+        else None. Damage is reported through `warn` (default: a CacheWarning) and is a miss.
+        section: BUILDS (whole builds) or OBJECTS (compiled objects)."""
         try:
             dependencies = self._manifest(manifest_key)
         except _Damaged as exc:
             self._warn(warn, f"build cache: {exc}; rebuilding")
             return None
-        return None if dependencies is None else self.lookup(self._entry_key(manifest_key, dependencies), warn)
+        return None if dependencies is None else self.lookup(self._entry_key(manifest_key, dependencies), warn, section)
 
-    def lookup(self, entry_key: str | None, warn: Callable[[str], None] | None = None) -> Path | None:
+    def lookup(self, entry_key: str | None, warn: Callable[[str], None] | None = None, section: str = BUILDS) -> Path | None:
         """The entry `entry_key`, after checking every file of it against the sha256 its meta
         recorded; None if there is none or it is damaged (then it is reported through `warn`,
         default a CacheWarning, and removed, so the rebuild replaces it)."""
         if entry_key is None:
             return None
-        entry = self.root / "entries" / entry_key
+        if section not in (BUILDS, OBJECTS):
+            raise ValueError(f"Cache: unknown section {section!r}")
+        entry = self.root / section / entry_key
         try:
             os.lstat(entry)
         except FileNotFoundError:
@@ -353,17 +364,20 @@ class Cache:
             return
         _remove(trash)
 
-    def store(self, manifest_key: str, dependencies: list[Path], staged: dict[str, Path], meta: dict) -> None:
-        """Records a finished build: its artifacts (relative name → file or folder) and meta.
-        An existing entry of the same key is kept if it verifies, else replaced atomically."""
+    def store(self, manifest_key: str, dependencies: list[Path], staged: dict[str, Path], meta: dict, section: str = BUILDS) -> None:
+        """Records a finished build (or, section OBJECTS, a compiled object): its artifacts
+        (relative name → file or folder) and meta. An existing entry of the same key is kept if
+        it verifies, else replaced atomically."""
         if RESERVED & set(meta):
             raise ValueError(f"Cache.store: meta keys {', '.join(sorted(RESERVED & set(meta)))} are the cache's own")
+        if section not in (BUILDS, OBJECTS):
+            raise ValueError(f"Cache: unknown section {section!r}")
         self._ready()
         deps = [str(d) for d in dependencies]
         self._sweep()
         self._write_atomic(self._subdir("manifests") / f"{manifest_key}.json", _sealed({"format": FORMAT, "key": manifest_key, "dependencies": deps}))
         entry_key = self._entry_key(manifest_key, deps)
-        entries = self._subdir("entries")
+        entries = self._subdir(section)
         final = entries / entry_key
         if os.path.lexists(final):
             try:
@@ -393,7 +407,8 @@ class Cache:
     def _sweep(self) -> None:
         """Deletes temporary files and folders that killed builds left behind (older than an hour)."""
         cutoff = time.time() - STALE_SECONDS
-        for folder, prefixes in ((self.root / "entries", (".new-", ".old-")), (self.root / "manifests", (".",)), (self.root, (f".{MARKER}.",))):
+        for folder, prefixes in ((self.root / BUILDS, (".new-", ".old-")), (self.root / OBJECTS, (".new-", ".old-")), (self.root / "manifests", (".",)),
+                                 (self.root, (f".{MARKER}.",))):
             try:
                 with os.scandir(folder) as it:
                     stale = [Path(i.path) for i in it if i.name.startswith(prefixes) and i.stat(follow_symlinks=False).st_mtime < cutoff]
@@ -434,9 +449,10 @@ class Cache:
     # --- info and clear ----------------------------------------------------------------------
 
     def info(self) -> dict:
-        entries = list((self.root / "entries").glob("[!.]*")) if (self.root / "entries").is_dir() else []
+        """path; entries: whole builds; objects: compiled objects; bytes: all of it."""
+        count = {s: len(list((self.root / s).glob("[!.]*"))) if (self.root / s).is_dir() else 0 for s in (BUILDS, OBJECTS)}
         size = sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file()) if self.root.is_dir() else 0
-        return {"path": str(self.root), "entries": len(entries), "bytes": size}
+        return {"path": str(self.root), "entries": count[BUILDS], "objects": count[OBJECTS], "bytes": size}
 
     def clear(self) -> list[Path]:
         """Deletes the cache's own folders (entries, manifests, locks), only in a folder that

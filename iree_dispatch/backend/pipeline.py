@@ -33,7 +33,7 @@ from ..frontend.spec import ModuleSpec
 from ..frontend.triton import compile_module as compile_triton_kernels
 from ..toolchains import PtxObject, Toolchain, object_filename, select_toolchain
 from .abi import check_adapted, check_entry, check_machine_code, resolve_entry
-from .cache import ENTRY_FILES, ENTRY_META, Cache, digest, file_digest, package_digest
+from .cache import ENTRY_FILES, ENTRY_META, OBJECTS, Cache, CacheError, digest, file_digest, package_digest
 from .compile import check_iree_compile_flags, compile_flags, compile_vmfb, iree_compiler_version, link_program, parse_check
 from .emit import CompiledObjects, emit_module, executable_symbols
 from .ptx_adapt import adapt_module
@@ -150,7 +150,7 @@ def build(
                 say(f"{output.name}: up to date (build cache)")
             else:
                 timings = {}
-                dependencies = _stage(specs, tmp, compile_name, program, options, say, timings, tc)
+                dependencies = _stage(specs, tmp, compile_name, program, options, say, timings, tc, store)
                 if store:
                     staged = {name: tmp / name for name in (*(objects_dirname(s.name) for s in specs), compile_name, _STAGED_VMFB)}
                     store.store(manifest_key, dependencies, staged, {"dependencies": [str(d) for d in dependencies]})
@@ -219,12 +219,14 @@ def _manifest_key(specs: Sequence[ModuleSpec], program: str | Path | None, optio
 
 
 def _stage(
-    specs: Sequence[ModuleSpec], tmp: Path, compile_name: str, program, options: BuildOptions, say: Progress, timings: dict[str, float], tc: Toolchain | None
+    specs: Sequence[ModuleSpec], tmp: Path, compile_name: str, program, options: BuildOptions, say: Progress, timings: dict[str, float], tc: Toolchain | None,
+    store: Cache | None = None,
 ) -> list[Path]:
     """Runs every stage in `tmp`, leaving each module's objects folder, `compile_name` and the
-    vmfb there. Returns every file the build read (sources, included headers, the program)."""
+    vmfb there. Returns every file the build read (sources, included headers, the program).
+    store: the cache whose compiled objects the objects stage reuses and adds to."""
     arch = codegen_arch(specs)
-    staged = [_stage_objects(spec, tmp, say, timings, tc) for spec in specs]
+    staged = [_stage_objects(spec, tmp, say, timings, tc, store) for spec in specs]
 
     started = time.perf_counter()
     header = (
@@ -259,7 +261,7 @@ def _stage(
     return list(dict.fromkeys(dependencies))
 
 
-def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str, float], tc: Toolchain | None) -> CompiledObjects:
+def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str, float], tc: Toolchain | None, store: Cache | None = None) -> CompiledObjects:
     """Compiles, checks and adapts one module's objects into `tmp/<module>.objects/`; stage
     times add up over modules. Pending Triton kernels are compiled first (in `tmp/.triton/`),
     and from then on are prebuilt kernels: the CompiledObjects' module is the compiled one."""
@@ -276,7 +278,7 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
     symbols = executable_symbols(spec)
     jobs = [(src, arch, tmp / objects_rel / object_filename(src.stem, arch)) for src in spec.sources if src not in prebuilt for arch in spec.archs]
     started = time.perf_counter()
-    objects = tc.compile_all(jobs, spec.nvcc_flags, say) if tc and jobs else []
+    objects = _compile_ptx(tc, jobs, spec.nvcc_flags, say, store) if tc and jobs else []
     stage = tc.name if tc else "compile"
     timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - started
     # Prebuilt PTX is checked and adapted below exactly like nvcc's; machine code is checked here.
@@ -309,8 +311,9 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
         if adapted != text:
             o.path.write_text(adapted, encoding="utf-8")
     ptx_paths = {(o.source, o.arch): o.path for o in objects}
+    objects_cache = _ObjectCache(store, tc, say) if store and tc and OBJECT_CACHE else None
     paths = {
-        (src, variant.name): f"{objects_rel}/{_make_object(variant, src, ptx_paths, tmp / objects_rel, tmp, tc).name}"
+        (src, variant.name): f"{objects_rel}/{_make_object(variant, src, ptx_paths, tmp / objects_rel, tmp, tc, objects_cache).name}"
         for src in spec.sources
         if src not in prebuilt
         for variant in spec.variants
@@ -327,15 +330,85 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
     return CompiledObjects.of(spec, paths, entries, dependencies)
 
 
-def _make_object(variant: Variant, source: Path, ptx_paths: dict[tuple[Path, Arch], Path], objects_dir: Path, scratch: Path, tc: Toolchain) -> Path:
+def _make_object(
+    variant: Variant, source: Path, ptx_paths: dict[tuple[Path, Arch], Path], objects_dir: Path, scratch: Path, tc: Toolchain, cache: _ObjectCache | None = None
+) -> Path:
     """The object `variant` carries for `source`, made from the checked, adapted PTX."""
     target = objects_dir / variant.object_filename(source.stem)
+    assemble = cache.assemble_cubin if cache else tc.assemble_cubin
     if variant.kind == "ptx":
         return ptx_paths[(source, variant.target_arch)]
     if variant.kind == "cubin":
-        return tc.assemble_cubin(ptx_paths[(source, variant.target_arch)], variant.target_arch, target)
-    cubins = {a: tc.assemble_cubin(ptx_paths[(source, a)], a, scratch / f"{source.stem}.{a.name}.cubin") for a in variant.archs}
+        return assemble(ptx_paths[(source, variant.target_arch)], variant.target_arch, target)
+    cubins = {a: assemble(ptx_paths[(source, a)], a, scratch / f"{source.stem}.{a.name}.cubin") for a in variant.archs}
     return tc.make_fatbin(cubins, (variant.target_arch, ptx_paths[(source, variant.target_arch)]), target)
+
+
+# ---- the object cache: compiled objects kept in the build cache (cache.py OBJECTS) ----
+
+OBJECT_CACHE = True  # False: only whole builds are cached (every build that misses compiles everything)
+_OBJECT = "object"  # the file name of an object entry's one file
+
+
+class _ObjectCache:
+    """Compiled objects in the build cache, under the same rules as whole builds (cache.py:
+    sha256-verified entries, damage is a miss and is replaced). A PTX is keyed by the toolchain,
+    the flags, the arch and the source's path and bytes, and by the headers it read (the
+    second level, as for builds); a cubin by the toolchain, the arch and the PTX's bytes. Both
+    keys hold this package's digest, as build keys do. The cache only saves time: one that can't
+    be written is not an error here (the build's own store says so)."""
+
+    def __init__(self, store: Cache, tc: Toolchain, say: Progress):
+        self.store, self.tc, self.say = store, tc, say
+        self.identity = f"iree_dispatch {__version__} {package_digest()}\0toolchain {tc.identity()}"
+
+    def key(self, kind: str, *parts: str) -> str:
+        return digest(f"object {kind}", self.identity, *parts)
+
+    def take(self, key: str, out: Path) -> dict | None:
+        """Copies the object of `key` to `out` and returns its meta; None if the cache holds none intact."""
+        hit = self.store.find(key, self.say, section=OBJECTS)
+        if hit is None:
+            return None
+        meta = self.store.meta(hit)
+        shutil.copyfile(hit / ENTRY_FILES / _OBJECT, out)
+        return meta
+
+    def keep(self, key: str, path: Path, dependencies: Sequence[Path] = ()) -> None:
+        with contextlib.suppress(CacheError):
+            self.store.store(key, list(dependencies), {_OBJECT: path}, {"dependencies": [str(d) for d in dependencies]}, section=OBJECTS)
+
+    def ptx_key(self, source: Path, arch: Arch, flags: Sequence[str]) -> str:
+        return self.key("ptx", str(source.absolute()), file_digest(source), arch.name, *flags)
+
+    def assemble_cubin(self, ptx: Path, arch: Arch, out: Path) -> Path:
+        key = self.key("cubin", arch.name, file_digest(ptx))
+        if self.take(key, out) is not None:
+            return out
+        made = self.tc.assemble_cubin(ptx, arch, out)
+        self.keep(key, made)
+        return made
+
+
+def _compile_ptx(tc: Toolchain, jobs: list[tuple[Path, Arch, Path]], flags: tuple[str, ...], say: Progress, store: Cache | None) -> list[PtxObject]:
+    """tc.compile_all(jobs), except that a (source, arch) whose PTX the object cache holds,
+    compiled by this toolchain with these flags from these bytes of the source and its headers,
+    is taken from there; what is compiled is added to it."""
+    if store is None or not OBJECT_CACHE:
+        return tc.compile_all(jobs, flags, say)
+    cache = _ObjectCache(store, tc, say)
+    keys = [cache.ptx_key(source, arch, flags) for source, arch, _ in jobs]
+    found: dict[str, PtxObject] = {}
+    for (source, arch, out), key in zip(jobs, keys):
+        meta = cache.take(key, out)
+        if meta is not None:
+            found[key] = PtxObject(source, arch, out, tuple(Path(d) for d in meta["dependencies"]))
+    missing = [(job, key) for job, key in zip(jobs, keys) if key not in found]
+    compiled = tc.compile_all([job for job, _ in missing], flags, say) if missing else []
+    for (_job, key), obj in zip(missing, compiled):
+        cache.keep(key, obj.path, obj.dependencies)
+        found[key] = obj
+    return [found[key] for key in keys]
 
 
 def write_depfile(path: str | Path, target: Path, prerequisites: Sequence[Path]) -> None:
