@@ -280,3 +280,48 @@ def test_module_entry_point(capsys):
     assert "replaced: 2" in capsys.readouterr().out
     assert main(["compile", str(MODELS / "mlp_f32.mlir"), "--kernels", str(MODELS / "none.toml"), "--dry-run"]) == 1
     assert "iree-dispatch compile: error: can't read spec" in capsys.readouterr().err
+
+
+def _variant(tmp_path, model: str, old: str, new: str, count: int = 1) -> Path:
+    text = (MODELS / model).read_text()
+    assert text.count(old) >= count, old
+    path = tmp_path / model
+    path.write_text(text.replace(old, new, count))
+    return path
+
+
+def test_look_alikes_are_not_candidates(tmp_path):
+    """What only resembles a softmax or a LayerNorm is not one: no candidate, nothing replaced."""
+    # The row max starts from 0, not -inf: max(x, 0), not max(x).
+    zero_max = _variant(tmp_path, "softmax_bf16.mlir", "0xFF800000", "0.000000e+00")
+    assert compile_model(zero_max, ALL, dry_run=True).decisions == []
+    # The variance of x itself, not of x - mean.
+    uncentered = _variant(tmp_path, "layernorm.mlir", "ins(%d, %d : tensor<4x8x96xf32>", "ins(%x, %x : tensor<4x8x96xf32>")
+    found = [d.candidate.description for d in compile_model(uncentered, [LIBRARY], dry_run=True).decisions]
+    assert found == ["4x8x96 f32 over dim 2, eps 1e-06", "4x8x96 bf16 over dim 2, eps 1.00136e-05"]  # ln_eps6 and ln_bf16 only
+
+
+def test_broadcast_rhs_must_be_the_same_matrix(tmp_path):
+    text = """func.func @f(%x: tensor<2x16x64xf32>, %w: tensor<64x128xf32>) -> tensor<2x16x128xf32> {
+  %zero = arith.constant 0.0 : f32
+  %eb = tensor.empty() : tensor<2x64x128xf32>
+  %wb = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (MAP)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%w : tensor<64x128xf32>) outs(%eb : tensor<2x64x128xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<2x64x128xf32>
+  %e = tensor.empty() : tensor<2x16x128xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<2x16x128xf32>) -> tensor<2x16x128xf32>
+  %y = linalg.batch_matmul ins(%x, %wb : tensor<2x16x64xf32>, tensor<2x64x128xf32>) outs(%f : tensor<2x16x128xf32>) -> tensor<2x16x128xf32>
+  return %y : tensor<2x16x128xf32>
+}
+"""
+    path = tmp_path / "m.mlir"
+    path.write_text(text.replace("MAP", "d1, d2"))
+    (d,) = compile_model(path, [NAIVE], dry_run=True).replaced
+    assert (d.form.kind, d.capability.label) == ("matmul", "naive.matmul_f32")
+    # A square weight read transposed while broadcast is not the same matrix: only a batch matmul.
+    path.write_text(text.replace("MAP", "d2, d1").replace("64x128xf32>) outs(%eb", "64x64xf32>) outs(%eb").replace("%w: tensor<64x128xf32>", "%w: tensor<64x64xf32>")
+                    .replace("2x64x128", "2x64x64").replace("2x16x128", "2x16x64").replace("tensor<2x64x64xf32>) outs(%f", "tensor<2x64x64xf32>) outs(%f"))
+    r = compile_model(path, [NAIVE], dry_run=True)
+    assert [f.kind for f in r.decisions[0].candidate.forms] == ["batch_matmul"]

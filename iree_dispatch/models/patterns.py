@@ -211,14 +211,27 @@ def source(value):
                 continue
             return value
         g = as_generic(op)
-        if g is not None and g.parallel and len(g.inputs) == 1 and g.exprs == [("in", 0)] and _projection(g.map_of(0)):
+        if g is not None and _is_copy(g) and _trailing_broadcast(g.map_of(0)):
             value = g.inputs[0]
             continue
         return value
 
 
-def _projection(results: tuple[str, ...]) -> bool:
-    return all(re.fullmatch(r"d\d+|0", r) for r in results)
+def _is_copy(g: Generic) -> bool:
+    """A parallel generic that yields its one input, written through an identity output map."""
+    n = len(g.iterators)
+    return g.parallel and len(g.inputs) == 1 and g.exprs == [("in", 0)] and g.maps[-1][1] == tuple(f"d{i}" for i in range(n))
+
+
+def _trailing_broadcast(results: tuple[str, ...]) -> bool:
+    """(d0, ..., dk-1) or (d0, ..., dk-1, 0...): the input repeated along trailing dims only."""
+    kept = [r for r in results if r != "0"]
+    return kept == [f"d{i}" for i in range(len(kept))] and all(r == "0" for r in results[len(kept):])
+
+
+def _identity_outputs(g: Generic) -> bool:
+    n = len(g.iterators)
+    return all(m[1] == tuple(f"d{i}" for i in range(n)) for m in g.maps[len(g.inputs):])
 
 
 def same(a, b) -> bool:
@@ -226,13 +239,18 @@ def same(a, b) -> bool:
 
 
 def is_zero_fill(value) -> bool:
+    return _fill_of(value, 0.0)
+
+
+def _fill_of(value, constant: float) -> bool:
     op = producer(value)
-    return op is not None and op.name == "linalg.fill" and float_constant(op.operands[0]) == 0.0
+    return op is not None and op.name == "linalg.fill" and float_constant(op.operands[0]) == constant
 
 
 def single_op_generic(value, expr_head: str) -> Generic | None:
+    """The elementwise generic computing `value` as `expr_head(...)` (identity output map)."""
     g = as_generic(producer(value))
-    if g is None or len(g.exprs) < 1 or g.exprs[0][0] != expr_head:
+    if g is None or len(g.exprs) != 1 or g.exprs[0][0] != expr_head or not g.parallel or not _identity_outputs(g):
         return None
     return g
 
@@ -312,10 +330,7 @@ def _matmul(op, order: int) -> Candidate | None:
     rhs_2d = None
     if batch:
         forms_rank = 3
-        src = source(b)
-        isrc = tensor_info(src)
-        if isrc and len(isrc[0]) == 2:  # the same [K, N] matrix for every batch: one matmul over B*M rows
-            rhs_2d = src
+        rhs_2d = _batch_broadcast(b)  # the same [K, N] matrix for every batch: one matmul over B*M rows
     else:
         forms_rank = 2
     bias_add = _bias_add(op.results[0], forms_rank)
@@ -344,13 +359,22 @@ def _matmul(op, order: int) -> Candidate | None:
     return cand
 
 
+def _batch_broadcast(value):
+    """The [K, N] matrix a [B, K, N] value repeats along its batch dim, or None."""
+    g = as_generic(producer(value))
+    if g is None or not _is_copy(g) or g.map_of(0) != ("d1", "d2"):
+        return None
+    info = tensor_info(g.inputs[0])
+    return g.inputs[0] if info and len(info[0]) == 2 else None
+
+
 def _bias_add(value, rank: int):
     """(generic, bias) when `value`'s only use adds a [N] vector along its last dim, in its own type."""
     us = users(value)
     if len(us) != 1:
         return None
     g = as_generic(us[0])
-    if g is None or not g.parallel or len(g.inputs) != 2 or not g.exprs or g.exprs[0][0] != "addf" or len(g.iterators) != rank:
+    if g is None or not g.parallel or len(g.inputs) != 2 or len(g.exprs) != 1 or g.exprs[0][0] != "addf" or len(g.iterators) != rank or not _identity_outputs(g):
         return None
     if sorted(g.exprs[0][1:]) != [("in", 0), ("in", 1)]:
         return None
@@ -423,7 +447,7 @@ def _named_softmax(op, order: int) -> Candidate | None:
 def _softmax(op, order: int) -> Candidate | None:
     """exp(x - max(x)) / sum(exp(x - max(x))) along the last dim, as torch decomposes it."""
     div = as_generic(op)
-    if div is None or not div.parallel or len(div.inputs) != 2 or not div.exprs or div.exprs[0] != ("divf", ("in", 0), ("in", 1)):
+    if div is None or not div.parallel or len(div.inputs) != 2 or len(div.exprs) != 1 or div.exprs[0] != ("divf", ("in", 0), ("in", 1)) or not _identity_outputs(div):
         return None
     rank = len(div.iterators)
     if not (elementwise_input(div, 0, rank) and row_broadcast(div, 1, rank)):
@@ -433,7 +457,7 @@ def _softmax(op, order: int) -> Candidate | None:
     if total is None or not total.reduces_last() or total.exprs[0] != ("addf", ("in", 0), ("out", 0)) or not same(total.inputs[0], e) or not is_zero_fill(total.outputs[0]):
         return None
     exp = single_op_generic(e, "exp")
-    if exp is None or exp.exprs[0] != ("exp", ("in", 0)) or not exp.parallel:
+    if exp is None or exp.exprs[0] != ("exp", ("in", 0)) or not elementwise_input(exp, 0, rank):
         return None
     sub = single_op_generic(exp.inputs[0], "subf")
     if sub is None or sub.exprs[0] != ("subf", ("in", 0), ("in", 1)) or not (elementwise_input(sub, 0, rank) and row_broadcast(sub, 1, rank)):
@@ -442,6 +466,8 @@ def _softmax(op, order: int) -> Candidate | None:
     mx_op = producer(source(m))
     mx = as_generic(mx_op)
     if mx is None or not mx.reduces_last() or mx.exprs[0] not in (("maximumf", ("in", 0), ("out", 0)), ("maxnumf", ("in", 0), ("out", 0))) or not same(mx.inputs[0], x):
+        return None
+    if mx_op.results[0] != source(m) or not _fill_of(mx.outputs[0], float("-inf")):  # max from -inf, its first result
         return None
     ix = tensor_info(x)
     narrow = _extf_source(x)
@@ -454,7 +480,9 @@ def _softmax(op, order: int) -> Candidate | None:
 def _layernorm(op, order: int) -> Candidate | None:
     """(x - mean) * rsqrt(var + eps) * weight + bias along the last dim (biased variance)."""
     add = as_generic(op)
-    if add is None or not add.parallel or len(add.inputs) != 2 or not add.exprs or add.exprs[0][0] != "addf" or sorted(add.exprs[0][1:]) != [("in", 0), ("in", 1)]:
+    if add is None or not add.parallel or len(add.inputs) != 2 or len(add.exprs) != 1 or add.exprs[0][0] != "addf" or sorted(add.exprs[0][1:]) != [("in", 0), ("in", 1)]:
+        return None
+    if not _identity_outputs(add):
         return None
     rank = len(add.iterators)
     split = _split_vector(add, rank)
@@ -473,12 +501,15 @@ def _layernorm(op, order: int) -> Candidate | None:
         return None
     centered = rstd = None
     for i in (0, 1):
-        if single_op_generic(source(mul_r.inputs[i]), "rsqrt") is not None and elementwise_input(mul_r, 1 - i, rank):
+        per_row = elementwise_input(mul_r, i, rank) or row_broadcast(mul_r, i, rank)
+        if single_op_generic(source(mul_r.inputs[i]), "rsqrt") is not None and per_row and elementwise_input(mul_r, 1 - i, rank):
             rstd, centered = source(mul_r.inputs[i]), mul_r.inputs[1 - i]
     if rstd is None:
         return None
     sub = single_op_generic(centered, "subf")
     if sub is None or sub.exprs[0] != ("subf", ("in", 0), ("in", 1)) or not elementwise_input(sub, 0, rank):
+        return None
+    if not (elementwise_input(sub, 1, rank) or row_broadcast(sub, 1, rank)):
         return None
     x, mean = sub.inputs
     ix = tensor_info(x)
@@ -487,8 +518,10 @@ def _layernorm(op, order: int) -> Candidate | None:
     if mean_n is None:
         return None
     rsqrt = single_op_generic(rstd, "rsqrt")
+    if rsqrt.exprs[0] != ("rsqrt", ("in", 0)) or not elementwise_input(rsqrt, 0, len(rsqrt.iterators)):
+        return None
     var_eps = single_op_generic(rsqrt.inputs[0], "addf")
-    if var_eps is None:
+    if var_eps is None or len(var_eps.inputs) != 1 or not elementwise_input(var_eps, 0, len(var_eps.iterators)):
         return None
     body = var_eps.exprs[0]
     consts = [a for a in body[1:] if a[0] == "const"]
@@ -502,6 +535,8 @@ def _layernorm(op, order: int) -> Candidate | None:
         return None
     square = single_op_generic(sq, "mulf")
     if square is None or square.exprs[0] not in (("mulf", ("in", 0), ("in", 1)), ("mulf", ("in", 0), ("in", 0))):
+        return None
+    if not all(elementwise_input(square, i, rank) for i in range(len(square.inputs))):
         return None
     dev = square.inputs
     if not all(_centered(v, x, mean) for v in dev):
@@ -532,6 +567,8 @@ def _mean_operand(value, cols):
     div = single_op_generic(value, "divf")
     if div is None or len(div.inputs) != 1 or div.exprs[0][1] != ("in", 0) or div.exprs[0][2] != ("const", float(cols) if cols else None):
         return None
+    if not elementwise_input(div, 0, len(div.iterators)):
+        return None
     total = as_generic(producer(source(div.inputs[0])))
     if total is None or not total.reduces_last() or total.exprs[0] != ("addf", ("in", 0), ("out", 0)) or not is_zero_fill(total.outputs[0]):
         return None
@@ -540,14 +577,17 @@ def _mean_operand(value, cols):
 
 def _mean_of(value, x, cols):
     div = single_op_generic(value, "divf")
-    if div is None or len(div.inputs) != 1 or div.exprs[0][1] != ("in", 0) or div.exprs[0][2][0] != "const":
+    if div is None or len(div.inputs) != 1 or div.exprs[0][1] != ("in", 0) or div.exprs[0][2][0] != "const" or not elementwise_input(div, 0, len(div.iterators)):
         return None
     total = as_generic(producer(source(div.inputs[0])))
-    if total is None or not total.reduces_last() or total.exprs[0] != ("addf", ("in", 0), ("out", 0)) or not same(total.inputs[0], x):
+    if total is None or not total.reduces_last() or total.exprs[0] != ("addf", ("in", 0), ("out", 0)) or not same(total.inputs[0], x) or not is_zero_fill(total.outputs[0]):
         return None
     return value, div.exprs[0][2][1]
 
 
 def _centered(value, x, mean) -> bool:
     sub = single_op_generic(value, "subf")
-    return sub is not None and sub.exprs[0] == ("subf", ("in", 0), ("in", 1)) and same(sub.inputs[0], x) and same(sub.inputs[1], mean)
+    if sub is None or sub.exprs[0] != ("subf", ("in", 0), ("in", 1)) or not same(sub.inputs[0], x) or not same(sub.inputs[1], mean):
+        return False
+    rank = len(sub.iterators)
+    return elementwise_input(sub, 0, rank) and (elementwise_input(sub, 1, rank) or row_broadcast(sub, 1, rank))
