@@ -319,6 +319,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("action", choices=("info", "clear"), help="info: location, number of builds and size; clear: remove every cached build")
     c.set_defaults(func=_cmd_cache)
 
+    from .models.cli import add_compile_command
+
+    add_compile_command(sub)  # iree-dispatch compile MODEL.mlir --kernels SPEC.toml (docs/models.md)
+
     s = sub.add_parser("samples", help="build the samples and run them on the first CUDA device")
     s.add_argument("--root", default=".", help="repository root (holds kernels/ and mlir/)")
     s.add_argument("--out", default="build", help="artifact folder (default: build)")

@@ -100,12 +100,15 @@ def test_run_without_gpu_says_so(capsys):
 @pytest.mark.skipif(cuda_device_available(), reason="checks the no-GPU path")
 def test_samples_main_job_without_gpu(tmp_path):
     """The README's main command: builds everything, says no GPU was found, exits 0."""
+    import os
+
+    env = {**os.environ, "IREE_DISPATCH_CACHE_DIR": str(tmp_path / "cache")}  # a cold build: the compilers run and say so
     result = subprocess.run(
-        [sys.executable, "-m", "iree_dispatch.cli", "samples", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "iree_dispatch.cli", "samples", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, env=env
     )
     assert result.returncode == 0, result.stderr
     assert "No CUDA device found" in result.stdout and str(tmp_path / "mixed_invocation.vmfb") in result.stdout
-    assert "[iree-dispatch] nvcc simple_mul.cu -> sm_90" in result.stdout
+    assert "[iree-dispatch] nvcc simple_mul.cu -> sm_90" in result.stdout and "[iree-dispatch] compiling with nvcc " in result.stdout
     for name in ("samples.vmfb", "samples.mlir", "mixed_invocation.vmfb", "mixed_invocation.mlir"):
         assert (tmp_path / name).stat().st_size > 0
 
