@@ -38,11 +38,11 @@ from ..core.errors import DeviceError
 from . import devices, dlpack
 from .cuda_driver import compute_capability as cuda_compute_capability
 from .cuda_driver import device_name as cuda_device_name
-from .devices import DEFAULT_DRIVER_FLAGS, DRIVER_FLAGS_ENV, POOL_ENV, Device, cuda_device_available, device, driver_flags, open_device
+from .devices import DEFAULT_DRIVER_FLAGS, DEVICE_ENV, DRIVER_FLAGS_ENV, POOL_ENV, Device, cuda_device_available, device, driver_flags, open_device
 from .dlpack import DeviceArray
 
 __all__ = [
-    "DEFAULT_DRIVER_FLAGS", "DRIVER_FLAGS_ENV", "POOL_ENV", "AsyncArray", "Device", "DeviceArray", "KernelFunction", "Module",
+    "DEFAULT_DRIVER_FLAGS", "DEVICE_ENV", "DRIVER_FLAGS_ENV", "POOL_ENV", "AsyncArray", "Device", "DeviceArray", "KernelFunction", "Module",
     "cuda_compute_capability", "cuda_device_available", "cuda_device_name", "device", "driver_flags", "load", "no_variant_message",
     "open_device", "read_descriptions", "runs_on",
 ]
@@ -504,14 +504,15 @@ def _result_dtypes(description: dict | None) -> list[np.dtype | None]:
 class Module:
     """A vmfb loaded on one CUDA device. Kernels are attributes: `module.simple_mul(a, b)`.
 
-    device: "cuda" (the first GPU), "cuda://N" or "cuda://GPU-<uuid>". Modules on one GPU share
+    device: "cuda" (the first GPU), "cuda://N" or "cuda://GPU-<uuid>"; default $IREE_DISPATCH_DEVICE,
+    else "cuda". Modules on one GPU share
     its IREE device (`module.gpu`), so their arrays and results pass between them freely.
     asynchronous: for modules compiled with `--iree-execution-model=async-external`: calls
     return AsyncArrays without waiting (see AsyncArray); `wait()` waits for all of them.
     max_in_flight: asynchronous calls queued ahead of the GPU at most (see Timeline).
     """
 
-    def __init__(self, vmfb: str | Path, device: str = "cuda", *, asynchronous: bool = False, max_in_flight: int = 32):
+    def __init__(self, vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32):
         self.path = Path(vmfb)
         if not self.path.is_file():
             raise FileNotFoundError(f"no such module: {self.path}")
@@ -571,9 +572,9 @@ class Module:
         self.gpu.trim()
 
 
-def load(vmfb: str | Path, device: str = "cuda", *, asynchronous: bool = False, max_in_flight: int = 32) -> Module:
-    """Loads `vmfb` on `device` ("cuda", "cuda://N", "cuda://GPU-<uuid>"). asynchronous,
-    max_in_flight: see Module."""
+def load(vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32) -> Module:
+    """Loads `vmfb` on `device` ("cuda", "cuda://N", "cuda://GPU-<uuid>"; default
+    $IREE_DISPATCH_DEVICE, else "cuda"). asynchronous, max_in_flight: see Module."""
     return Module(vmfb, device, asynchronous=asynchronous, max_in_flight=max_in_flight)
 
 

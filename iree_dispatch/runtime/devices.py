@@ -43,6 +43,7 @@ from . import cuda_driver
 DRIVER_FLAGS_ENV = "IREE_DISPATCH_CUDA_FLAGS"
 DEFAULT_DRIVER_FLAGS = ("--cuda_async_allocations=false",)
 POOL_ENV = "IREE_DISPATCH_OUTPUT_POOL"
+DEVICE_ENV = "IREE_DISPATCH_DEVICE"  # the GPU used where none is named ("cuda://1", "cuda://GPU-<uuid>")
 POOL_FREE_BUFFERS = 256  # free buffers the pool keeps at most (IREE scans its free list linearly)
 KDL_CUDA = 2  # DLPack's device type for CUDA memory
 # Reads to the host go through pinned staging buffers kept per size. IREE's DeviceArray.to_host
@@ -197,9 +198,15 @@ class Device:
         rt.HalFence.create_at(self._transfers, value + 1).wait()
 
 
-def device(uri: str = "cuda") -> Device:
-    """The process's Device for `uri`, created on first use; DeviceError if there is none."""
-    ordinal = ordinal_of(uri)
+def default_uri() -> str:
+    """The device `load` takes when none is named: $IREE_DISPATCH_DEVICE, else "cuda"."""
+    return os.environ.get(DEVICE_ENV) or "cuda"
+
+
+def device(uri: str | None = None) -> Device:
+    """The process's Device for `uri` (default: default_uri()), created on first use;
+    DeviceError if there is none."""
+    ordinal = ordinal_of(uri or default_uri())
     with _lock:
         found = _devices.get(ordinal)
         if found is None:
@@ -214,12 +221,12 @@ def device(uri: str = "cuda") -> Device:
         return found
 
 
-def open_device(uri: str = "cuda") -> rt.HalDevice:
+def open_device(uri: str | None = None) -> rt.HalDevice:
     """The IREE device for a URI such as "cuda" or "cuda://0"; DeviceError if there is none."""
     return device(uri).hal
 
 
-def cuda_device_available(uri: str = "cuda") -> bool:
+def cuda_device_available(uri: str | None = None) -> bool:
     try:
         device(uri)
         return True
