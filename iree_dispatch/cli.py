@@ -280,7 +280,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action=_Version, help="print the versions of iree-dispatch, iree-base-compiler, iree-base-runtime and the CUDA compiler a build would use")
     sub = p.add_subparsers(dest="command", required=True, help="what to do (iree-dispatch COMMAND -h for its options)")
 
-    b = sub.add_parser("build", help="spec (.toml) + .cu sources -> .vmfb")
+    b = sub.add_parser("build", help="spec (.toml) + .cu sources -> .vmfb",
+                       epilog="Everything after a lone -- goes to iree-compile, e.g. iree-dispatch build k.toml -o k.vmfb -- --iree-opt-level=O3")
     b.add_argument("spec", nargs="+", help="kernel spec file(s) (TOML); several only with --program, which calls @<module>.<kernel> of each")
     b.add_argument("-o", "--output", help="output .vmfb (default: build/<module>.vmfb)")
     b.add_argument("--emit-mlir", nargs="?", const="", metavar="PATH",
