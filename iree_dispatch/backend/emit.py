@@ -1,8 +1,8 @@
 """Stage 4: KernelSpecs + PTX objects → IREE MLIR text (deterministic).
 
-Written for iree-base-compiler 3.13 (strict properties: inherent attributes in `<{...}>`): the
-executables' syntax is in this file's templates, function bodies are written with ir.py (which
-programs use too), so a version bump is an edit in these two files.
+Written for iree-base-compiler 3.13 through ir.py, which spells every op and attribute (programs
+use it too): this file decides what the module holds, ir.py how it is written, so a version bump
+is an edit there.
 
 Per source file, one `hal.executable` with one variant per object (variants.py: cubins, PTX,
 fatbin), in preference order, each guarded by a compute-capability condition: the runtime
@@ -21,19 +21,9 @@ from ..core import expr as ex
 from ..core.contract import REFLECTION_KEY, encode
 from ..core.variants import Variant
 from ..frontend.spec import KernelSpec, ModuleSpec, TensorParam
-from .ir import FunctionBuilder, mlir_string, result_types, tensor_type
+from . import ir
+from .ir import FunctionBuilder, tensor_type
 
-_TARGET = '#hal.executable.target<"cuda", "cuda-nvptx-fb", {{target_arch = "{arch}"}}>'
-_BINDING = "#hal.pipeline.binding<storage_buffer{access}>"
-_LAYOUT = "#hal.pipeline.layout<constants = {constants}, bindings = [{bindings}]>"
-_VARIANT_OPEN = "hal.executable.variant public @{name} target(#target_{arch}) objects([{object}]) {{"
-_OBJECT = '#hal.executable.object<{{path = "{path}"}}>'
-# Embedded bytes keep the path too: an object with data alone prints back as `{, data = ...}`,
-# which does not parse again.
-_OBJECT_EMBEDDED = '#hal.executable.object<{{path = "{path}", data = dense<"0x{hex}"> : vector<{size}xi8>}}>'
-_QUERY = '%{name}.ok, %{name} = hal.device.query<%device : !hal.device> key("cuda.device" :: "compute_capability_{name}") : i1, i32'
-_EXPORT_OPEN = "hal.executable.export public @{entry} ordinal({ordinal}) layout(#layout_{layout}) count(%device: !hal.device{workloads}) -> (index, index, index) {{"
-_EXPORT_CLOSE = "}} <{{workgroup_size = [{x} : index, {y} : index, {z} : index]{shared}}}>"
 # Appended to a kernel's linkable wrapper name for its form without cf.assert (see emit_module).
 UNCHECKED_SUFFIX = ".unchecked"
 
@@ -98,32 +88,30 @@ def emit_module(objects: CompiledObjects, header: str = "", *, for_linking: bool
     plain iree-compile and no object files).
     """
     module, entries = objects.module, objects.entries
-    lines = [f"// {line}" for line in header.splitlines()]
+    lines = [ir.comment(line) for line in header.splitlines()]
     target_archs = dict.fromkeys(v.target_arch.name for exe in objects.executables for v in exe.variants)
-    lines += [f"#target_{a} = " + _TARGET.format(arch=a) for a in target_archs]
-    lines += [f"#layout_{k.function} = " + _layout(k) for k in module.kernels]
-    lines.append(f"module @{module.name} {{")
+    lines += [ir.attribute_alias(_target(a), ir.executable_target(a)) for a in target_archs]
+    lines += [ir.attribute_alias(_layout_name(k), ir.pipeline_layout(_constant_count(k), [not t.writable for t in k.tensors])) for k in module.kernels]
+    body = []
     for exe in objects.executables:
-        lines += _indent(_executable(exe, entries, object_data or {}), 1)
+        body += _executable(exe, entries, object_data or {})
     executable_of = {k.name: exe for exe in objects.executables for k in exe.kernels}
     for k in module.kernels:
         exe = executable_of[k.name]
-        function = f"private @{module.name}.{k.function}" if for_linking else f"@{k.function}"
-        lines += _indent(_wrapper(k, exe, module, entries[k.name], function), 1)
         if for_linking:
-            unchecked = f"private @{module.name}.{k.function}{UNCHECKED_SUFFIX}"
-            lines += _indent(_wrapper(k, exe, module, entries[k.name], unchecked, checked=False), 1)
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+            body += _wrapper(k, exe, module, entries[k.name], f"{module.name}.{k.function}", private=True)
+            body += _wrapper(k, exe, module, entries[k.name], f"{module.name}.{k.function}{UNCHECKED_SUFFIX}", private=True, checked=False)
+        else:
+            body += _wrapper(k, exe, module, entries[k.name], k.function)
+    return "\n".join(lines + ir.module(module.name, body)) + "\n"
 
 
-def _indent(lines: list[str], depth: int) -> list[str]:
-    return [("  " * depth + line) if line else line for line in lines]
+def _target(arch: str) -> str:
+    return f"target_{arch}"
 
 
-def _layout(k: KernelSpec) -> str:
-    bindings = ", ".join(_BINDING.format(access="" if t.writable else ", ReadOnly") for t in k.tensors)
-    return _LAYOUT.format(constants=_constant_count(k), bindings=bindings)
+def _layout_name(k: KernelSpec) -> str:
+    return f"layout_{k.function}"
 
 
 def _constant_count(k: KernelSpec) -> int:
@@ -132,69 +120,31 @@ def _constant_count(k: KernelSpec) -> int:
     return sum(s.stype.slots for s in k.scalars)
 
 
-def _condition(variant: Variant) -> list[str]:
-    """True when the GPU can run the variant's object: any of its rules holds (variants.py)."""
-    body = [_QUERY.format(name="major"), _QUERY.format(name="minor"), "%queried = arith.andi %major.ok, %minor.ok : i1"]
-    terms = []
-    for i, (major, minor, how) in enumerate(variant.rules):
-        body += [f"%major{i} = arith.constant {major} : i32", f"%minor{i} = arith.constant {minor} : i32"]
-        same = f"%same{i}"
-        body.append(f"{same} = arith.cmpi eq, %major, %major{i} : i32")
-        minor_pred = "eq" if how == "exact" else "sge"
-        body.append(f"%minor_ok{i} = arith.cmpi {minor_pred}, %minor, %minor{i} : i32")
-        body.append(f"%rule{i} = arith.andi {same}, %minor_ok{i} : i1")
-        if how == "at_least":
-            body.append(f"%newer{i} = arith.cmpi sgt, %major, %major{i} : i32")
-            body.append(f"%rule{i}.any = arith.ori %newer{i}, %rule{i} : i1")
-            terms.append(f"%rule{i}.any")
-        else:
-            terms.append(f"%rule{i}")
-    runs = terms[0]
-    for i, term in enumerate(terms[1:]):
-        body.append(f"%any{i} = arith.ori {runs}, {term} : i1")
-        runs = f"%any{i}"
-    body += [f"%ok = arith.andi %queried, {runs} : i1", "hal.return %ok : i1"]
-    return ["hal.executable.condition(%device: !hal.device) -> i1 {", *_indent(body, 1), "}"]
-
-
 def _executable(exe: Executable, entries: dict[str, str], object_data: dict[str, bytes]) -> list[str]:
-    lines = [f"hal.executable private @{exe.symbol} {{"]
+    variants = []
     for v in exe.variants:
         path = exe.object_paths[v.name]
-        data = object_data.get(path)
-        obj = _OBJECT.format(path=path) if data is None else _OBJECT_EMBEDDED.format(path=path, hex=data.hex().upper(), size=len(data))
-        variant = [_VARIANT_OPEN.format(name=v.name, arch=v.target_arch.name, object=obj), *_indent(_condition(v), 1)]
+        body = ir.variant_condition(v.rules)
         for ordinal, k in enumerate(exe.kernels):
-            variant += _indent(_export(k, entries[k.name], ordinal, k.shared_memory_for(v)), 1)
-        variant.append("}")
-        lines += _indent(variant, 1)
-    lines.append("}")
-    return lines
+            body += _export(k, entries[k.name], ordinal, k.shared_memory_for(v))
+        variants.append(ir.executable_variant(v.name, f"#{_target(v.target_arch.name)}", ir.executable_object(path, object_data.get(path)), body))
+    return ir.executable(exe.symbol, variants)
 
 
 def _export(k: KernelSpec, entry: str, ordinal: int, shared_memory: int) -> list[str]:
     # shared_memory: this variant's size (per-arch specs give each variant its own).
-    # "%w." keeps workload names apart from %device whatever the user calls them.
-    workloads = "".join(f", %w.{w}: index" for w in k.workloads)
     body: list[str] = []
     counter = iter(range(1 << 30))
-    values = {w: f"%w.{w}" for w in k.workloads}
-    grid = [ex.lower_to_arith(g, values, lambda: f"%t.{next(counter)}", body) for g in k.grid]
-    body.append(f"hal.return {', '.join(grid)} : index, index, index")
-    x, y, z = k.block
-    shared = f", workgroup_local_memory = {shared_memory} : index" if shared_memory else ""
-    return [
-        _EXPORT_OPEN.format(entry=entry, ordinal=ordinal, layout=k.function, workloads=workloads),
-        *_indent(body, 1),
-        _EXPORT_CLOSE.format(x=x, y=y, z=z, shared=shared),
-    ]
+    values = {w: ir.workload(w) for w in k.workloads}
+    grid = [ex.lower_to_arith(g, values, lambda: ir.value(f"t.{next(counter)}"), body) for g in k.grid]
+    return ir.executable_export(entry, ordinal, f"#{_layout_name(k)}", k.workloads, body, grid, k.block, shared_memory)
 
 
 def _tensor_type(t: TensorParam) -> str:
     return tensor_type(t.dtype, [d.value if isinstance(d, ex.Num) else None for d in t.shape])
 
 
-def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, function: str, checked: bool = True) -> list[str]:
+def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, function: str, private: bool = False, checked: bool = True) -> list[str]:
     b = FunctionBuilder(k.name, checked=checked)
     symbols: dict[str, str] = {}
     dim_values: dict[tuple[str, int], str] = {}
@@ -204,8 +154,7 @@ def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, fun
         for i, d in enumerate(t.shape):
             if isinstance(d, ex.Num):
                 continue
-            value = f"%{t.name}.d{i}"
-            b.lines.append(f"{value} = tensor.dim %{t.name}, {b.constant(i)} : {_tensor_type(t)}")
+            value = b.tensor_dim(ir.value(t.name), i, _tensor_type(t), name=ir.value(f"{t.name}.d{i}"))
             dim_values[(t.name, i)] = value
             if d.name in symbols:
                 b.check("eq", value, symbols[d.name], f"{t.name} dim {i} must equal {d.name} (the size of {_first_binding(k, d.name)})")
@@ -213,7 +162,7 @@ def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, fun
                 symbols[d.name] = value
     for s in k.scalar_args:
         if s.stype.integer:
-            symbols.setdefault(s.name, b.to_index(f"%{s.name}", s.stype))
+            symbols.setdefault(s.name, b.to_index(ir.value(s.name), s.stype))
 
     def lower(e: ex.Expr) -> str:
         return ex.lower_to_arith(e, symbols, b.fresh, b.lines)
@@ -243,53 +192,39 @@ def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, fun
                 dyn.append(v)
             else:
                 dyn.append(dim_values[(t.name, i)])
-        dims = "{" + ", ".join(dyn) + "}" if dyn else ""
-        name = f"%{t.name}"
-        if t.role == "output":
-            # flow.tensor.alloca, not tensor.empty: tensor.empty is pure, so IREE would merge
-            # two fresh outputs of one type and shape into ONE buffer (CSE) and the kernel's
-            # two outputs would alias. An alloca is an allocation: each output gets its own.
-            name = f"%{t.name}.init"
-            b.lines.append(f"{name} = flow.tensor.alloca : {_tensor_type(t)}{dims}")
+        # A fresh output is an allocation of its own (ir.FunctionBuilder.alloca: never merged with another).
+        name = b.alloca(ir.value(f"{t.name}.init"), _tensor_type(t), dyn) if t.role == "output" else ir.value(t.name)
         operands.append(name)
-        operand_types.append(f"{_tensor_type(t)}{dims}")
+        operand_types.append(f"{_tensor_type(t)}{ir.dynamic_dims(dyn)}")
         if t.writable:
-            results.append(f"{name}{dims}")
+            results.append(f"{name}{ir.dynamic_dims(dyn)}")
     if len(constants) != _constant_count(k):
         raise AssertionError(f"{k.name}: {len(constants)} push constants packed, layout declares {_constant_count(k)}")
     operands += constants
     operand_types += ["i32"] * len(constants)
 
-    workloads = ", ".join(symbols[w] for w in k.workloads)
-    targets = ", ".join(f"@{exe.symbol}::@{v.name}::@{entry}" for v in exe.variants)
     # Names with a "." can't collide with the C parameter names used for the arguments.
-    lhs = "%dispatch.result" if len(results) == 1 else f"%dispatch.results:{len(results)}"
-    rhs_results = results[0] if len(results) == 1 else f"({', '.join(results)})"
-    b.lines.append(
-        f"{lhs} = flow.dispatch {{{targets}}}[{workloads}]({', '.join(operands)}) : ({', '.join(operand_types)}) -> {rhs_results}"
-    )
-    returned = [lhs] if len(results) == 1 else [f"%dispatch.results#{i}" for i in range(len(results))]
+    lhs = ir.results_name(ir.value("dispatch.result" if len(results) == 1 else "dispatch.results"), len(results))
+    targets = [ir.export_target(exe.symbol, v.name, entry) for v in exe.variants]
+    b.dispatch(lhs, targets, [symbols[w] for w in k.workloads], operands, operand_types, results)
     out_types = [_tensor_type(t) for t in k.outputs]
-    b.lines.append(f"return {', '.join(returned)} : {', '.join(out_types)}")
+    b.return_([ir.result_value(lhs, len(results), i) for i in range(len(results))], out_types)
 
-    args = [f"%{t.name}: {_tensor_type(t)}" for t in k.inputs] + [f"%{s.name}: {s.stype.func_arg}" for s in k.scalar_args]
-    ret = result_types(out_types)
+    args = [ir.argument(t.name, _tensor_type(t)) for t in k.inputs] + [ir.argument(s.name, s.stype.func_arg) for s in k.scalar_args]
     # A prebuilt kernel runs on its objects' archs, not the module's.
     archs = list(dict.fromkeys(a.name for v in exe.variants for a in v.archs)) if k.objects else [a.name for a in module.archs]
     description = dict(k.describe(), archs=archs, objects="+".join(o.kind for o in k.objects) if k.objects else module.objects)
-    reflection = mlir_string(encode(description))
     # Only public wrappers are called from outside and need their description at run time.
-    attributes = "" if function.startswith("private") else f" attributes {{iree.reflection = {{{REFLECTION_KEY} = {reflection}}}}}"
-    head = f"func.func {function}({', '.join(args)}) -> {ret}{attributes} {{"
-    return [head, *_indent(b.lines, 1), "}"]
+    attributes = "" if private else ir.reflection(REFLECTION_KEY, encode(description))
+    return ir.function(function, args, out_types, b.lines, private=private, attributes=attributes)
 
 
 def _pack_argument(b: FunctionBuilder, s) -> list[str]:
     """A scalar argument of the generated function → its 32-bit push constants."""
-    st, value = s.stype, f"%{s.name}"
+    st, value = s.stype, ir.value(s.name)
     b.check_scalar_argument(value, s.name, st)
     if st.kind == "float":
-        return [b.op(f"arith.bitcast {value} : f32 to i32")]
+        return [b.cast("bitcast", value, "f32", "i32")]
     return b.split64(value) if st.nbytes == 8 else [value]
 
 
@@ -297,17 +232,16 @@ def _pack_expression(b: FunctionBuilder, s, value: str, arg_names: set[str]) -> 
     """A scalar computed from sizes (an index) → its 32-bit push constants, range-checked."""
     st = s.stype
     label = f"scalar {s.name}" if s.value == ex.Sym(s.name) else f"scalar {s.name} = {s.value}"
-    wide = b.op(f"arith.index_cast {value} : index to i64")
+    wide = b.cast("index_cast", value, "index", "i64")
     if st.kind == "float":
-        as_float = b.op(f"arith.sitofp {wide} : i64 to f32")
-        return [b.op(f"arith.bitcast {as_float} : f32 to i32")]
+        return [b.cast("bitcast", b.cast("sitofp", wide, "i64", "f32"), "f32", "i32")]
     lo, hi = st.int_range()
     # Dims are never negative, so a plain dim needs no lower bound check.
     if not (isinstance(s.value, ex.Sym) and s.value.name not in arg_names):
         b.check("sge", value, b.constant(lo), f"{label} is below the range of {st.ctype}")
     if hi < 2**63:  # index is 64-bit: nothing exceeds a 64-bit unsigned range
         b.check("sle", value, b.constant(hi), f"{label} exceeds the range of {st.ctype}")
-    return b.split64(wide) if st.nbytes == 8 else [b.op(f"arith.trunci {wide} : i64 to i32")]
+    return b.split64(wide) if st.nbytes == 8 else [b.cast("trunci", wide, "i64", "i32")]
 
 
 def _first_binding(k: KernelSpec, symbol: str) -> str:
