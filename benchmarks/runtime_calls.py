@@ -212,7 +212,35 @@ def main() -> int:
     text = f"{results['date']}, {results['device']}, driver {results['driver']}\n\n{table(results)}\n"
     (args.out / "runtime_calls.md").write_text(text)
     print(text)
+    plot(results, args.out / "runtime_calls.png")
     return 0
+
+
+PLOTTED = ["cupy launch + sync", "iree_dispatch call, device arrays", "iree_dispatch call, numpy in/out", "iree_dispatch async call (host)",
+           "torch elementwise multiply + sync", "torch in -> iree_dispatch -> torch out", "gemm_bf16 4096^3 kernel (CUPTI)", "gemm_bf16 4096^3 sync call (wall)"]
+
+
+def plot(results: dict, path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = results["runs"]
+    y = np.arange(len(PLOTTED))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for i, (label, rows) in enumerate(runs.items()):
+        ax.barh(y + 0.4 * i - 0.2, [rows[name]["median"] for name in PLOTTED], 0.4, label=label)
+    ax.set_yticks(y, PLOTTED, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("µs (median; log scale)")
+    ax.set_title(f"One call through the iree_dispatch runtime, {results['device']}, {results['date'][:10]}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
