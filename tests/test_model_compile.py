@@ -229,14 +229,14 @@ def _spec(tmp_path, replaces: str, shapes='{ a = ["M", "K"], b = ["K", "N"], c =
 @pytest.mark.parametrize(
     "replaces, message",
     [
-        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'batch_matmul', 'softmax', 'layernorm', got 'conv'"),
+        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'batch_matmul', 'softmax', 'layernorm', 'rmsnorm', got 'conv'"),
         ('{ op = "batch_matmul" }', "replaces 'batch_matmul' needs input tensors of ranks [3, 3] in parameter order; the kernel's inputs have ranks [2, 2]"),
         ('{ op = "matmul", blocks = 2 }', "replaces: unknown keys ['blocks']"),
         ('{ op = "matmul", divisible = { Q = 8 } }', "replaces.divisible names ['Q'], which are not shape symbols of the kernel's inputs (K, M, N)"),
         ('{ op = "matmul", max = { K = 0 } }', "replaces.max must be a table of positive integers"),
         ('{ op = "matmul", accumulate = "f8" }', "replaces.accumulate must be one of"),
         ('{ op = "layernorm" }', "replaces 'layernorm' needs input tensors of ranks [2, 1, 1]"),
-        ('{ op = "matmul", eps = 1e-5 }', "replaces.eps is a number, for op = \"layernorm\""),
+        ('{ op = "matmul", eps = 1e-5 }', "replaces.eps is a number, for op = \"layernorm\" or \"rmsnorm\""),
         ('"matmul"', "replaces must be a table"),
     ],
 )
@@ -325,3 +325,17 @@ def test_broadcast_rhs_must_be_the_same_matrix(tmp_path):
                     .replace("2x64x128", "2x64x64").replace("2x16x128", "2x16x64").replace("tensor<2x64x64xf32>) outs(%f", "tensor<2x64x64xf32>) outs(%f"))
     r = compile_model(path, [NAIVE], dry_run=True)
     assert [f.kind for f in r.decisions[0].candidate.forms] == ["batch_matmul"]
+
+
+def test_rmsnorm_and_layernorms_without_affine():
+    r = _dry("norms_f32.torch.mlir", kernels=[LIBRARY])
+    assert [(d.candidate.kind, d.capability.label) for d in r.replaced] == [
+        ("rmsnorm", "library.rmsnorm_f32"),
+        ("layernorm", "library.layernorm_warp_f32"),
+        ("layernorm", "library.layernorm_warp_f32"),
+    ]
+    text = r.text()
+    assert "#1 rmsnorm 4x8x96 f32 over dim 2, eps 1e-06 at norms_f32.torch.mlir:9 -> library.rmsnorm_f32" in text
+    assert "#2 layernorm 4x8x96 f32 over dim 2, eps 1e-05 (no weight, no bias)" in text
+    assert r.replaced[1].notes == ["the model has no weight: the kernel gets ones", "the model has no bias: the kernel gets zeros"]
+    assert r.replaced[2].notes == ["the model has no bias: the kernel gets zeros"]

@@ -68,6 +68,39 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
         lines.append(f"%s = linalg.softmax dimension(1) ins({x} : tensor<?x?xf32>) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>")
         conv, r = _convert("%s", "", "f32", dst, 2, "r")
         lines += conv + [f"return {r} : {out}"]
+    elif op == "rmsnorm":
+        src = _elem(ins[0])
+        lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a0, %c1 : {ins[0]}"]
+        conv_x, x = _convert("%a0", ins[0], src, "f32", 2, "x32")
+        conv_w, w = _convert("%a1", ins[1], src, "f32", 1, "w32")
+        lines += conv_x + conv_w
+        eps_value = "%a2" if eps is None else "%epsc"
+        if eps is not None:
+            lines.append(f"%epsc = arith.constant {eps!r} : f32")
+        lines += [
+            "%nf0 = arith.index_cast %n : index to i64",
+            "%nf = arith.sitofp %nf0 : i64 to f32",
+            "%z = arith.constant 0.0 : f32",
+            "%er = tensor.empty(%m) : tensor<?xf32>",
+            "%fr = linalg.fill ins(%z : f32) outs(%er : tensor<?xf32>) -> tensor<?xf32>",
+            "%ex = tensor.empty(%m, %n) : tensor<?x?xf32>",
+        ]
+        red = '{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}'
+        lines.append(
+            f"%ss = linalg.generic {red} ins({x} : tensor<?x?xf32>) outs(%fr : tensor<?xf32>) {{\n^bb0(%v: f32, %o: f32):\n"
+            "%q = arith.mulf %v, %v : f32\n%s = arith.addf %q, %o : f32\nlinalg.yield %s : f32\n} -> tensor<?xf32>"
+        )
+        full = (
+            '{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d1)>, '
+            'affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]}'
+        )
+        lines.append(
+            f"%y = linalg.generic {full} ins({x}, %ss, {w} : tensor<?x?xf32>, tensor<?xf32>, tensor<?xf32>) outs(%ex : tensor<?x?xf32>) {{\n"
+            f"^bb0(%v: f32, %s: f32, %wv: f32, %o: f32):\n%ms = arith.divf %s, %nf : f32\n%me = arith.addf %ms, {eps_value} : f32\n"
+            "%rs = math.rsqrt %me : f32\n%t = arith.mulf %v, %rs : f32\n%tw = arith.mulf %t, %wv : f32\nlinalg.yield %tw : f32\n} -> tensor<?x?xf32>"
+        )
+        conv, r = _convert("%y", "", "f32", _elem(out), 2, "r")
+        lines += conv + [f"return {r} : {out}"]
     elif op == "layernorm":
         src = _elem(ins[0])
         lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a0, %c1 : {ins[0]}"]
@@ -158,10 +191,11 @@ def _run(vmfb: Path, function: str, args):
 def _random_args(text: str, function: str, rng):
     import ml_dtypes
 
-    sig = re.search(rf"func\.func @{function}\(([^)]*)\)", text)
+    sig = re.search(rf"func\.func @{function}\((.*?)\)\s*->", text)
     args = []
-    for ty in re.findall(r"tensor<([^>]*)>", sig[1]):
-        *dims, elem = ty.split("x")
+    types = [t.split("x") for t in re.findall(r"(?<!v)tensor<([^>]*)>", sig[1])]
+    types += [[*dims.split(","), elem] for dims, elem in re.findall(r"vtensor<\[([\d,]*)\],(\w+)>", sig[1])]
+    for *dims, elem in types:
         dtype = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f64": np.float64}[elem]
         args.append(rng.standard_normal([int(d) for d in dims]).astype(np.float32).astype(dtype))
     return args
@@ -178,6 +212,7 @@ def _random_args(text: str, function: str, rng):
         ("softmax_bf16.mlir", "softmax_bf16", False, 1e-2),
         ("refusals.mlir", "bf16_accumulator", True, 5e-2),  # f32 accumulation narrowed to bf16
         ("refusals.mlir", "long_rows", False, 1e-5),
+        ("norms_f32.torch.mlir", "main", False, 1e-5),  # RMSNorm; LayerNorms without weight or bias (ones and zeros passed)
     ],
 )
 def test_rewritten_model_computes_the_same(tmp_path, model, function, wide, tol):

@@ -32,11 +32,12 @@ OP_KINDS: dict[str, tuple[tuple[int, ...], int, int]] = {
     "batch_matmul": ((3, 3), 3, 0),  # lhs [B, M, K], rhs [B, K, N] → [B, M, N]
     "softmax": ((2,), 2, 0),  # x [rows, cols] → softmax over cols (a model's last dim)
     "layernorm": ((2, 1, 1), 2, 1),  # x [rows, cols], weight [cols], bias [cols], eps → per row
+    "rmsnorm": ((2, 1), 2, 1),  # x [rows, cols], weight [cols], eps → x * rsqrt(mean(x^2) + eps) * weight per row
 }
 _KEYS = {"op", "accumulate", "divisible", "max", "eps", "priority"}
 # What the kernel computes in, unless `accumulate` says otherwise: matmuls accumulate in their
 # output's type; the row kernels of the library compute in float32 whatever they store.
-_DEFAULT_ACCUMULATE = {"softmax": "f32", "layernorm": "f32"}
+_DEFAULT_ACCUMULATE = {"softmax": "f32", "layernorm": "f32", "rmsnorm": "f32"}
 _FLOAT_RANK = {"f16": 1, "bf16": 1, "f32": 2, "f64": 3}
 
 
@@ -210,8 +211,8 @@ def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str,
     if others:
         raise SpecError(f"{label}: replaces {op!r}: scalar arguments {others} have no value in a model; give them values with scalars = {{ ... }}")
     eps = table.get("eps")
-    if eps is not None and (op != "layernorm" or not isinstance(eps, (int, float))):
-        raise SpecError(f"{label}: replaces.eps is a number, for op = \"layernorm\" kernels whose epsilon is built in")
+    if eps is not None and (op not in ("layernorm", "rmsnorm") or not isinstance(eps, (int, float)) or isinstance(eps, bool)):
+        raise SpecError(f"{label}: replaces.eps is a number, for op = \"layernorm\" or \"rmsnorm\" kernels whose epsilon is built in")
     wanted = 0 if eps is not None else n_floats
     if len(floats) != wanted:
         what = "its epsilon as one float argument" if wanted else "no float argument"

@@ -293,7 +293,7 @@ def find_candidates(module) -> list[Candidate]:
         elif name == "linalg.softmax":
             cand = _named_softmax(op, i)
         elif name == "linalg.generic":
-            cand = _softmax(op, i) or _layernorm(op, i)
+            cand = _softmax(op, i) or _norm(op, i)
         if cand is not None and _key(op.results[0]) not in claimed:
             claimed.add(_key(op.results[0]))
             cand.order = len(found) + 1
@@ -477,46 +477,92 @@ def _softmax(op, order: int) -> Candidate | None:
     return cand
 
 
-def _layernorm(op, order: int) -> Candidate | None:
-    """(x - mean) * rsqrt(var + eps) * weight + bias along the last dim (biased variance)."""
-    add = as_generic(op)
-    if add is None or not add.parallel or len(add.inputs) != 2 or len(add.exprs) != 1 or add.exprs[0][0] != "addf" or sorted(add.exprs[0][1:]) != [("in", 0), ("in", 1)]:
+def _norm(op, order: int) -> Candidate | None:
+    """LayerNorm, (x - mean) * rsqrt(var + eps) [* weight] [+ bias], or RMSNorm,
+    x * rsqrt(mean(x^2) + eps) [* weight], along the last dim, rooted at its last op."""
+    g = as_generic(op)
+    if g is None or not g.parallel or len(g.inputs) != 2 or len(g.exprs) != 1 or not _identity_outputs(g):
         return None
-    if not _identity_outputs(add):
+    if g.exprs[0][0] not in ("addf", "mulf") or sorted(g.exprs[0][1:]) != [("in", 0), ("in", 1)]:
         return None
-    rank = len(add.iterators)
-    split = _split_vector(add, rank)
-    if split is None:
+    rank = len(g.iterators)
+    weight = bias = None
+    value = op.results[0]
+    if g.exprs[0][0] == "addf":  # + bias, after * weight or right after the normalization
+        split = _split_vector(g, rank)
+        if split is None:
+            return None
+        value, bias = split
+        w = single_op_generic(value, "mulf")
+        if w is not None and _split_vector(w, rank) is not None and _normalized(_split_vector(w, rank)[0], rank) is not None:
+            value, weight = _split_vector(w, rank)
+    else:
+        split = _split_vector(g, rank)
+        if split is not None and _normalized(split[0], rank) is not None:
+            value, weight = split
+        if _feeds_affine(op.results[0], rank, "addf"):
+            return None  # the bias add that follows is the root
+    norm = _normalized(value, rank)
+    if norm is None:
         return None
-    scaled, bias = split
-    mul_w = single_op_generic(scaled, "mulf")
-    if mul_w is None or len(mul_w.inputs) != 2 or sorted(mul_w.exprs[0][1:]) != [("in", 0), ("in", 1)]:
-        return None
-    split = _split_vector(mul_w, rank)
-    if split is None:
-        return None
-    normed, weight = split
-    mul_r = single_op_generic(normed, "mulf")
+    kind, x, eps, compute, divisor = norm
+    if weight is None and bias is None and _feeds_affine(op.results[0], rank, "mulf", "addf"):
+        return None  # the weight or bias that follows is the root
+    if kind == "rmsnorm" and bias is not None:
+        return None  # not an RMSNorm the kernels compute
+    ix = tensor_info(x)
+    cols = ix[0][-1]
+    narrow = _extf_source(x)
+    io = f"{tensor_info(narrow)[1]}, computed in {compute}" if narrow is not None else ix[1] if ix[1] == compute else f"{ix[1]}, computed in {compute}"
+    missing = [name for v, name in ((weight, "weight"), (bias, "bias")) if v is None and (name == "weight" or kind == "layernorm")]
+    affine = f" (no {', no '.join(missing)})" if missing else ""
+    cand = Candidate(kind, f"{shape_text(ix[0])} {io} over dim {rank - 1}, eps {eps:.6g}{affine}", location(op), order)
+    vectors = [(weight, 1.0, "weight")] + ([(bias, 0.0, "bias")] if kind == "layernorm" else [])
+    cand.forms = []
+    for form in _io_forms(kind, x, op.results[0], op, compute, [], eps):
+        dtype = form.operands[0].dtype
+        extra, notes = [], []
+        for v, fill, name in vectors:
+            if v is not None:
+                iv = tensor_info(v)
+                extra.append(Operand(v, iv[0], iv[1]))
+            else:
+                extra.append(Operand(("splat", fill), (cols,), dtype))
+                notes.append(f"the model has no {name}: the kernel gets {'ones' if fill else 'zeros'}")
+        form.operands += extra
+        form.notes += notes
+        cand.forms.append(form)
+    if cols is None or divisor != cols:
+        cand.refusal = ("numerics", f"the {'mean' if kind == 'layernorm' else 'mean square'} divides by {divisor}, not the row length {cols}")
+    return cand
+
+
+def _feeds_affine(value, rank: int, *heads: str) -> bool:
+    """`value`'s only use multiplies (mulf) or adds (addf) a [cols] vector to it."""
+    us = users(value)
+    if len(us) != 1:
+        return False
+    g = as_generic(us[0])
+    if g is None or len(g.exprs) != 1 or g.exprs[0][0] not in heads or len(g.inputs) != 2 or len(g.iterators) != rank:
+        return False
+    split = _split_vector(g, rank)
+    return split is not None and split[0] == value
+
+
+def _normalized(value, rank: int):
+    """(kind, x, eps, compute type, divisor) when `value` is x normalized per row, else None:
+    layernorm: (x - mean) * rsqrt(var + eps); rmsnorm: x * rsqrt(mean(x^2) + eps)."""
+    mul_r = single_op_generic(value, "mulf")
     if mul_r is None or len(mul_r.inputs) != 2 or sorted(mul_r.exprs[0][1:]) != [("in", 0), ("in", 1)]:
         return None
-    centered = rstd = None
+    found = None
     for i in (0, 1):
         per_row = elementwise_input(mul_r, i, rank) or row_broadcast(mul_r, i, rank)
         if single_op_generic(source(mul_r.inputs[i]), "rsqrt") is not None and per_row and elementwise_input(mul_r, 1 - i, rank):
-            rstd, centered = source(mul_r.inputs[i]), mul_r.inputs[1 - i]
-    if rstd is None:
+            found = source(mul_r.inputs[i]), mul_r.inputs[1 - i]
+    if found is None:
         return None
-    sub = single_op_generic(centered, "subf")
-    if sub is None or sub.exprs[0] != ("subf", ("in", 0), ("in", 1)) or not elementwise_input(sub, 0, rank):
-        return None
-    if not (elementwise_input(sub, 1, rank) or row_broadcast(sub, 1, rank)):
-        return None
-    x, mean = sub.inputs
-    ix = tensor_info(x)
-    cols = ix[0][-1]
-    mean_n = _mean_of(source(mean), x, cols)
-    if mean_n is None:
-        return None
+    rstd, centered = found
     rsqrt = single_op_generic(rstd, "rsqrt")
     if rsqrt.exprs[0] != ("rsqrt", ("in", 0)) or not elementwise_input(rsqrt, 0, len(rsqrt.iterators)):
         return None
@@ -525,12 +571,11 @@ def _layernorm(op, order: int) -> Candidate | None:
         return None
     body = var_eps.exprs[0]
     consts = [a for a in body[1:] if a[0] == "const"]
-    ins = [a for a in body[1:] if a == ("in", 0)]
-    if len(consts) != 1 or len(ins) != 1:
+    if len(consts) != 1 or [a for a in body[1:] if a != consts[0]] != [("in", 0)]:
         return None
     eps = consts[0][1]
     var = source(var_eps.inputs[0])
-    sq = _mean_operand(var, cols)
+    sq, divisor = _row_mean(var)
     if sq is None:
         return None
     square = single_op_generic(sq, "mulf")
@@ -538,20 +583,31 @@ def _layernorm(op, order: int) -> Candidate | None:
         return None
     if not all(elementwise_input(square, i, rank) for i in range(len(square.inputs))):
         return None
-    dev = square.inputs
-    if not all(_centered(v, x, mean) for v in dev):
-        return None
     compute = tensor_info(var)[1]
-    narrow = _extf_source(x)
-    io = f"{tensor_info(narrow)[1]}, computed in {compute}" if narrow is not None else ix[1] if ix[1] == compute else f"{ix[1]}, computed in {compute}"
-    desc = f"{shape_text(ix[0])} {io} over dim {rank - 1}, eps {eps:.6g}"
-    cand = Candidate("layernorm", desc, location(op), order)
-    iw, ib = tensor_info(weight), tensor_info(bias)
-    extra = [Operand(weight, iw[0], iw[1]), Operand(bias, ib[0], ib[1])]
-    cand.forms = _io_forms("layernorm", x, op.results[0], op, compute, extra, eps)
-    if cols is None or mean_n[1] != cols:
-        cand.refusal = ("numerics", f"the mean divides by {mean_n[1]}, not the row length {cols}")
-    return cand
+    sub = single_op_generic(centered, "subf")
+    if sub is not None:  # LayerNorm: the centered x, squared
+        if sub.exprs[0] != ("subf", ("in", 0), ("in", 1)) or not elementwise_input(sub, 0, rank) or not (elementwise_input(sub, 1, rank) or row_broadcast(sub, 1, rank)):
+            return None
+        x, mean = sub.inputs
+        mean_x, mean_divisor = _row_mean(source(mean))
+        if mean_x is None or not same(mean_x, x) or mean_divisor != divisor or not all(_centered(v, x, mean) for v in square.inputs):
+            return None
+        return "layernorm", x, eps, compute, divisor
+    x = centered  # RMSNorm: x itself, squared
+    if not all(same(v, x) for v in square.inputs):
+        return None
+    return "rmsnorm", x, eps, compute, divisor
+
+
+def _row_mean(value):
+    """(t, n) when `value` is sum(t over the last dim) / n (a constant n), else (None, None)."""
+    div = single_op_generic(value, "divf")
+    if div is None or len(div.inputs) != 1 or div.exprs[0][1] != ("in", 0) or div.exprs[0][2][0] != "const" or not elementwise_input(div, 0, len(div.iterators)):
+        return None, None
+    total = as_generic(producer(source(div.inputs[0])))
+    if total is None or not total.reduces_last() or total.exprs[0] != ("addf", ("in", 0), ("out", 0)) or not is_zero_fill(total.outputs[0]):
+        return None, None
+    return total.inputs[0], div.exprs[0][2][1]
 
 
 def _split_vector(g: Generic, rank: int):
@@ -560,29 +616,6 @@ def _split_vector(g: Generic, rank: int):
         if elementwise_input(g, i, rank) and last_dim_broadcast(g, 1 - i, rank):
             return g.inputs[i], g.inputs[1 - i]
     return None
-
-
-def _mean_operand(value, cols):
-    """The tensor `value` is the row mean of (sum over the last dim / cols), or None."""
-    div = single_op_generic(value, "divf")
-    if div is None or len(div.inputs) != 1 or div.exprs[0][1] != ("in", 0) or div.exprs[0][2] != ("const", float(cols) if cols else None):
-        return None
-    if not elementwise_input(div, 0, len(div.iterators)):
-        return None
-    total = as_generic(producer(source(div.inputs[0])))
-    if total is None or not total.reduces_last() or total.exprs[0] != ("addf", ("in", 0), ("out", 0)) or not is_zero_fill(total.outputs[0]):
-        return None
-    return total.inputs[0]
-
-
-def _mean_of(value, x, cols):
-    div = single_op_generic(value, "divf")
-    if div is None or len(div.inputs) != 1 or div.exprs[0][1] != ("in", 0) or div.exprs[0][2][0] != "const" or not elementwise_input(div, 0, len(div.iterators)):
-        return None
-    total = as_generic(producer(source(div.inputs[0])))
-    if total is None or not total.reduces_last() or total.exprs[0] != ("addf", ("in", 0), ("out", 0)) or not same(total.inputs[0], x) or not is_zero_fill(total.outputs[0]):
-        return None
-    return value, div.exprs[0][2][1]
 
 
 def _centered(value, x, mean) -> bool:

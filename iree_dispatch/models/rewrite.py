@@ -54,11 +54,16 @@ def apply(decision: Decision, replaced: dict) -> None:
         args = []
         for operand, type_text in zip(form.operands, ins):
             value = operand.value
+            if isinstance(value, tuple):  # ("splat", v): a weight or bias the model does not have
+                t = ir.Type.parse(tensor_type(operand.dtype, list(operand.shape)))
+                element = ir.Type.parse(operand.dtype)
+                attr = ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(element, value[1]))
+                value = ir.Operation.create("arith.constant", results=[t], attributes={"value": attr}).results[0]
             while value in replaced:
                 value = replaced[value]
             v = _reshape(value, operand.shape)
             args.append(_cast(v, ir.Type.parse(type_text)))
-        for s in kernel.scalar_args:  # capability.py allows only LayerNorm's epsilon here
+        for s in kernel.scalar_args:  # capability.py allows only a norm's epsilon here
             t = ir.Type.parse(s.stype.func_arg)
             const = ir.Operation.create("arith.constant", results=[t], attributes={"value": ir.FloatAttr.get(t, form.eps)})
             args.append(const.results[0])
