@@ -197,7 +197,8 @@ def run(args) -> int:
             if (variant["device"] == "cuda") != (dev == "cuda"):
                 continue
             try:
-                out[name] = _time_iree(folder / dtype / variant["vmfb"], variant["device"], host_args, ref, args.iters)
+                ours = [k.split(".", 1)[1] for k in variant.get("kernels", {})]
+                out[name] = _time_iree(folder / dtype / variant["vmfb"], variant["device"], host_args, ref, args.iters, not args.no_profile, ours)
             except Exception as exc:  # noqa: BLE001 - one variant failing must not hide the others
                 out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
             out[name]["what"] = variant["what"]
@@ -239,7 +240,7 @@ def _time_torch(fn, ref, iters: int, dev: str) -> dict:
     return {"ms": _median(times), "ms_min": min(times), **errors}
 
 
-def _time_iree(vmfb: Path, device: str, host_args, ref, iters: int) -> dict:
+def _time_iree(vmfb: Path, device: str, host_args, ref, iters: int, profile: bool = False, ours: list[str] = ()) -> dict:
     import iree.runtime as ireert
     import torch
 
@@ -259,23 +260,55 @@ def _time_iree(vmfb: Path, device: str, host_args, ref, iters: int) -> dict:
         t0 = time.perf_counter()
         module.main(*args)  # synchronous: returns when the results are ready
         times.append((time.perf_counter() - t0) * 1e3)
-    return {"ms": _median(times), "ms_min": min(times), "first_call_ms": first * 1e3, **errors}
+    result = {"ms": _median(times), "ms_min": min(times), "first_call_ms": first * 1e3, **errors}
+    if profile and device == "cuda":
+        try:
+            result["gpu_kernels"] = _kernel_breakdown(lambda: module.main(*args), ours)
+        except Exception as exc:  # noqa: BLE001 - the breakdown is extra; the timing stands
+            result["gpu_kernels_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return result
+
+
+def _kernel_breakdown(call, ours: list[str]) -> dict:
+    """GPU time of one call by kernel (CUPTI through torch.profiler): ours (by entry name) and
+    IREE's own dispatches, in ms, with the eight longest kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+    totals: dict[str, float] = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = getattr(e, "cuda_time_total", 0.0)
+        if t:
+            totals[e.key] = totals.get(e.key, 0.0) + t / 1e3
+    mine = {k: v for k, v in totals.items() if any(k == name or k.startswith(name + "(") for name in ours)}
+    return {
+        "total_ms": sum(totals.values()),
+        "ours_ms": sum(mine.values()),
+        "iree_ms": sum(totals.values()) - sum(mine.values()),
+        "top": dict(sorted(totals.items(), key=lambda kv: -kv[1])[:8]),
+    }
 
 
 def table(results: dict) -> str:
     m = results["meta"]
     lines = [f"GPT-2 small, batch {m['batch']} x {m['seq']} tokens, seed {m['seed']}, on {results['device']}", ""]
-    lines.append("| dtype | implementation | forward ms (median) | vs eager | max err / max ref | top-1 agree | replaced |")
-    lines.append("|---|---|---:|---:|---:|---:|---|")
+    lines.append("| dtype | implementation | forward ms (median) | vs eager | max err / max ref | top-1 agree | GPU ms: ours + IREE's | replaced |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---|")
     for dtype, runs in results["runs"].items():
         eager = runs.get("torch_eager", {}).get("ms")
         for name, r in runs.items():
             if "error" in r:
-                lines.append(f"| {dtype} | {r.get('what', name)} | failed: {r['error'][:80]} | | | | |")
+                lines.append(f"| {dtype} | {r.get('what', name)} | failed: {r['error'][:80]} | | | | | |")
                 continue
             speed = f"{eager / r['ms']:.2f}x" if eager else ""
             kernels = ", ".join(f"{k.split('.')[-1]} x{n}" for k, n in r.get("kernels", {}).items())
-            lines.append(f"| {dtype} | {r.get('what', name)} | {r['ms']:.2f} | {speed} | {r['max_rel']:.2e} | {r['top1_agree'] * 100:.2f}% | {kernels} |")
+            k = r.get("gpu_kernels")
+            split = f"{k['ours_ms']:.2f} + {k['iree_ms']:.2f}" if k else ""
+            lines.append(f"| {dtype} | {r.get('what', name)} | {r['ms']:.2f} | {speed} | {r['max_rel']:.2e} | {r['top1_agree'] * 100:.2f}% | {split} | {kernels} |")
     return "\n".join(lines) + "\n"
 
 
@@ -298,6 +331,7 @@ def main(argv=None) -> int:
     r.add_argument("--out", default="build/model-results")
     r.add_argument("--iters", type=int, default=20)
     r.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    r.add_argument("--no-profile", action="store_true", help="skip the per-kernel GPU time breakdown of the IREE variants (CUPTI)")
     r.set_defaults(func=run)
     args = p.parse_args(argv)
     return args.func(args)
