@@ -240,8 +240,14 @@ def test_a_failed_build_leaves_nothing_and_a_warm_one_runs_no_triton(triton_proj
 
     with pytest.raises(SpecError, match="Triton failed to compile it for"):
         build(load_spec(spec_path), triton_project / "out" / "tri.vmfb")
-    leftovers = [p for p in (triton_project / "cache").rglob("*") if p.is_file() and p.name != "CACHEDIR.TAG" and "locks" not in p.parts]
-    assert leftovers == [] and not (triton_project / "out").exists()
+    # Nothing but whole, verified entries of the objects that did compile (the other kernel's).
+    from iree_dispatch.backend.cache import Cache
+
+    cache = triton_project / "cache"
+    leftovers = [p for p in cache.rglob("*") if p.is_file() and p.name != "CACHEDIR.TAG" and p.parts[len(cache.parts)] not in ("locks", "objects", "manifests")]
+    assert leftovers == [] and not (triton_project / "out").exists() and Cache().info()["entries"] == 0
+    for entry in (cache / "objects").iterdir():
+        Cache().verify(entry)
 
     (triton_project / "kernels.py").write_text(text)
     cold = build(load_spec(spec_path), triton_project / "out" / "tri.vmfb", emit_mlir=triton_project / "out" / "tri.mlir")
@@ -290,3 +296,22 @@ def test_two_declarations_of_one_function_with_other_constexprs_share_a_module(o
     text = result.mlir.read_text()
     assert len(re.findall(r"^  hal\.executable private", text, re.M)) == 2
     assert "ceildiv" in text and "func.func @axpy256" in text and "func.func @axpy(" in text
+
+
+def test_a_build_that_misses_takes_the_triton_objects_from_the_cache(triton_project, monkeypatch):
+    from iree_dispatch.backend import pipeline
+    from iree_dispatch.frontend.spec_file import load_spec
+
+    spec_path = triton_project / "tri.toml"
+    cold = build(load_spec(spec_path), triton_project / "a" / "tri.vmfb", emit_mlir=triton_project / "a" / "tri.mlir")
+    assert "triton" in cold.timings
+
+    def no_triton(*args, **kwargs):
+        raise AssertionError("Triton compiled what the object cache holds")
+
+    monkeypatch.setattr(pipeline, "compile_triton", no_triton)
+    # Another option: a miss of the build cache, whose objects stage takes Triton's objects from the cache.
+    other = build(load_spec(spec_path), triton_project / "b" / "tri.vmfb", emit_mlir=triton_project / "b" / "tri.mlir", strip_assertions=True)
+    assert "cache" not in other.timings and "triton" in other.timings
+    assert other.mlir.read_text() == cold.mlir.read_text()  # the same objects, shared memory and names
+    assert (triton_project / "kernels.py") in other.dependencies

@@ -29,8 +29,9 @@ from .. import __version__
 from ..core.archs import Arch
 from ..core.errors import AbiError, DispatchError, SpecError
 from ..core.variants import Variant
-from ..frontend.spec import ModuleSpec
+from ..frontend.spec import KernelSpec, ModuleSpec
 from ..frontend.triton import compile_module as compile_triton_kernels
+from ..frontend.triton import compile_triton
 from ..toolchains import PtxObject, Toolchain, object_filename, select_toolchain
 from .abi import check_adapted, check_entry, check_machine_code, resolve_entry
 from .cache import ENTRY_FILES, ENTRY_META, OBJECTS, Cache, CacheError, digest, file_digest, package_digest
@@ -269,9 +270,10 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
     (tmp / objects_rel).mkdir()
     read: list[Path] = []  # files the Triton compiles read, for the dependencies
     compiled_here = {k.function for k in spec.kernels if k.pending}
+    objects_cache = _ObjectCache(store, tc, say) if store and tc and OBJECT_CACHE else None
     if compiled_here:
         started = time.perf_counter()
-        spec, read = compile_triton_kernels(spec, tmp / ".triton" / spec.name, tc, say)
+        spec, read = compile_triton_kernels(spec, tmp / ".triton" / spec.name, tc, say, objects_cache.triton if objects_cache else None)
         timings["triton"] = timings.get("triton", 0.0) + time.perf_counter() - started
     fresh = {k.source for k in spec.kernels if k.function in compiled_here}  # their objects are this build's own, not inputs
     prebuilt = {k.source: k.objects for k in spec.kernels if k.objects}
@@ -311,7 +313,6 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
         if adapted != text:
             o.path.write_text(adapted, encoding="utf-8")
     ptx_paths = {(o.source, o.arch): o.path for o in objects}
-    objects_cache = _ObjectCache(store, tc, say) if store and tc and OBJECT_CACHE else None
     paths = {
         (src, variant.name): f"{objects_rel}/{_make_object(variant, src, ptx_paths, tmp / objects_rel, tmp, tc, objects_cache).name}"
         for src in spec.sources
@@ -354,8 +355,10 @@ class _ObjectCache:
     """Compiled objects in the build cache, under the same rules as whole builds (cache.py:
     sha256-verified entries, damage is a miss and is replaced). A PTX is keyed by the toolchain,
     the flags, the arch and the source's path and bytes, and by the headers it read (the
-    second level, as for builds); a cubin by the toolchain, the arch and the PTX's bytes. Both
-    keys hold this package's digest, as build keys do. The cache only saves time: one that can't
+    second level, as for builds); a cubin by the toolchain, the arch and the PTX's bytes; a
+    Triton kernel's objects (every arch's, with its shared memory) by its TritonSource, its .py
+    file's path and bytes, and the files of its module's jit functions. All keys hold this
+    package's digest, as build keys do. The cache only saves time: one that can't
     be written is not an error here (the build's own store says so)."""
 
     def __init__(self, store: Cache, tc: Toolchain, say: Progress):
@@ -377,6 +380,23 @@ class _ObjectCache:
     def keep(self, key: str, path: Path, dependencies: Sequence[Path] = ()) -> None:
         with contextlib.suppress(CacheError):
             self.store.store(key, list(dependencies), {_OBJECT: path}, {"dependencies": [str(d) for d in dependencies]}, section=OBJECTS)
+
+    def triton(self, kernel: KernelSpec, out: Path, tc: Toolchain | None) -> tuple[KernelSpec, list[Path]]:
+        """frontend.triton.compile_triton, the objects (PTX and cubins of every arch) and the
+        shared memory taken from the cache when it holds them for this function (its .py file's
+        path and bytes, its options, the Triton version), its module's jit files unchanged."""
+        source = kernel.triton
+        key = self.key("triton", json.dumps(source.fingerprint(), sort_keys=True), str(source.path.absolute()), file_digest(source.path))
+        hit = self.store.find(key, self.say, section=OBJECTS)
+        if hit is not None:
+            meta = self.store.meta(hit)
+            shutil.copytree(hit / ENTRY_FILES / _OBJECT, out)
+            return kernel.compiled_as([out / name for name in meta["objects"]], meta["shared_memory"]), [Path(d) for d in meta["dependencies"]]
+        compiled, read = compile_triton(kernel, out, tc)
+        meta = {"objects": [o.path.name for o in compiled.objects], "shared_memory": compiled.shared_memory, "dependencies": [str(d) for d in read]}
+        with contextlib.suppress(CacheError):
+            self.store.store(key, read, {_OBJECT: out}, meta, section=OBJECTS)
+        return compiled, read
 
     def ptx_key(self, source: Path, arch: Arch, flags: Sequence[str]) -> str:
         return self.key("ptx", str(source.absolute()), file_digest(source), arch.name, *flags)

@@ -230,16 +230,21 @@ def _constexpr_values(params: Sequence[JitParam], given: Mapping[str, Any], wher
     return values
 
 
-def compile_module(spec: ModuleSpec, out: Path, toolchain: Toolchain | None = None, progress: Callable[[str], None] | None = None) -> tuple[ModuleSpec, list[Path]]:
+Compile = Callable[[KernelSpec, Path, "Toolchain | None"], tuple[KernelSpec, list[Path]]]
+
+
+def compile_module(spec: ModuleSpec, out: Path, toolchain: Toolchain | None = None, progress: Callable[[str], None] | None = None,
+                   compile: Compile | None = None) -> tuple[ModuleSpec, list[Path]]:
     """`spec` with every pending Triton kernel compiled into `out` (the objects stage of a build
     calls this in its private folder), and the files the compiles read: each kernel's .py file
-    and the files of the jit functions its module holds."""
+    and the files of the jit functions its module holds. compile: what compiles one kernel
+    (default compile_triton; the build's takes the objects from its cache when it holds them)."""
     kernels, dependencies = [], []
     for k in spec.kernels:
         if k.pending:
             if progress:
                 progress(f"triton {k.triton.path.name}:{k.triton.function} -> {', '.join(a.name for a in k.triton.archs)}")
-            k, read = compile_triton(k, out / k.function, toolchain)
+            k, read = (compile or compile_triton)(k, out / k.function, toolchain)
             dependencies += read
         kernels.append(k)
     return dataclasses.replace(spec, kernels=tuple(kernels)), list(dict.fromkeys(dependencies))
