@@ -245,6 +245,16 @@ def test_bad_replaces_refused(tmp_path, replaces, message):
         load_kernels([_spec(tmp_path, replaces)])
 
 
+def test_replaces_needs_shapes_that_say_the_op(tmp_path):
+    path = _spec(tmp_path, '{ op = "matmul" }', shapes='{ a = ["M", "K"], b = ["K", "N"], c = ["N", "M"] }')
+    message = "replaces 'matmul', but the kernel's shapes (a ['M', 'K']; b ['K', 'N']; c ['N', 'M']) don't say it: the output must be ['M', 'N']"
+    with pytest.raises(SpecError, match=re.escape(message)):
+        load_kernels([path])
+    path = _spec(tmp_path, '{ op = "matmul" }', shapes='{ a = ["M", "K"], b = ["J", "N"], c = ["M", "N"] }')
+    with pytest.raises(SpecError, match=re.escape("sizes that must agree: K vs J")):
+        load_kernels([path])
+
+
 def test_replaces_errors_name_the_spec(tmp_path):
     path = _spec(tmp_path, '{ op = "conv" }')
     with pytest.raises(SpecError, match=re.escape(f"{path}: [[kernel]] #1 (matmul_f32)")):

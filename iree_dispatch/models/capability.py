@@ -206,6 +206,7 @@ def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str,
         raise SpecError(f"{label}: replaces {op!r} needs input tensors of ranks {list(in_ranks)} in parameter order; the kernel's inputs have ranks {list(ranks)}")
     if len(kernel.outputs) != 1 or len(kernel.outputs[0].shape) != out_rank:
         raise SpecError(f"{label}: replaces {op!r} needs one output tensor of rank {out_rank}; the kernel has {[len(t.shape) for t in kernel.outputs]}")
+    _check_shapes(kernel, op, label)
     floats = [s for s in kernel.scalar_args if s.stype.kind == "float"]
     others = [s.name for s in kernel.scalar_args if s.stype.kind != "float"]
     if others:
@@ -234,6 +235,27 @@ def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str,
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise SpecError(f"{label}: replaces.priority must be an integer")
     return Capability(module, kernel, op, accumulate, constraints["divisible"], constraints["max"], None if eps is None else float(eps), priority, order, label)
+
+
+def _check_shapes(kernel: KernelSpec, op: str, label: str) -> None:
+    """The kernel's declared shapes say the op: a matmul's K shared and its output [M, N], a row
+    op's output (and vectors) the shape of its rows."""
+    ins = [tuple(str(d) for d in t.shape) for t in kernel.inputs]
+    out = tuple(str(d) for d in kernel.outputs[0].shape)
+    if op in ("matmul", "matmul+bias"):
+        (m, k), (k2, n) = ins[0], ins[1]
+        want_out, same = (m, n), [(k, k2)] + ([(ins[2][0], n)] if op == "matmul+bias" else [])
+    elif op == "batch_matmul":
+        (b, m, k), (b2, k2, n) = ins
+        want_out, same = (b, m, n), [(b, b2), (k, k2)]
+    else:
+        rows, cols = ins[0]
+        want_out, same = (rows, cols), [(v[0], cols) for v in ins[1:]]
+    bad = [f"{x} vs {y}" for x, y in same if x != y]
+    if out != want_out or bad:
+        shapes = "; ".join(f"{t.name} {list(shape)}" for t, shape in zip((*kernel.inputs, kernel.outputs[0]), (*ins, out)))
+        agree = f"; sizes that must agree: {', '.join(bad)}" if bad else ""
+        raise SpecError(f"{label}: replaces {op!r}, but the kernel's shapes ({shapes}) don't say it: the output must be {list(want_out)}{agree}")
 
 
 def wider(a: str, b: str) -> bool:
