@@ -197,7 +197,7 @@ def _random_args(text: str, function: str, rng):
     types += [[*dims.split(","), elem] for dims, elem in re.findall(r"vtensor<\[([\d,]*)\],(\w+)>", sig[1])]
     for *dims, elem in types:
         dtype = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f64": np.float64}[elem]
-        args.append(rng.standard_normal([int(d) for d in dims]).astype(np.float32).astype(dtype))
+        args.append(rng.standard_normal([3 if d == "?" else int(d) for d in dims]).astype(np.float32).astype(dtype))  # dynamic dims: 3
     return args
 
 
@@ -213,6 +213,8 @@ def _random_args(text: str, function: str, rng):
         ("refusals.mlir", "bf16_accumulator", True, 5e-2),  # f32 accumulation narrowed to bf16
         ("refusals.mlir", "long_rows", False, 1e-5),
         ("norms_f32.torch.mlir", "main", False, 1e-5),  # RMSNorm; LayerNorms without weight or bias (ones and zeros passed)
+        ("dynamic_f32.mlir", "linear", False, 1e-5),  # dynamic rows
+        ("dynamic_f32.mlir", "softmax_rows", False, 1e-5),  # dynamic leading dim, collapsed into rows and expanded back
     ],
 )
 def test_rewritten_model_computes_the_same(tmp_path, model, function, wide, tol):

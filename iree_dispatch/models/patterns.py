@@ -37,6 +37,8 @@ class Form:
     anchor: object  # ir.Operation before which the replacement is inserted
     eps: float | None = None
     notes: list[str] = field(default_factory=list)
+    # Where each dim of the model's result comes from: (operand index, dim of that operand's value)
+    result_dims: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -343,18 +345,20 @@ def _matmul(op, order: int) -> Candidate | None:
         if bias_add is not None:
             g, bias = bias_add
             ibias = tensor_info(bias)
-            forms.append(Form("matmul+bias", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], g.op.results[0], (rows, n), tensor_info(g.op.results[0])[1], compute, g.op))
+            forms.append(Form("matmul+bias", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], g.op.results[0], (rows, n), tensor_info(g.op.results[0])[1], compute, g.op,
+                              result_dims=((0, 0), (0, 1), (1, 1))))
         note = "the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows"
-        forms.append(Form("matmul", [lhs, rhs], op.results[0], (rows, n), ic[1], compute, op, notes=[note]))
+        forms.append(Form("matmul", [lhs, rhs], op.results[0], (rows, n), ic[1], compute, op, notes=[note], result_dims=((0, 0), (0, 1), (1, 1))))
     if batch:
-        forms.append(Form("batch_matmul", [Operand(a, ia[0], ia[1]), Operand(b, ib[0], ib[1])], op.results[0], ic[0], ic[1], compute, op))
+        forms.append(Form("batch_matmul", [Operand(a, ia[0], ia[1]), Operand(b, ib[0], ib[1])], op.results[0], ic[0], ic[1], compute, op, result_dims=((0, 0), (0, 1), (1, 2))))
     else:
         lhs, rhs = Operand(a, ia[0], ia[1]), Operand(b, ib[0], ib[1])
         if bias_add is not None:
             g, bias = bias_add
             ibias = tensor_info(bias)
-            forms.append(Form("matmul+bias", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], g.op.results[0], ic[0], tensor_info(g.op.results[0])[1], compute, g.op))
-        forms.append(Form("matmul", [lhs, rhs], op.results[0], ic[0], ic[1], compute, op))
+            forms.append(Form("matmul+bias", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], g.op.results[0], ic[0], tensor_info(g.op.results[0])[1], compute, g.op,
+                              result_dims=((0, 0), (1, 1))))
+        forms.append(Form("matmul", [lhs, rhs], op.results[0], ic[0], ic[1], compute, op, result_dims=((0, 0), (1, 1))))
     cand.forms = forms
     return cand
 
@@ -404,12 +408,14 @@ def _io_forms(kind: str, x, result_value, anchor, compute: str, extra: list[Oper
     narrow_in = _extf_source(x)
     narrow_out = _truncf_user(result_value)
     rows_cols = _rows_shape(ix[0])
+    same_as_x = tuple((0, i) for i in range(len(ix[0])))
     if narrow_in is not None and narrow_out is not None:
         g = narrow_out
         forms.append(
-            Form(kind, [Operand(narrow_in, rows_cols, tensor_info(narrow_in)[1]), *extra], g.op.results[0], rows_cols, tensor_info(g.op.results[0])[1], compute, g.op, eps)
+            Form(kind, [Operand(narrow_in, rows_cols, tensor_info(narrow_in)[1]), *extra], g.op.results[0], rows_cols, tensor_info(g.op.results[0])[1], compute, g.op, eps,
+                 result_dims=same_as_x)
         )
-    forms.append(Form(kind, [Operand(x, rows_cols, ix[1]), *extra], result_value, rows_cols, ir_[1], compute, anchor, eps))
+    forms.append(Form(kind, [Operand(x, rows_cols, ix[1]), *extra], result_value, rows_cols, ir_[1], compute, anchor, eps, result_dims=same_as_x))
     return forms
 
 
@@ -532,8 +538,11 @@ def _norm(op, order: int) -> Candidate | None:
         form.operands += extra
         form.notes += notes
         cand.forms.append(form)
-    if cols is None or divisor != cols:
-        cand.refusal = ("numerics", f"the {'mean' if kind == 'layernorm' else 'mean square'} divides by {divisor}, not the row length {cols}")
+    what = "mean" if kind == "layernorm" else "mean square"
+    if cols is None:
+        cand.refusal = ("shape", f"the row length is dynamic, and the {what} divides by the constant {divisor:g}")
+    elif divisor != cols:
+        cand.refusal = ("numerics", f"the {what} divides by {divisor:g}, not the row length {cols}")
     return cand
 
 

@@ -51,7 +51,7 @@ def apply(decision: Decision, replaced: dict) -> None:
     kernel = cap.kernel
     ins, outs = kernel_function_type(kernel)
     with ir.InsertionPoint(form.anchor), form.anchor.location:
-        args = []
+        args, args_before_cast = [], []
         for operand, type_text in zip(form.operands, ins):
             value = operand.value
             if isinstance(value, tuple):  # ("splat", v): a weight or bias the model does not have
@@ -61,7 +61,9 @@ def apply(decision: Decision, replaced: dict) -> None:
                 value = ir.Operation.create("arith.constant", results=[t], attributes={"value": attr}).results[0]
             while value in replaced:
                 value = replaced[value]
-            v = _reshape(value, operand.shape)
+            args_before_cast.append(value)
+            expands = len(operand.shape) > len(tensor_info(value)[0])  # a [cols] vector as one row: [1, cols]
+            v = _reshape(value, operand.shape, [_dim(value, 0) if d is None else None for d in operand.shape] if expands else None)
             args.append(_cast(v, ir.Type.parse(type_text)))
         for s in kernel.scalar_args:  # capability.py allows only a norm's epsilon here
             t = ir.Type.parse(s.stype.func_arg)
@@ -75,7 +77,11 @@ def apply(decision: Decision, replaced: dict) -> None:
         if decision.narrow_to:
             t = ir.Type.parse(tensor_type(decision.narrow_to, list(form.result_shape)))
             result = ir.Operation.create("arith.truncf", results=[t], operands=[result]).results[0]
-        result = _reshape(result, tensor_info(form.result)[0])
+        model_shape = tensor_info(form.result)[0]
+        sources = [args_before_cast[i] for i, _ in form.result_dims]
+        expands = len(model_shape) > len(form.result_shape)
+        dims = [None if d is not None else _dim(sources[k], form.result_dims[k][1]) for k, d in enumerate(model_shape)] if expands else None
+        result = _reshape(result, model_shape, dims)
     form.result.replace_all_uses_with(result)
     replaced[form.result] = result
 
@@ -86,12 +92,24 @@ def _cast(value, target):
     return ir.Operation.create("tensor.cast", results=[target], operands=[value]).results[0]
 
 
-def _reshape(value, shape):
-    """`value` collapsed or expanded to `shape`, merging or splitting its leading dims."""
+def _dim(value, index: int):
+    """`tensor.dim` of `value` (an index value), for a dynamic size."""
+    c = ir.Operation.create("arith.constant", results=[ir.IndexType.get()], attributes={"value": ir.IntegerAttr.get(ir.IndexType.get(), index)})
+    return ir.Operation.create("tensor.dim", results=[ir.IndexType.get()], operands=[value, c.results[0]]).results[0]
+
+
+_DYNAMIC = -9223372036854775808  # ShapedType::kDynamic in static_output_shape
+
+
+def _reshape(value, shape, dims=None):
+    """`value` collapsed or expanded to `shape` (None: dynamic), merging or splitting its leading
+    dims. Expanding to dynamic dims takes their sizes from `dims` (index values, per target dim)."""
     shape = tuple(shape)
     have, dtype = tensor_info(value)
-    if have == shape:
+    if have == shape and None not in shape:
         return value
+    if len(have) == len(shape):
+        return _cast(value, ir.Type.parse(tensor_type(dtype, list(shape))))
     target = ir.Type.parse(tensor_type(dtype, list(shape)))
     small, big = (shape, have) if len(shape) < len(have) else (have, shape)
     lead = len(big) - len(small) + 1
@@ -99,5 +117,8 @@ def _reshape(value, shape):
     reassociation = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i) for i in g]) for g in groups])
     if len(shape) < len(have):
         return ir.Operation.create("tensor.collapse_shape", results=[target], operands=[value], attributes={"reassociation": reassociation}).results[0]
-    attrs = {"reassociation": reassociation, "static_output_shape": ir.DenseI64ArrayAttr.get(list(shape))}
-    return ir.Operation.create("tensor.expand_shape", results=[target], operands=[value], attributes=attrs).results[0]
+    dynamic = [dims[i] for i, d in enumerate(shape) if d is None] if dims else []
+    if len(dynamic) != sum(d is None for d in shape) or any(v is None for v in dynamic):
+        raise AssertionError(f"expanding to {shape} needs a size for each dynamic dim")
+    attrs = {"reassociation": reassociation, "static_output_shape": ir.DenseI64ArrayAttr.get([_DYNAMIC if d is None else d for d in shape])}
+    return ir.Operation.create("tensor.expand_shape", results=[target], operands=[value, *dynamic], attributes=attrs).results[0]

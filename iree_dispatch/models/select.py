@@ -76,23 +76,27 @@ def _fits(form: Form, cap: Capability, allow_wider: bool):
         if abs(round_to(cap.eps, form.compute) - model_eps) > 1e-12 * max(1.0, abs(model_eps)):
             return ("numerics", f"its epsilon is {cap.eps:g}, the model's {form.eps:g}"), None, []
     shapes = [o.shape for o in form.operands]
-    if any(d is None for s in shapes for d in s):
-        return ("shape", "dynamic dims are not supported yet (" + ", ".join(shape_text(s) for s in shapes) + ")"), None, []
-    bound = cap.symbols(shapes)
+    bound = cap.symbols(shapes)  # a dynamic dim binds None: the kernel's function checks it when called
     for t, shape in zip(cap.kernel.inputs, shapes):
         for dim, size in zip(t.shape, shape):
             if not hasattr(dim, "name") and getattr(dim, "value", size) != size:
-                return ("shape", f"{t.name} dim must be {dim.value}, the model's is {size}"), None, []
+                return ("shape", f"{t.name} dim must be {dim.value}, the model's is {shape_text([size])}"), None, []
     for sym, k in cap.divisible:
+        if bound[sym] is None:
+            return ("shape", f"needs {sym} % {k} == 0, the model's {sym} is dynamic"), None, []
         if bound[sym] % k:
             return ("shape", f"needs {sym} % {k} == 0, the model's {sym} = {bound[sym]}"), None, []
     for sym, k in cap.maximum:
+        if bound[sym] is None:
+            return ("shape", f"needs {sym} <= {k}, the model's {sym} is dynamic"), None, []
         if bound[sym] > k:
             return ("shape", f"needs {sym} <= {k}, the model's {sym} = {bound[sym]}"), None, []
     for t, shape in zip(cap.kernel.inputs, shapes):  # a symbol used twice must agree (K of lhs and rhs)
         for dim, size in zip(t.shape, shape):
-            if hasattr(dim, "name") and bound[dim.name] != size:
+            if hasattr(dim, "name") and None not in (size, bound[dim.name]) and bound[dim.name] != size:
                 return ("shape", f"{t.name}: {dim.name} = {size} here but {bound[dim.name]} elsewhere"), None, []
+    if any(isinstance(o.value, tuple) and None in o.shape for o in form.operands):
+        return ("shape", "a weight or bias the model lacks would need a dynamic size"), None, []
     return None, narrow, notes
 
 

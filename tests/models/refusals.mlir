@@ -38,15 +38,6 @@ func.func @softmax_dim0(%x: tensor<16x32xf32>) -> tensor<16x32xf32> {
   %s = linalg.softmax dimension(0) ins(%x : tensor<16x32xf32>) outs(%e : tensor<16x32xf32>) -> tensor<16x32xf32>
   return %s : tensor<16x32xf32>
 }
-func.func @dynamic_rows(%a: tensor<?x8xf32>, %b: tensor<8x16xf32>) -> tensor<?x16xf32> {
-  %zero = arith.constant 0.0 : f32
-  %c0 = arith.constant 0 : index
-  %m = tensor.dim %a, %c0 : tensor<?x8xf32>
-  %e = tensor.empty(%m) : tensor<?x16xf32>
-  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<?x16xf32>) -> tensor<?x16xf32>
-  %c = linalg.matmul ins(%a, %b : tensor<?x8xf32>, tensor<8x16xf32>) outs(%f : tensor<?x16xf32>) -> tensor<?x16xf32>
-  return %c : tensor<?x16xf32>
-}
 func.func @long_rows(%x: tensor<4x2048xf32>) -> tensor<4x2048xf32> {
   %e = tensor.empty() : tensor<4x2048xf32>
   %s = linalg.softmax dimension(1) ins(%x : tensor<4x2048xf32>) outs(%e : tensor<4x2048xf32>) -> tensor<4x2048xf32>
