@@ -307,7 +307,7 @@ def parser() -> argparse.ArgumentParser:
                    help="the .vmfb file, as iree-run-module spells it (instead of the positional FILE, or the same file)")
     r.add_argument("--function", help="the function to call (iree-dispatch inspect lists them)")
     r.add_argument("--input", action="append", default=[], help="e.g. 8xf32=2, 2x2xi32=1 2 3 4, f32=0.5, @x.npy")
-    r.add_argument("--device", default="cuda", help="cuda or cuda://N (default: cuda)")
+    r.add_argument("--device", default=None, help="cuda, cuda://N or cuda://GPU-<uuid> (default: $IREE_DISPATCH_DEVICE, else cuda)")
     r.add_argument("--output_max_element_count", "--output-max-element-count", "--print-max-element-count", default="1024", metavar="N",
                    help="print at most N elements of each result, eliding the rest with ... like iree-run-module (default: 1024; -1: all)")
     r.set_defaults(func=_cmd_run)
@@ -327,7 +327,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("samples", help="build the samples and run them on the first CUDA device")
     s.add_argument("--root", default=".", help="repository root (holds kernels/ and mlir/)")
     s.add_argument("--out", default="build", help="artifact folder (default: build)")
-    s.add_argument("--device", default="cuda", help="cuda or cuda://N (default: cuda)")
+    s.add_argument("--device", default=None, help="cuda, cuda://N or cuda://GPU-<uuid> (default: $IREE_DISPATCH_DEVICE, else cuda)")
     s.set_defaults(func=_cmd_samples)
     return p
 

@@ -98,9 +98,10 @@ def run_samples(root: Path, out: Path, device: str) -> bool:
     return ok
 
 
-def main(root: Path, out: Path, device: str) -> int:
+def main(root: Path, out: Path, device: str | None) -> int:
     from . import runtime
 
+    device = device or runtime.devices.default_uri()
     def progress(message: str) -> None:
         print(f"[iree-dispatch] {message}", flush=True)
 
@@ -119,7 +120,7 @@ def main(root: Path, out: Path, device: str) -> int:
         print(f"No CUDA device found ({device}): built everything, ran nothing.\nArtifacts:\n{listing}")
         print(f"On a GPU machine: iree-dispatch run {out / 'mixed_invocation.vmfb'} --function=mixed_invocation --input=8xf32=2 --input=8xf32=4")
         return 0
-    name = runtime.cuda_device_name(runtime.device_ordinal(device)) or device
+    name = runtime.cuda_device_name(runtime.devices.ordinal_of(device)) or device
     print(f"Artifacts:\n{listing}\nRunning the samples on {name} ({device}):")
     ok = run_samples(root, out, device)
     print("all samples match their numpy references" if ok else "SOME SAMPLES FAILED", file=sys.stdout if ok else sys.stderr)
