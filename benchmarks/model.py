@@ -177,18 +177,25 @@ def run(args) -> int:
             reference = make_model("f32", meta["seed"]).to(dev)
             reference.load_state_dict({k: v.float() for k, v in model.state_dict().items()})  # the same (rounded) weights in f32
             ref_mask = mask.float().clamp(min=torch.finfo(torch.float32).min)
-            ref = _logits(reference(ids, attention_mask=ref_mask))
+            ref = _logits(reference(ids))  # transformers' own causal mask: what the explicit one says
+            # PyTorch gets the explicit mask too where this transformers version takes a 4-D mask as
+            # given (the same logits as its own causal mask); otherwise none (its own causal mask).
+            try:
+                torch_mask = mask if torch.allclose(_logits(reference(ids, attention_mask=ref_mask)), ref, rtol=1e-4, atol=1e-4) else None
+            except Exception:  # noqa: BLE001 - an older transformers that refuses 4-D masks
+                torch_mask = None
+            results["meta"][f"torch_mask_{dtype}"] = "explicit 4-D" if torch_mask is not None else "transformers' causal mask (the explicit one is not taken as given here)"
             del reference
 
             def eager():
-                return _logits(model(ids, attention_mask=mask))
+                return _logits(model(ids, attention_mask=torch_mask))
 
             out["torch_eager"] = _time_torch(eager, ref, args.iters, dev)
             print(f"[{dtype}] torch eager: {out['torch_eager']}", flush=True)
             if not args.no_compile:
                 try:
                     compiled = torch.compile(model)
-                    out["torch_compile"] = _time_torch(lambda: _logits(compiled(ids, attention_mask=mask)), ref, args.iters, dev)
+                    out["torch_compile"] = _time_torch(lambda: _logits(compiled(ids, attention_mask=torch_mask)), ref, args.iters, dev)
                 except Exception as exc:  # noqa: BLE001 - a peer we report, not depend on
                     out["torch_compile"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
                 print(f"[{dtype}] torch.compile: {out['torch_compile']}", flush=True)
