@@ -15,7 +15,9 @@ from .triton import load_triton_kernel
 
 _MODULE_KEYS = {"name", "archs", "nvcc_flags", "objects"}
 _TRITON_KEYS = {"constexprs", "num_warps", "num_stages", "aligned"}  # for a .py source: a @triton.jit function
-_KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "shared_memory", "function", "signature", *_TRITON_KEYS}
+# `replaces`: what the kernel can replace in a model; read and checked by iree_dispatch.models (docs/models.md), not needed to build.
+_MODEL_KEYS = {"replaces"}
+_KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "shared_memory", "function", "signature", *_TRITON_KEYS, *_MODEL_KEYS}
 
 
 def load_spec(path: str | Path) -> ModuleSpec:
