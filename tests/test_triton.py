@@ -315,3 +315,29 @@ def test_a_build_that_misses_takes_the_triton_objects_from_the_cache(triton_proj
     assert "cache" not in other.timings and "triton" in other.timings
     assert other.mlir.read_text() == cold.mlir.read_text()  # the same objects, shared memory and names
     assert (triton_project / "kernels.py") in other.dependencies
+
+
+def test_a_spec_reads_the_function_from_the_python_source(tmp_path):
+    from iree_dispatch.frontend.triton import jit_params
+
+    source = tmp_path / "k.py"
+    source.write_text(
+        "import triton\nimport triton.language as tl\nWIDE = 4\n\n"
+        "@triton.jit\ndef k(x, out, n, BLOCK: tl.constexpr = 256, WIDTH: tl.constexpr = WIDE, *, FLAG: 'tl.constexpr' = True):\n    pass\n\n"
+        "def plain(x):\n    pass\n"
+    )
+    params = jit_params(source, "k")
+    assert [(p.name, p.is_constexpr, p.has_default) for p in params] == [
+        ("x", False, False), ("out", False, False), ("n", False, False), ("BLOCK", True, True), ("WIDTH", True, True), ("FLAG", True, True)]
+    assert params[3].default == 256 and params[5].default is True
+    k = load_triton_kernel(source, "k", "void k(const float* x, float* out, int n)", grid="ceildiv(n, BLOCK)", shape=["n"])
+    assert k.pending and str(k.grid[0]) == "ceildiv(n, 256)"
+    with pytest.raises(SpecError, match="whose default is not a literal"):
+        load_triton_kernel(source, "k", "void k(const float* x, float* out, int n)", grid="ceildiv(n, WIDTH)", shape=["n"])
+    assert str(load_triton_kernel(source, "k", "void k(const float* x, float* out, int n)", grid="ceildiv(n, WIDTH)", shape=["n"],
+                                  constexprs={"WIDTH": 8}).grid[0]) == "ceildiv(n, 8)"
+    with pytest.raises(SpecError, match="is not a @triton.jit function"):
+        jit_params(source, "plain")
+    source.write_text("def k(:\n")
+    with pytest.raises(SpecError, match=r"k\.py:1: importing it would fail: SyntaxError"):
+        jit_params(source, "k")

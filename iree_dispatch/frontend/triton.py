@@ -169,7 +169,7 @@ def jit_params(path: Path, name: str) -> list[JitParam]:
         if default is not None:
             try:
                 value = ast.literal_eval(default)
-            except ValueError:
+            except (ValueError, TypeError, SyntaxError, RecursionError):  # not a literal: a name, a call
                 value = _UNKNOWN
         params.append(JitParam(arg.arg, constexpr, default is not None, value))
     return params
