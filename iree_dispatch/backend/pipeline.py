@@ -281,8 +281,9 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
     jobs = [(src, arch, tmp / objects_rel / object_filename(src.stem, arch)) for src in spec.sources if src not in prebuilt for arch in spec.archs]
     started = time.perf_counter()
     objects = _compile_ptx(tc, jobs, spec.nvcc_flags, say, store) if tc and jobs else []
-    stage = tc.name if tc else "compile"
-    timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - started
+    if jobs or not tc:  # (a toolchain picked only to assemble Triton's cubins compiled nothing)
+        stage = tc.name if tc else "compile"
+        timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - started
     # Prebuilt PTX is checked and adapted below exactly like nvcc's; machine code is checked here.
     # kernel name → PTX entry name (mangled for C++ kernels)
     entries: dict[str, str] = {}
