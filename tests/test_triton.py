@@ -341,3 +341,19 @@ def test_a_spec_reads_the_function_from_the_python_source(tmp_path):
     source.write_text("def k(:\n")
     with pytest.raises(SpecError, match=r"k\.py:1: importing it would fail: SyntaxError"):
         jit_params(source, "k")
+
+
+def test_options_are_part_of_the_key_and_a_pending_kernel_takes_its_outputs_in_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
+
+    def pending(**kw):
+        return triton_kernel(tk.axpy, tk.AXPY_SIGNATURE, grid="ceildiv(n, BLOCK)", constexprs={"BLOCK": 1024}, shape=["n"], archs=["sm_80"], **kw)
+
+    assert "cache" not in build(ModuleSpec("tri", (pending(),)), tmp_path / "a" / "tri.vmfb").timings
+    assert "cache" in build(ModuleSpec("tri", (pending(),)), tmp_path / "b" / "tri.vmfb").timings
+    assert "cache" not in build(ModuleSpec("tri", (pending(num_stages=2),)), tmp_path / "c" / "tri.vmfb").timings
+    assert "cache" not in build(ModuleSpec("tri", (pending(aligned=["y_ptr"]),)), tmp_path / "d" / "tri.vmfb").timings
+    out_form = pending().with_outputs_in_place(function="axpy_out")
+    assert out_form.pending and [t.role for t in out_form.tensors] == ["input", "input", "inplace"]
+    result = build(ModuleSpec("tri", (out_form,)), tmp_path / "e" / "tri.vmfb", emit_mlir=tmp_path / "e" / "tri.mlir")
+    assert "func.func @axpy_out(" in result.mlir.read_text()
