@@ -214,10 +214,6 @@ class KernelFunction:
         # A framework whose current stream is known exports without ordering (stream=-1) and
         # the call waits for that stream once; any other orders its export on the bridge.
         stream = dlpack.current_stream(value)
-        if stream is not None:
-            cached = self._device.imports.get(value)
-            if cached is not None:
-                return cached, stream
         try:
             capsule = value.__dlpack__(stream=-1 if stream is not None else self._device.bridge.handle)
         except (BufferError, RuntimeError, TypeError) as exc:
@@ -227,10 +223,7 @@ class KernelFunction:
             raise ValueError(f"{where} is not contiguous (shape {list(described.shape)} with strides); pass a contiguous copy (torch/CuPy: .contiguous() / cupy.ascontiguousarray)")
         if described.byte_offset:
             raise ValueError(f"{where} starts {described.byte_offset} bytes into its DLPack buffer, which IREE can't import; pass a copy")
-        imported = DeviceArray(self._device, self._device.hal.from_dlpack_capsule(capsule), override_dtype=spec.dtype)
-        if stream is not None:
-            self._device.imports.put(value, imported)
-        return imported, stream
+        return DeviceArray(self._device, self._device.hal.from_dlpack_capsule(capsule), override_dtype=spec.dtype), stream
 
 
 def _foreign(value) -> bool:

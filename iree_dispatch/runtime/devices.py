@@ -31,7 +31,7 @@ import iree.runtime as rt
 import numpy as np
 
 from ..core.errors import DeviceError
-from . import cuda_driver, dlpack
+from . import cuda_driver
 
 # IREE CUDA driver flags set before iree_dispatch opens its first device (IREE reads them when
 # it creates the driver, process-wide; DRIVER_FLAGS_ENV replaces them, "" sets none).
@@ -45,6 +45,7 @@ DEFAULT_DRIVER_FLAGS = ("--cuda_async_allocations=false",)
 POOL_ENV = "IREE_DISPATCH_OUTPUT_POOL"
 DEVICE_ENV = "IREE_DISPATCH_DEVICE"  # the GPU used where none is named ("cuda://1", "cuda://GPU-<uuid>")
 POOL_FREE_BUFFERS = 256  # free buffers the pool keeps at most (IREE scans its free list linearly)
+KDL_CUDA = 2  # DLPack's device type for CUDA memory
 # Reads to the host go through pinned staging buffers kept per size. IREE's DeviceArray.to_host
 # pins (cuMemHostRegister) and unpins the destination numpy array on every read: 282 µs for
 # 4 KB against 47 µs through a kept staging buffer (H100), and repeated reads can fail with
@@ -131,7 +132,6 @@ class Device:
     _staging_buffers: dict[int, tuple] = field(default_factory=dict)
     _transfers: rt.HalSemaphore | None = None
     _transfer_value: int = 0
-    imports: dlpack.ImportCache = field(default_factory=lambda: dlpack.ImportCache())
 
     @property
     def uri(self) -> str:

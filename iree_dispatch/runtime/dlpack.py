@@ -19,18 +19,15 @@ from __future__ import annotations
 
 import ctypes
 import sys
-import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import iree.runtime as rt
 import numpy as np
 
-if TYPE_CHECKING:
-    from .devices import Device
+from .devices import KDL_CUDA, Device
 
 KDL_CPU = 1
-KDL_CUDA = 2  # DLPack's device types for host and CUDA memory
 # DLDataTypeCode → numpy kind (bf16 needs ml_dtypes: named by string, resolved by the caller)
 _KINDS = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 6: "bool"}
 _DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host (pinned)", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 10: "ROCm", 13: "CUDA managed"}
@@ -116,61 +113,6 @@ def current_stream(value: Any) -> int | None:
         with value.device:
             return framework.cuda.get_current_stream().ptr
     return None
-
-
-def data_pointer(value: Any) -> int | None:
-    """The device address of `value`'s first element for the frameworks known here (torch,
-    CuPy), or None."""
-    module = type(value).__module__.partition(".")[0]
-    if module == "torch":
-        return value.data_ptr()
-    if module == "cupy":
-        return value.data.ptr
-    return None
-
-
-class ImportCache:
-    """Framework arrays already imported into IREE, so that an array passed to call after call
-    (weights, a buffer written in place) is imported once.
-
-    An entry is keyed by the array object and lives as long as that object (a weak reference
-    drops it); it is used only while the array still has the data pointer, shape and dtype it had
-    when imported, so an array whose storage was replaced is imported again. The imported view
-    holds the framework's storage, which the array object holds too. Bounded: the least recently
-    used entry goes first.
-    """
-
-    def __init__(self, capacity: int = 64):
-        self.capacity = capacity
-        self._entries: dict[int, tuple[weakref.ref, int, tuple, str, Any]] = {}
-
-    def get(self, value: Any) -> Any | None:
-        entry = self._entries.get(id(value))
-        if entry is None:
-            return None
-        ref, pointer, shape, dtype, imported = entry
-        if ref() is not value or data_pointer(value) != pointer or tuple(value.shape) != shape or str(value.dtype) != dtype:
-            del self._entries[id(value)]
-            return None
-        self._entries[id(value)] = self._entries.pop(id(value))  # most recently used last
-        return imported
-
-    def put(self, value: Any, imported: Any) -> None:
-        pointer = data_pointer(value)
-        if pointer is None:
-            return
-        key = id(value)
-        entries = self._entries
-        try:
-            ref = weakref.ref(value, lambda _, key=key: entries.pop(key, None))
-        except TypeError:  # no weak references to this kind of array: not cached
-            return
-        entries[key] = (ref, pointer, tuple(value.shape), str(value.dtype), imported)
-        while len(entries) > self.capacity:
-            entries.pop(next(iter(entries)))
-
-    def clear(self) -> None:
-        self._entries.clear()
 
 
 def device_name(device_type: int, device_id: int) -> str:
