@@ -24,7 +24,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -39,16 +38,9 @@ GEMM = 4096
 REPS = 2000
 
 
-def host_times_us(call, count: int, warmup: int = 50) -> list[float]:
-    """µs of the host side of each call (nothing waited for; the caller synchronizes after)."""
-    for _ in range(warmup):
-        call()
-    out = []
-    for _ in range(count):
-        t0 = time.perf_counter_ns()
-        call()
-        out.append((time.perf_counter_ns() - t0) / 1e3)
-    return out
+def host_us(call, count: int, warmup: int = 50) -> list[float]:
+    """µs of the host side of each call: the call returns without waiting for the GPU."""
+    return wall_times_us(call, count, warmup)
 
 
 def worker(out: Path) -> None:
@@ -73,7 +65,7 @@ def worker(out: Path) -> None:
         cp.cuda.runtime.deviceSynchronize()
 
     rows["cupy launch + sync"] = summarize(wall_times_us(cupy_sync, REPS, 50))
-    rows["cupy launch (host)"] = summarize(host_times_us(lambda: kern(((N + 63) // 64,), (64,), args), REPS))
+    rows["cupy launch (host)"] = summarize(host_us(lambda: kern(((N + 63) // 64,), (64,), args), REPS))
     cp.cuda.runtime.deviceSynchronize()
 
     mod = runtime.load(BUILD / "samples.vmfb")
@@ -90,7 +82,7 @@ def worker(out: Path) -> None:
         rows["  (copy 4 KB to the host, IREE's DeviceArray.to_host)"] = summarize(wall_times_us(lambda: ireert.DeviceArray.to_host(da), REPS, 50))
     except RuntimeError as exc:
         print(f"IREE's DeviceArray.to_host failed: {exc}", flush=True)
-    rows["  of which argument checks"] = summarize(host_times_us(lambda: check(da, db), REPS))
+    rows["  of which argument checks"] = summarize(host_us(lambda: check(da, db), REPS))
     invoker = mod.simple_mul._invoke
     rows["  of which invoke + result wrap"] = summarize(wall_times_us(lambda: invoker(da, db), REPS, 50))
 
@@ -103,14 +95,14 @@ def worker(out: Path) -> None:
 
     samples = []
     for _ in range(20):  # batches of 100 queued calls, host time per call, then a wait
-        samples += host_times_us(async_call, 100, warmup=0)
+        samples += host_us(async_call, 100, warmup=0)
         amod.wait()
         held.clear()
     rows["iree_dispatch async call (host)"] = summarize(samples)
     ainvoke = amod.simple_mul._invoke
     samples = []
     for _ in range(20):
-        samples += host_times_us(lambda: held.append(ainvoke(xa, xb)), 100, warmup=0)
+        samples += host_us(lambda: held.append(ainvoke(xa, xb)), 100, warmup=0)
         amod.wait()
         held.clear()
     rows["  of which the fenced invoke"] = summarize(samples)
@@ -135,19 +127,19 @@ def worker(out: Path) -> None:
 
     rows["torch in -> iree_dispatch -> torch out"] = summarize(wall_times_us(torch_call, REPS, 50))
     rows["torch elementwise multiply + sync"] = summarize(wall_times_us(torch_op, REPS, 50))
-    rows["  of which checks + DLPack import of 2 tensors"] = summarize(host_times_us(lambda: check(ta, tb), REPS))
+    rows["  of which checks + DLPack import of 2 tensors"] = summarize(host_us(lambda: check(ta, tb), REPS))
     from iree_dispatch.runtime import dlpack as _dl
 
-    rows["  of which reading a capsule (1 tensor)"] = summarize(host_times_us(lambda: _dl.describe(ta.__dlpack__(stream=-1)), REPS))
-    rows["  of which IREE's import (1 tensor, HalDevice.from_dlpack_capsule)"] = summarize(host_times_us(lambda: mod.device.from_dlpack_capsule(ta.__dlpack__(stream=-1)), REPS))
-    rows["  of which torch __dlpack__ (1 tensor, unordered)"] = summarize(host_times_us(lambda: ta.__dlpack__(stream=-1), REPS))
-    rows["  (torch __dlpack__ ordered on a stream, 1 tensor)"] = summarize(host_times_us(lambda: ta.__dlpack__(stream=mod.gpu.bridge.handle), REPS))
-    rows["  of which asking torch's current stream"] = summarize(host_times_us(lambda: torch.cuda.current_stream(ta.device).cuda_stream, REPS))
+    rows["  of which reading a capsule (1 tensor)"] = summarize(host_us(lambda: _dl.describe(ta.__dlpack__(stream=-1)), REPS))
+    rows["  of which IREE's import (1 tensor, HalDevice.from_dlpack_capsule)"] = summarize(host_us(lambda: mod.device.from_dlpack_capsule(ta.__dlpack__(stream=-1)), REPS))
+    rows["  of which torch __dlpack__ (1 tensor, unordered)"] = summarize(host_us(lambda: ta.__dlpack__(stream=-1), REPS))
+    rows["  (torch __dlpack__ ordered on a stream, 1 tensor)"] = summarize(host_us(lambda: ta.__dlpack__(stream=mod.gpu.bridge.handle), REPS))
+    rows["  of which asking torch's current stream"] = summarize(host_us(lambda: torch.cuda.current_stream(ta.device).cuda_stream, REPS))
     stream = torch.cuda.current_stream().cuda_stream
-    rows["  of which waiting for the producer stream"] = summarize(host_times_us(lambda: mod.gpu.bridge.wait_for(stream), REPS))
-    rows["  of which waiting for consumer streams"] = summarize(host_times_us(mod.gpu.before_call, REPS))
+    rows["  of which waiting for the producer stream"] = summarize(host_us(lambda: mod.gpu.bridge.wait_for(stream), REPS))
+    rows["  of which waiting for consumer streams"] = summarize(host_us(mod.gpu.before_call, REPS))
     kept = mod.simple_mul(da, db)
-    rows["  of which torch.from_dlpack(result)"] = summarize(host_times_us(lambda: torch.from_dlpack(kept), REPS))
+    rows["  of which torch.from_dlpack(result)"] = summarize(host_us(lambda: torch.from_dlpack(kept), REPS))
     rows["  of which the call on imported arrays"] = summarize(wall_times_us(lambda: invoker(*check(ta, tb)), REPS, 50))
     imported = check(ta, tb)
     rows["  of which invoke on arrays imported once"] = summarize(wall_times_us(lambda: invoker(*imported), REPS, 50))

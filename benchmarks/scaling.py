@@ -15,13 +15,12 @@ import argparse
 import datetime as _dt
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import nvidia_smi, summarize  # noqa: E402
+from common import nvidia_smi, summarize, wall_times_us  # noqa: E402
 
 from iree_dispatch.runtime import cuda_driver  # noqa: E402
 from iree_dispatch.runtime.parallel import DataParallel  # noqa: E402
@@ -30,14 +29,8 @@ N = 2**28
 
 
 def timed(call, count: int = 20, warmup: int = 3) -> list[float]:
-    for _ in range(warmup):
-        call()
-    out = []
-    for _ in range(count):
-        t0 = time.perf_counter()
-        call()
-        out.append((time.perf_counter() - t0) * 1e3)
-    return out
+    """ms of each synchronous call (all GPUs' parts complete when call_parts returns)."""
+    return [us / 1e3 for us in wall_times_us(call, count, warmup)]
 
 
 def main() -> int:
