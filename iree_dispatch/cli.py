@@ -253,7 +253,7 @@ def _cmd_cache(args) -> int:
         print(f"cleared {cache.root}" + (f"; kept {len(kept)} file(s) that are not the cache's, e.g. {kept[0]}" if kept else ""))
     else:
         info = cache.info()
-        print(f"{info['path']}: {info['entries']} builds, {info['bytes'] / 1e6:.1f} MB")
+        print(f"{info['path']}: {info['entries']} builds, {info.get('objects', 0)} compiled objects, {info['bytes'] / 1e6:.1f} MB")
     return 0
 
 
@@ -317,7 +317,7 @@ def parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_cmd_inspect)
 
     c = sub.add_parser("cache", help="the build cache ($IREE_DISPATCH_CACHE_DIR or ~/.cache/iree_dispatch)")
-    c.add_argument("action", choices=("info", "clear"), help="info: location, number of builds and size; clear: remove every cached build")
+    c.add_argument("action", choices=("info", "clear"), help="info: location, number of builds and compiled objects, size; clear: remove every cached build and object")
     c.set_defaults(func=_cmd_cache)
 
     from .models.cli import add_compile_command
