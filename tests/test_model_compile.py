@@ -14,6 +14,7 @@ import pytest
 from iree_dispatch.core.errors import DispatchError, SpecError
 from iree_dispatch.models import compile_model, load_kernels
 from iree_dispatch.models.cli import add_compile_command
+from iree_dispatch.models.compiler import rewrite_model
 
 from .conftest import needs_build_tools
 
@@ -52,6 +53,37 @@ def test_matmul_without_a_bias_kernel_leaves_the_add_to_iree():
     spec = MODELS / "kernels" / "naive.toml"
     text = spec.read_text()
     assert 'replaces = { op = "matmul+bias" }' in text
+
+
+def test_matmul_bias_gelu_fused_only_when_wider_is_allowed():
+    """GPT-2's Conv1D + gelu_new (a chain of generics), and addmm + view + torch's gelu(approximate="tanh")
+    (one generic), in bf16: the model rounds to bf16 after the matmul, the bias add and each GELU
+    step; gemm_bias_gelu_bf16 computes all in f32 and rounds once."""
+    strict = _dry("mlp_gelu_bf16.torch.mlir", kernels=[GEMM])
+    assert _by_kernel(strict) == [("matmul", "matmul", "gemm.gemm_bf16"), ("matmul", "matmul", "gemm.gemm_bf16"), ("batch_matmul", "matmul", "gemm.gemm_bf16")]
+    assert strict.replaced[0].notes == [
+        "not as matmul+bias+gelu: gemm.gemm_bias_gelu_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul, "
+        "after the bias add and after each GELU step (--allow-wider-accumulation accepts a wider one)"
+    ]
+    wide = _dry("mlp_gelu_bf16.torch.mlir", kernels=[GEMM], allow_wider_accumulation=True)
+    fused = ("matmul", "matmul+bias+gelu", "gemm.gemm_bias_gelu_bf16")
+    assert _by_kernel(wide) == [fused, fused, ("batch_matmul", "matmul", "gemm.gemm_bf16")]
+    d = wide.replaced[0]
+    assert d.widen == {2: "f32"} and d.narrow_to is None
+    assert d.notes == [
+        "its bias is bf16 in the model, widened to f32 for the kernel (exact)",
+        "computes in f32 and rounds once, where the model rounds to bf16 after the matmul, after the bias add and after each GELU step (--allow-wider-accumulation)",
+    ]
+    assert wide.kernel_counts() == {"gemm.gemm_bf16": 1, "gemm.gemm_bias_gelu_bf16": 2}
+
+
+def test_lm_head_padded_to_the_kernels_multiple():
+    r = _dry("mlp_gelu_bf16.torch.mlir", kernels=[GEMM])
+    d = r.replaced[2]
+    assert d.pad == {"N": (100, 104)}
+    assert "N = 100 padded to 104 with zeros (sliced off the result: the same values)" in d.notes
+    _, program = rewrite_model(MODELS / "mlp_gelu_bf16.torch.mlir", [GEMM])
+    assert "tensor.pad" in program and "tensor<64x104xbf16>" in program and "tensor<16x104xf32> to tensor<16x100xf32>" in program
 
 
 def test_attention_batch_matmul_and_softmax():
@@ -228,7 +260,7 @@ def _spec(tmp_path, replaces: str, shapes='{ a = ["M", "K"], b = ["K", "N"], c =
 @pytest.mark.parametrize(
     "replaces, message",
     [
-        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'batch_matmul', 'softmax', 'layernorm', 'rmsnorm', got 'conv'"),
+        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'matmul+bias+gelu', 'batch_matmul', 'softmax', 'layernorm', 'rmsnorm', got 'conv'"),
         ('{ op = "batch_matmul" }', "replaces 'batch_matmul' needs input tensors of ranks [3, 3] in parameter order; the kernel's inputs have ranks [2, 2]"),
         ('{ op = "matmul", blocks = 2 }', "replaces: unknown keys ['blocks']"),
         ('{ op = "matmul", divisible = { Q = 8 } }', "replaces.divisible names ['Q'], which are not shape symbols of the kernel's inputs (K, M, N)"),
@@ -237,6 +269,8 @@ def _spec(tmp_path, replaces: str, shapes='{ a = ["M", "K"], b = ["K", "N"], c =
         ('{ op = "layernorm" }', "replaces 'layernorm' needs input tensors of ranks [2, 1, 1]"),
         ('{ op = "matmul", eps = 1e-5 }', "replaces.eps is a number, for op = \"layernorm\" or \"rmsnorm\""),
         ('"matmul"', "replaces must be a table"),
+        ('{ op = "matmul", pad = ["N"] }', "replaces.pad names ['N'], which replaces.divisible does not constrain"),
+        ('{ op = "matmul", divisible = { N = 8 }, pad = "N" }', "replaces.pad must be a list of shape symbols"),
     ],
 )
 def test_bad_replaces_refused(tmp_path, replaces, message):

@@ -60,6 +60,24 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
             lines.append(f"return %rb : {out}")
         else:
             lines.append(f"return %r : {out}")
+    elif op == "matmul+bias+gelu":  # f32 accumulation, bias and GELU (tanh) in f32, rounded once
+        lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a1, %c1 : {ins[1]}"]
+        lines += ["%z = arith.constant 0.0 : f32", "%e = tensor.empty(%m, %n) : tensor<?x?xf32>", "%f = linalg.fill ins(%z : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>"]
+        lines.append(f"%r = linalg.matmul ins(%a0, %a1 : {ins[0]}, {ins[1]}) outs(%f : tensor<?x?xf32>) -> tensor<?x?xf32>")
+        conv_b, bias = _convert("%a2", ins[2], _elem(ins[2]), "f32", 1, "b32")
+        lines += conv_b + [f"%eo = tensor.empty(%m, %n) : {out}"]
+        lines.append(
+            "%h = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], "
+            f'iterator_types = ["parallel", "parallel"]}} ins(%r, {bias} : tensor<?x?xf32>, tensor<?xf32>) outs(%eo : {out}) {{\n^bb0(%x: f32, %y: f32, %o: {acc}):\n'
+            "%v = arith.addf %x, %y : f32\n%c044 = arith.constant 0.044715 : f32\n%c079 = arith.constant 0.7978845608028654 : f32\n"
+            "%chalf = arith.constant 0.5 : f32\n%cone = arith.constant 1.0 : f32\n"
+            "%v2 = arith.mulf %v, %v : f32\n%v3 = arith.mulf %v2, %v : f32\n%t0 = arith.mulf %v3, %c044 : f32\n%t1 = arith.addf %v, %t0 : f32\n"
+            "%t2 = arith.mulf %t1, %c079 : f32\n%t3 = math.tanh %t2 : f32\n%t4 = arith.addf %t3, %cone : f32\n%t5 = arith.mulf %v, %chalf : f32\n"
+            + "%g = arith.mulf %t5, %t4 : f32\n"
+            + ("%gt = arith.truncf %g : f32 to bf16\nlinalg.yield %gt : bf16\n" if acc == "bf16" else "linalg.yield %g : f32\n")
+            + f"}} -> {out}"
+        )
+        lines.append(f"return %h : {out}")
     elif op == "softmax":
         src, dst = _elem(ins[0]), acc
         lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a0, %c1 : {ins[0]}", "%e = tensor.empty(%m, %n) : tensor<?x?xf32>"]
@@ -215,6 +233,9 @@ def _random_args(text: str, function: str, rng):
         ("norms_f32.torch.mlir", "main", False, 1e-5),  # RMSNorm; LayerNorms without weight or bias (ones and zeros passed)
         ("dynamic_f32.mlir", "linear", False, 1e-5),  # dynamic rows
         ("dynamic_f32.mlir", "softmax_rows", False, 1e-5),  # dynamic leading dim, collapsed into rows and expanded back
+        # matmul + bias + GELU (tanh) fused, its bf16 bias widened; the LM-head-like matmul's N = 100 padded to 104 and sliced
+        ("mlp_gelu_bf16.torch.mlir", "main", True, 3e-2),
+        ("mlp_gelu_bf16.torch.mlir", "main", False, 1e-2),
     ],
 )
 def test_rewritten_model_computes_the_same(tmp_path, model, function, wide, tol):

@@ -115,6 +115,8 @@ def test_tiny_gpt2_rewritten_computes_the_same(tmp_path, dtype, wide, tol):
     report, program = rewrite_model(mlir, ALL, allow_wider_accumulation=wide)
     assert {k: c["replaced"] for k, c in report.counts().items()} == ({"batch_matmul": 5, "layernorm": 5, "matmul": 8, "softmax": 2} if dtype == torch.float32 else
                                                                       {"batch_matmul": 1, "layernorm": 5, "matmul": 8, "softmax": 2})  # the LM head (N = 256)
+    if dtype == torch.bfloat16:  # each MLP's matmul + bias + gelu_new, fused (computed in f32, rounded once)
+        assert report.kernel_counts()["gemm.gemm_bias_gelu_bf16"] == 2
     original = _compile_cpu(mlir.read_text(), tmp_path / "original.vmfb")
     rewritten = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
 

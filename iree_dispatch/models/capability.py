@@ -29,12 +29,13 @@ from ..frontend.spec import KernelSpec, ModuleSpec
 OP_KINDS: dict[str, tuple[tuple[int, ...], int, int]] = {
     "matmul": ((2, 2), 2, 0),  # lhs [M, K], rhs [K, N] → [M, N]
     "matmul+bias": ((2, 2, 1), 2, 0),  # lhs [M, K], rhs [K, N], bias [N] → lhs @ rhs + bias
+    "matmul+bias+gelu": ((2, 2, 1), 2, 0),  # lhs [M, K], rhs [K, N], bias [N] → gelu_tanh(lhs @ rhs + bias)
     "batch_matmul": ((3, 3), 3, 0),  # lhs [B, M, K], rhs [B, K, N] → [B, M, N]
     "softmax": ((2,), 2, 0),  # x [rows, cols] → softmax over cols (a model's last dim)
     "layernorm": ((2, 1, 1), 2, 1),  # x [rows, cols], weight [cols], bias [cols], eps → per row
     "rmsnorm": ((2, 1), 2, 1),  # x [rows, cols], weight [cols], eps → x * rsqrt(mean(x^2) + eps) * weight per row
 }
-_KEYS = {"op", "accumulate", "divisible", "max", "eps", "priority"}
+_KEYS = {"op", "accumulate", "divisible", "max", "eps", "priority", "pad"}
 # What the kernel computes in, unless `accumulate` says otherwise: matmuls accumulate in their
 # output's type; the row kernels of the library compute in float32 whatever they store.
 _DEFAULT_ACCUMULATE = {"softmax": "f32", "layernorm": "f32", "rmsnorm": "f32"}
@@ -53,6 +54,7 @@ class Capability:
     maximum: tuple[tuple[str, int], ...] = ()
     eps: float | None = None  # the kernel's own epsilon, if it has no eps argument
     priority: int = 0
+    pad: tuple[str, ...] = ()  # shape symbols the rewrite may zero-pad up to their `divisible` multiple (matmuls)
     order: int = 0  # position among all capabilities given (ties of priority: first given wins)
     where: str = field(default="", compare=False)
 
@@ -234,7 +236,16 @@ def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str,
     priority = table.get("priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise SpecError(f"{label}: replaces.priority must be an integer")
-    return Capability(module, kernel, op, accumulate, constraints["divisible"], constraints["max"], None if eps is None else float(eps), priority, order, label)
+    pad = table.get("pad", [])
+    if not isinstance(pad, list) or not all(isinstance(p, str) for p in pad):
+        raise SpecError(f"{label}: replaces.pad must be a list of shape symbols, e.g. pad = [\"N\"]")
+    if pad and "matmul" not in op:
+        raise SpecError(f"{label}: replaces.pad is for matmul kernels (zeros padded along M, N or K add nothing to the other results); {op!r} would change")
+    not_divisible = sorted(set(pad) - {n for n, _ in constraints["divisible"]})
+    if not_divisible:
+        raise SpecError(f"{label}: replaces.pad names {not_divisible}, which replaces.divisible does not constrain (a size is padded up to its divisible multiple)")
+    return Capability(module, kernel, op, accumulate, constraints["divisible"], constraints["max"], None if eps is None else float(eps), priority, tuple(sorted(set(pad))),
+                      order, label)
 
 
 def _check_shapes(kernel: KernelSpec, op: str, label: str) -> None:
@@ -242,9 +253,9 @@ def _check_shapes(kernel: KernelSpec, op: str, label: str) -> None:
     op's output (and vectors) the shape of its rows."""
     ins = [tuple(str(d) for d in t.shape) for t in kernel.inputs]
     out = tuple(str(d) for d in kernel.outputs[0].shape)
-    if op in ("matmul", "matmul+bias"):
+    if op in ("matmul", "matmul+bias", "matmul+bias+gelu"):
         (m, k), (k2, n) = ins[0], ins[1]
-        want_out, same = (m, n), [(k, k2)] + ([(ins[2][0], n)] if op == "matmul+bias" else [])
+        want_out, same = (m, n), [(k, k2)] + ([(ins[2][0], n)] if "bias" in op else [])
     elif op == "batch_matmul":
         (b, m, k), (b2, k2, n) = ins
         want_out, same = (b, m, n), [(b, b2), (k, k2)]
@@ -256,6 +267,11 @@ def _check_shapes(kernel: KernelSpec, op: str, label: str) -> None:
         shapes = "; ".join(f"{t.name} {list(shape)}" for t, shape in zip((*kernel.inputs, kernel.outputs[0]), (*ins, out)))
         agree = f"; sizes that must agree: {', '.join(bad)}" if bad else ""
         raise SpecError(f"{label}: replaces {op!r}, but the kernel's shapes ({shapes}) don't say it: the output must be {list(want_out)}{agree}")
+
+
+def widens_exactly(a: str, b: str) -> bool:
+    """True when every value of float type `a` is a value of float type `b` (bf16 → f32, f16 → f32 ...)."""
+    return a != b and (a, b) in {("bf16", "f32"), ("bf16", "f64"), ("f16", "f32"), ("f16", "f64"), ("f32", "f64")}
 
 
 def wider(a: str, b: str) -> bool:

@@ -16,7 +16,8 @@ def add_compile_command(sub) -> None:
     c.add_argument("-o", "--output", help="output .vmfb (needed unless --dry-run)")
     c.add_argument("--dry-run", action="store_true", help="only report what would be replaced and why the rest is not; write nothing")
     c.add_argument("--allow-wider-accumulation", action="store_true",
-                   help="accept kernels that accumulate in a wider type than the model (f32 for a bf16 LayerNorm or matmul), narrowing their results")
+                   help="accept kernels that accumulate in a wider type than the model (f32 for a bf16 LayerNorm or matmul, "
+                        "or a bf16 matmul + bias + GELU that the model rounds between steps), narrowing their results")
     c.add_argument("--report-json", metavar="PATH", help="also write the report as JSON")
     c.add_argument("--program", metavar="PATH", help="where to keep the rewritten model (default: <output stem>.program.mlir)")
     c.add_argument("--emit-mlir", metavar="PATH", help="also keep the linked MLIR (model + kernels)")

@@ -124,7 +124,8 @@ def compile_model(
 
     dry_run: find, select and report only (no output; needs no output path).
     allow_wider_accumulation: accept a kernel that accumulates in a wider type than the model
-    (f32 for a bf16 LayerNorm), narrowing its result to the model's type.
+    (f32 for a bf16 LayerNorm; f32 throughout for a bf16 matmul + bias + GELU the model rounds
+    between steps), narrowing its result to the model's type.
     program: where to write the rewritten model (default: `<output>.program.mlir`).
     emit_mlir: also write the linked IR (model + kernels) there.
     """

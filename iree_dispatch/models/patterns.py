@@ -39,6 +39,10 @@ class Form:
     notes: list[str] = field(default_factory=list)
     # Where each dim of the model's result comes from: (operand index, dim of that operand's value)
     result_dims: tuple[tuple[int, int], ...] = ()
+    # Operands the kernel may take in a wider float type (a bf16 bias as f32: exact, widened by the rewrite)
+    widen: tuple[int, ...] = ()
+    # For the numerics refusal: what the model computes in `compute`, when it is more than one step
+    steps: str = ""
 
 
 @dataclass
@@ -89,6 +93,17 @@ def location(op) -> str:
     text = str(op.location)
     m = re.search(r'"([^"]+)":(\d+)', text)
     return f"{m[1].rsplit('/', 1)[-1]}:{m[2]}" if m and m[1] != "-" else ""
+
+
+def int_constant(value) -> int | None:
+    """The integer a value holds, if it is a scalar arith.constant of an integer type, else None."""
+    op = producer(value)
+    if op is None or op.name != "arith.constant":
+        return None
+    try:
+        return ir.IntegerAttr(op.attributes["value"]).value
+    except ValueError:
+        return None
 
 
 def float_constant(value) -> float | None:
@@ -186,6 +201,8 @@ def _expr(value, args, defs):
     inner = defs.get(key)
     if inner is None:  # defined outside the body
         c = float_constant(value)
+        if c is None and int_constant(value) is not None:
+            return ("const", int_constant(value))
         return ("const", c) if c is not None else ("value", str(key))
     name = inner.name.split(".", 1)[1]
     if inner.name == "arith.constant":
@@ -342,6 +359,7 @@ def _matmul(op, order: int) -> Candidate | None:
         lhs = Operand(a, (rows, k), ia[1])
         rhs = Operand(rhs_2d, tensor_info(rhs_2d)[0], tensor_info(rhs_2d)[1])
         n = ic[0][2]
+        forms += _bias_gelu_forms(op, lhs, rhs, (rows, n), forms_rank, ((0, 0), (0, 1), (1, 1)))
         if bias_add is not None:
             g, bias = bias_add
             ibias = tensor_info(bias)
@@ -353,6 +371,7 @@ def _matmul(op, order: int) -> Candidate | None:
         forms.append(Form("batch_matmul", [Operand(a, ia[0], ia[1]), Operand(b, ib[0], ib[1])], op.results[0], ic[0], ic[1], compute, op, result_dims=((0, 0), (0, 1), (1, 2))))
     else:
         lhs, rhs = Operand(a, ia[0], ia[1]), Operand(b, ib[0], ib[1])
+        forms += _bias_gelu_forms(op, lhs, rhs, ic[0], forms_rank, ((0, 0), (1, 1)))
         if bias_add is not None:
             g, bias = bias_add
             ibias = tensor_info(bias)
@@ -391,6 +410,158 @@ def _bias_add(value, rank: int):
     if elementwise_input(g, mine, rank) and last_dim_broadcast(g, other, rank) and info and info[1] == tensor_info(value)[1]:
         return g, g.inputs[other]
     return None
+
+
+_FLOAT_WIDTH = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}
+
+
+def _bias_gelu_forms(op, lhs: Operand, rhs: Operand, shape, rank: int, result_dims) -> list[Form]:
+    """The matmul `op` with what follows it, when that is [a truncf to a narrower type], + bias [N]
+    and GELU's tanh approximation (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as
+    transformers' gelu_new / NewGELU and torch's gelu(approximate="tanh") decomposition write it),
+    each step the only use of the one before: one form, matmul+bias+gelu, whose result is the
+    GELU's. Its compute type is the narrowest the model rounds to on the way."""
+    value = op.results[0]
+    acc = tensor_info(value)[1]
+    types = [acc]
+    narrowed = _truncf_user(value)
+    if narrowed is not None and len(narrowed.iterators) == rank and elementwise_input(narrowed, 0, rank) and _identity_outputs(narrowed):
+        value = narrowed.op.results[0]
+        types.append(tensor_info(value)[1])
+    found = _bias_add_any(value, rank)
+    if found is None:
+        return []
+    add, bias = found
+    x = add.op.results[0]
+    us = users(x)
+    if len(us) == 1 and us[0].name == "tensor.expand_shape":  # [B*M, N] seen as [B, M, N]
+        ix, ie = tensor_info(x), tensor_info(us[0].results[0])
+        if ix is None or ie is None or None in ix[0] or None in ie[0] or ie[0][-1] != ix[0][-1]:
+            return []
+        x = us[0].results[0]
+    root = _gelu_root(x)
+    if root is None:
+        return []
+    gelu_dtype = tensor_info(root.op.results[0])[1]
+    types.append(gelu_dtype)
+    model_shape = tensor_info(root.op.results[0])[0]
+    if len(model_shape) != len(shape) and None in model_shape:
+        return []
+    compute = min(types, key=lambda t: _FLOAT_WIDTH.get(t, 0))
+    steps = ""
+    if compute != acc:
+        after = "after the matmul, " if narrowed is not None else ""
+        steps = f"rounds to {compute} {after}after the bias add and after each GELU step"
+    ibias = tensor_info(bias)
+    dims = result_dims if len(model_shape) == len(shape) else tuple(result_dims[:1]) * (len(model_shape) - 1) + tuple(result_dims[-1:])
+    return [Form("matmul+bias+gelu", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], root.op.results[0], shape, gelu_dtype, compute, root.op,
+                 result_dims=dims, widen=(2,), steps=steps)]
+
+
+def _bias_add_any(value, rank: int):
+    """(generic, bias) when `value`'s only use adds a [N] vector of its own type along its last dim."""
+    us = users(value)
+    if len(us) != 1:
+        return None
+    g = as_generic(us[0])
+    if g is None or not g.parallel or len(g.inputs) != 2 or len(g.exprs) != 1 or g.exprs[0][0] != "addf" or len(g.iterators) != rank or not _identity_outputs(g):
+        return None
+    if sorted(g.exprs[0][1:]) != [("in", 0), ("in", 1)]:
+        return None
+    keys = [_key(v) for v in g.inputs]
+    if keys.count(_key(value)) != 1:
+        return None
+    mine = keys.index(_key(value))
+    info = tensor_info(g.inputs[1 - mine])
+    if elementwise_input(g, mine, rank) and last_dim_broadcast(g, 1 - mine, rank) and info and info[1] == tensor_info(value)[1]:
+        return g, g.inputs[1 - mine]
+    return None
+
+
+def _gelu_root(x):
+    """The generic whose result is GELU-tanh of `x`, among the generics at most 8 uses away, or None."""
+    frontier, seen = [x], set()
+    for _ in range(8):
+        nxt = []
+        for v in frontier:
+            for u in users(v):
+                if u.name != "linalg.generic" or _key(u) in seen or len(u.results) != 1:
+                    continue
+                seen.add(_key(u))
+                g = as_generic(u)
+                if g is not None:
+                    if _is_gelu(_inline(u.results[0], x, 12), tensor_info(u.results[0])[1]):
+                        return g
+                    nxt.append(u.results[0])
+        frontier = nxt
+    return None
+
+
+def _inline(value, x, depth: int):
+    """`value` as one expression over `x` ("x") and constants, through elementwise generics (all
+    maps the identity); anything else is ("value", ...)."""
+    if value == x:
+        return ("x",)
+    g = as_generic(producer(value))
+    rank = len(g.iterators) if g is not None else 0
+    if depth == 0 or g is None or not g.parallel or len(g.exprs) != 1 or not _identity_outputs(g) or not all(elementwise_input(g, i, rank) for i in range(len(g.inputs))):
+        return ("value",)
+    inputs = [_inline(v, x, depth - 1) for v in g.inputs]
+
+    def sub(e):
+        if e[0] == "in":
+            return inputs[e[1]]
+        if e[0] in ("const", "value", "out"):
+            return e
+        return (e[0], *(sub(a) if isinstance(a, tuple) else a for a in e[1:]))
+
+    return sub(g.exprs[0])
+
+
+def _factors(e) -> list:
+    """The factors of a product (nested mulf), in any order."""
+    return [f for a in e[1:] for f in _factors(a)] if e[0] == "mulf" else [e]
+
+
+def _terms(e) -> list:
+    return [t for a in e[1:] for t in _terms(a)] if e[0] == "addf" else [e]
+
+
+def _split_const(items: list, dtype: str, want: float):
+    """The items other than one constant close to `want`, or None."""
+    for i, item in enumerate(items):
+        if item[0] == "const" and isinstance(item[1], float) and _close(item[1], want, dtype):
+            return items[:i] + items[i + 1:]
+    return None
+
+
+def _close(got: float, want: float, dtype: str) -> bool:
+    return got == round_to(want, dtype) or abs(got - want) <= 1e-6 * abs(want)
+
+
+def _is_gelu(e, dtype: str) -> bool:
+    """e = x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))), products and sums in any
+    order and grouping (transformers' gelu_new as a chain of generics, torch's gelu(approximate="tanh")
+    as one)."""
+    rest = _split_const(_factors(e), dtype, 0.5)
+    if rest is None or len(rest) != 2 or ("x",) not in rest:
+        return False
+    terms = _terms(rest[1 - rest.index(("x",))])
+    rest = _split_const(terms, dtype, 1.0)
+    if rest is None or len(rest) != 1 or rest[0][0] != "tanh":
+        return False
+    inner = _split_const(_factors(rest[0][1]), dtype, 0.7978845608028654)
+    if inner is None or len(inner) != 1:
+        return False
+    terms = _terms(inner[0])
+    if len(terms) != 2 or ("x",) not in terms:
+        return False
+    cube = _split_const(_factors(terms[1 - terms.index(("x",))]), dtype, 0.044715)
+    if cube is None:
+        return False
+    if len(cube) == 1 and cube[0][0] in ("fpowi", "powf") and cube[0][1] == ("x",) and cube[0][2][0] == "const" and cube[0][2][1] == 3:
+        return True
+    return sorted(cube) == [("x",)] * 3 or (len(cube) == 2 and ("x",) in cube and _factors(cube[1 - cube.index(("x",))]) == [("x",), ("x",)])
 
 
 def _rows_shape(shape) -> tuple[int | None, int | None]:

@@ -3,7 +3,9 @@
 Each replacement is: the operands reshaped to the kernel's ranks (tensor.collapse_shape) and cast
 to its function's types (tensor.cast to dynamic dims), `func.call @<module>.<function>`, the
 result cast back to static dims, narrowed (arith.truncf) where the selection allowed a wider
-accumulation, and expanded to the model's shape; the model's value is then replaced everywhere.
+accumulation, and expanded to the model's shape; an operand the kernel takes in a wider type (a
+bf16 bias as f32) is widened first (arith.extf, exact), and a matmul size the kernel wants a
+multiple of k is padded with zeros (tensor.pad of the operands, tensor.extract_slice of the result); the model's value is then replaced everywhere.
 The ops that computed it are left dead for IREE to drop. The declarations
 `func.func private @<module>.<function>` are resolved by the program linker (backend/compile.py).
 """
@@ -64,6 +66,13 @@ def apply(decision: Decision, replaced: dict) -> None:
             args_before_cast.append(value)
             expands = len(operand.shape) > len(tensor_info(value)[0])  # a [cols] vector as one row: [1, cols]
             v = _reshape(value, operand.shape, [_dim(value, 0) if d is None else None for d in operand.shape] if expands else None)
+            index = len(args)
+            if decision.pad:
+                v = _pad(v, [_padded(d, size, decision.pad) for d, size in zip(kernel.inputs[index].shape, operand.shape)])
+            if index in decision.widen:
+                info = tensor_info(v)
+                t = ir.Type.parse(tensor_type(decision.widen[index], list(info[0])))
+                v = ir.Operation.create("arith.extf", results=[t], operands=[v]).results[0]
             args.append(_cast(v, ir.Type.parse(type_text)))
         for s in kernel.scalar_args:  # capability.py allows only a norm's epsilon here
             t = ir.Type.parse(s.stype.func_arg)
@@ -73,7 +82,10 @@ def apply(decision: Decision, replaced: dict) -> None:
             "func.call", results=[ir.Type.parse(outs[0])], operands=args, attributes={"callee": ir.FlatSymbolRefAttr.get(cap.label)}
         )
         out_dtype = kernel.outputs[0].dtype
-        result = _cast(call.results[0], ir.Type.parse(tensor_type(out_dtype, list(form.result_shape))))
+        padded = [_padded(d, size, decision.pad) for d, size in zip(kernel.outputs[0].shape, form.result_shape)]
+        result = _cast(call.results[0], ir.Type.parse(tensor_type(out_dtype, padded)))
+        if padded != list(form.result_shape):
+            result = _slice(result, list(form.result_shape))
         if decision.narrow_to:
             t = ir.Type.parse(tensor_type(decision.narrow_to, list(form.result_shape)))
             result = ir.Operation.create("arith.truncf", results=[t], operands=[result]).results[0]
@@ -84,6 +96,43 @@ def apply(decision: Decision, replaced: dict) -> None:
         result = _reshape(result, model_shape, dims)
     form.result.replace_all_uses_with(result)
     replaced[form.result] = result
+
+
+def _padded(dim, size, pad: dict) -> int | None:
+    """The size of a kernel tensor's dim `dim` (the model's `size`) after padding."""
+    name = getattr(dim, "name", None)
+    return pad[name][1] if name in pad else size
+
+
+def _pad(value, shape):
+    """`value` (static) padded with zeros at the end of each dim up to `shape`."""
+    have, dtype = tensor_info(value)
+    if list(have) == list(shape):
+        return value
+    element = ir.Type.parse(dtype)
+    zero = ir.Operation.create("arith.constant", results=[element], attributes={"value": ir.FloatAttr.get(element, 0.0)}).results[0]
+    attrs = {
+        "static_low": ir.DenseI64ArrayAttr.get([0] * len(shape)),
+        "static_high": ir.DenseI64ArrayAttr.get([n - h for n, h in zip(shape, have)]),
+        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0]),
+    }
+    op = ir.Operation.create("tensor.pad", results=[ir.Type.parse(tensor_type(dtype, list(shape)))], operands=[value], attributes=attrs, regions=1)
+    block = op.regions[0].blocks.append(*([ir.IndexType.get()] * len(shape)))
+    with ir.InsertionPoint(block):
+        ir.Operation.create("tensor.yield", operands=[zero])
+    return op.results[0]
+
+
+def _slice(value, shape):
+    """The leading `shape` part of `value` (static): what padding added, sliced off."""
+    dtype = tensor_info(value)[1]
+    attrs = {
+        "static_offsets": ir.DenseI64ArrayAttr.get([0] * len(shape)),
+        "static_sizes": ir.DenseI64ArrayAttr.get(list(shape)),
+        "static_strides": ir.DenseI64ArrayAttr.get([1] * len(shape)),
+        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0]),
+    }
+    return ir.Operation.create("tensor.extract_slice", results=[ir.Type.parse(tensor_type(dtype, list(shape)))], operands=[value], attributes=attrs).results[0]
 
 
 def _cast(value, target):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .capability import Capability, KernelSet, wider
+from .capability import Capability, KernelSet, widens_exactly, wider
 from .patterns import Candidate, Form, round_to, shape_text
 
 
@@ -16,6 +16,8 @@ class Decision:
     reasons: list[tuple[str, str]] = field(default_factory=list)  # (category, text), when left to IREE
     notes: list[str] = field(default_factory=list)
     narrow_to: str | None = None  # truncate the kernel's wider result to the model's type
+    widen: dict[int, str] = field(default_factory=dict)  # operand index → the kernel's wider type (arith.extf, exact)
+    pad: dict[str, tuple[int, int]] = field(default_factory=dict)  # shape symbol → (model's size, padded size)
 
     @property
     def replaced(self) -> bool:
@@ -32,21 +34,26 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
         d.reasons.append(cand.refusal)
         return d
     tried_kinds = []
+    form_of_reason: list[str] = []
     for form in cand.forms:
         caps = kernels.for_op(form.kind)
         if form.kind not in tried_kinds:
             tried_kinds.append(form.kind)
         for cap in caps:
-            why, narrow, notes = _fits(form, cap, allow_wider)
+            why, narrow, notes, extra = _fits(form, cap, allow_wider)
             if why is None:
                 d.form, d.capability, d.narrow_to = form, cap, narrow
+                d.widen, d.pad = extra.get("widen", {}), extra.get("pad", {})
                 d.notes = [*form.notes, *notes]
                 if form.kind == "matmul" and any(f.kind == "matmul+bias" for f in cand.forms):
                     d.notes.append("its bias add is left to IREE (no kernel declares matmul+bias for it)")
+                fused = [f"not as {kind}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if "gelu" in kind]
+                d.notes += fused
                 return d
             reason = (why[0], f"{cap.label}: {why[1]}")
             if reason not in d.reasons:
                 d.reasons.append(reason)
+                form_of_reason.append(form.kind)
     missing = [k for k in tried_kinds if not kernels.for_op(k)]
     if len(missing) == len(tried_kinds):
         d.reasons.insert(0, ("kernel", f"no kernel declares {' or '.join(repr(k) for k in missing)}"))
@@ -54,50 +61,77 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
 
 
 def _fits(form: Form, cap: Capability, allow_wider: bool):
-    """(None, narrow_to, notes) when `cap` can replace `form`, else ((category, reason), None, [])."""
+    """(None, narrow_to, notes, extra) when `cap` can replace `form`, else ((category, reason), None, [], {});
+    extra: {"widen": {operand: type}, "pad": {symbol: (size, padded)}} where the rewrite must do that."""
+    why, narrow, notes, extra = _fits_types(form, cap, allow_wider)
+    if why is not None:
+        return why, None, [], {}
+    return _fits_shapes(form, cap, narrow, notes, extra)
+
+
+def _fits_types(form: Form, cap: Capability, allow_wider: bool):
     got = tuple(o.dtype for o in form.operands)
-    if got != cap.input_dtypes:
-        return ("dtype", f"takes {', '.join(cap.input_dtypes)}, the model has {', '.join(got)}"), None, []
-    notes = []
+    widen = {i: want for i, (have, want) in enumerate(zip(got, cap.input_dtypes)) if i in form.widen and widens_exactly(have, want)}
+    if tuple(widen.get(i, t) for i, t in enumerate(got)) != cap.input_dtypes:
+        return ("dtype", f"takes {', '.join(cap.input_dtypes)}, the model has {', '.join(got)}"), None, [], {}
+    notes = [f"its {cap.kernel.inputs[i].name} is {got[i]} in the model, widened to {t} for the kernel (exact)" for i, t in widen.items()]
     narrow = None
     if cap.accumulate != form.compute:
+        steps = f"; the model {form.steps}" if form.steps else ""
         if wider(cap.accumulate, form.compute) and allow_wider:
-            notes.append(f"computes in {cap.accumulate} where the model computes in {form.compute} (--allow-wider-accumulation)")
+            if form.steps:
+                notes.append(f"computes in {cap.accumulate} and rounds once, where the model {form.steps} (--allow-wider-accumulation)")
+            else:
+                notes.append(f"computes in {cap.accumulate} where the model computes in {form.compute} (--allow-wider-accumulation)")
         else:
             hint = " (--allow-wider-accumulation accepts a wider one)" if wider(cap.accumulate, form.compute) else ""
-            return ("numerics", f"{_computes(form.kind)} in {cap.accumulate}, the model in {form.compute}{hint}"), None, []
+            return ("numerics", f"{_computes(form.kind)} in {cap.accumulate}, the model in {form.compute}{steps}{hint}"), None, [], {}
     if cap.output_dtype != form.result_dtype:
         if allow_wider and form.kind.startswith("matmul") and cap.output_dtype == cap.accumulate and form.result_dtype == form.compute and notes:
             narrow = form.result_dtype
         else:
-            return ("dtype", f"writes {cap.output_dtype}, the model's result is {form.result_dtype}"), None, []
+            return ("dtype", f"writes {cap.output_dtype}, the model's result is {form.result_dtype}"), None, [], {}
     if form.eps is not None and cap.eps is not None:
         model_eps = round_to(form.eps, form.compute)
         if abs(round_to(cap.eps, form.compute) - model_eps) > 1e-12 * max(1.0, abs(model_eps)):
-            return ("numerics", f"its epsilon is {cap.eps:g}, the model's {form.eps:g}"), None, []
+            return ("numerics", f"its epsilon is {cap.eps:g}, the model's {form.eps:g}"), None, [], {}
+    return None, narrow, notes, {"widen": widen} if widen else {}
+
+
+def _fits_shapes(form: Form, cap: Capability, narrow, notes, extra):
+    def no(category, text):
+        return (category, text), None, [], {}
+
     shapes = [o.shape for o in form.operands]
     bound = cap.symbols(shapes)  # a dynamic dim binds None: the kernel's function checks it when called
     for t, shape in zip(cap.kernel.inputs, shapes):
         for dim, size in zip(t.shape, shape):
             if not hasattr(dim, "name") and getattr(dim, "value", size) != size:
-                return ("shape", f"{t.name} dim must be {dim.value}, the model's is {shape_text([size])}"), None, []
+                return no("shape", f"{t.name} dim must be {dim.value}, the model's is {shape_text([size])}")
+    pad = {}
     for sym, k in cap.divisible:
         if bound[sym] is None:
-            return ("shape", f"needs {sym} % {k} == 0, the model's {sym} is dynamic"), None, []
+            return no("shape", f"needs {sym} % {k} == 0, the model's {sym} is dynamic")
         if bound[sym] % k:
-            return ("shape", f"needs {sym} % {k} == 0, the model's {sym} = {bound[sym]}"), None, []
+            if sym in cap.pad and None not in (d for s in (*shapes, form.result_shape) for d in s):
+                pad[sym] = (bound[sym], -(-bound[sym] // k) * k)
+                continue
+            return no("shape", f"needs {sym} % {k} == 0, the model's {sym} = {bound[sym]}" + (" (padding needs static sizes)" if sym in cap.pad else ""))
     for sym, k in cap.maximum:
         if bound[sym] is None:
-            return ("shape", f"needs {sym} <= {k}, the model's {sym} is dynamic"), None, []
+            return no("shape", f"needs {sym} <= {k}, the model's {sym} is dynamic")
         if bound[sym] > k:
-            return ("shape", f"needs {sym} <= {k}, the model's {sym} = {bound[sym]}"), None, []
+            return no("shape", f"needs {sym} <= {k}, the model's {sym} = {bound[sym]}")
     for t, shape in zip(cap.kernel.inputs, shapes):  # a symbol used twice must agree (K of lhs and rhs)
         for dim, size in zip(t.shape, shape):
             if hasattr(dim, "name") and None not in (size, bound[dim.name]) and bound[dim.name] != size:
-                return ("shape", f"{t.name}: {dim.name} = {size} here but {bound[dim.name]} elsewhere"), None, []
+                return no("shape", f"{t.name}: {dim.name} = {size} here but {bound[dim.name]} elsewhere")
     if any(isinstance(o.value, tuple) and None in o.shape for o in form.operands):
-        return ("shape", "a weight or bias the model lacks would need a dynamic size"), None, []
-    return None, narrow, notes
+        return no("shape", "a weight or bias the model lacks would need a dynamic size")
+    if pad:
+        notes = [*notes, *(f"{s} = {n} padded to {p} with zeros (sliced off the result: the same values)" for s, (n, p) in pad.items())]
+        extra = {**extra, "pad": pad}
+    return None, narrow, notes, extra
 
 
 def _computes(kind: str) -> str:
