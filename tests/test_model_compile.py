@@ -77,6 +77,12 @@ def test_matmul_bias_gelu_fused_only_when_wider_is_allowed():
     assert wide.kernel_counts() == {"gemm.gemm_bf16": 1, "gemm.gemm_bias_gelu_bf16": 2}
 
 
+def test_linear_on_3d_input_with_gelu_fused():
+    wide = _dry("linear_gelu_bf16.torch.mlir", kernels=[GEMM], allow_wider_accumulation=True)
+    assert _by_kernel(wide) == [("batch_matmul", "matmul+bias+gelu", "gemm.gemm_bias_gelu_bf16")]
+    assert wide.replaced[0].notes[0] == "the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows"
+
+
 def test_lm_head_padded_to_the_kernels_multiple():
     r = _dry("mlp_gelu_bf16.torch.mlir", kernels=[GEMM])
     d = r.replaced[2]

@@ -236,6 +236,7 @@ def _random_args(text: str, function: str, rng):
         # matmul + bias + GELU (tanh) fused, its bf16 bias widened; the LM-head-like matmul's N = 100 padded to 104 and sliced
         ("mlp_gelu_bf16.torch.mlir", "main", True, 3e-2),
         ("mlp_gelu_bf16.torch.mlir", "main", False, 1e-2),
+        ("linear_gelu_bf16.torch.mlir", "main", True, 3e-2),  # a Linear on 3-D input (one matmul over B*M rows) + torch's tanh GELU
     ],
 )
 def test_rewritten_model_computes_the_same(tmp_path, model, function, wide, tol):

@@ -359,7 +359,8 @@ def _matmul(op, order: int) -> Candidate | None:
         lhs = Operand(a, (rows, k), ia[1])
         rhs = Operand(rhs_2d, tensor_info(rhs_2d)[0], tensor_info(rhs_2d)[1])
         n = ic[0][2]
-        forms += _bias_gelu_forms(op, lhs, rhs, (rows, n), forms_rank, ((0, 0), (0, 1), (1, 1)))
+        note = "the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows"
+        forms += _bias_gelu_forms(op, lhs, rhs, (rows, n), forms_rank, ((0, 0), (0, 1), (1, 1)), [note])
         if bias_add is not None:
             g, bias = bias_add
             ibias = tensor_info(bias)
@@ -415,7 +416,7 @@ def _bias_add(value, rank: int):
 _FLOAT_WIDTH = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}
 
 
-def _bias_gelu_forms(op, lhs: Operand, rhs: Operand, shape, rank: int, result_dims) -> list[Form]:
+def _bias_gelu_forms(op, lhs: Operand, rhs: Operand, shape, rank: int, result_dims, notes=()) -> list[Form]:
     """The matmul `op` with what follows it, when that is [a truncf to a narrower type], + bias [N]
     and GELU's tanh approximation (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as
     transformers' gelu_new / NewGELU and torch's gelu(approximate="tanh") decomposition write it),
@@ -455,7 +456,7 @@ def _bias_gelu_forms(op, lhs: Operand, rhs: Operand, shape, rank: int, result_di
     ibias = tensor_info(bias)
     dims = result_dims if len(model_shape) == len(shape) else tuple(result_dims[:1]) * (len(model_shape) - 1) + tuple(result_dims[-1:])
     return [Form("matmul+bias+gelu", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], root.op.results[0], shape, gelu_dtype, compute, root.op,
-                 result_dims=dims, widen=(2,), steps=steps)]
+                 notes=list(notes), result_dims=dims, widen=(2,), steps=steps)]
 
 
 def _bias_add_any(value, rank: int):
