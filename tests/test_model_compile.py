@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from iree_dispatch.core.errors import DispatchError, SpecError
-from iree_dispatch.models import compile_model, load_kernels
-from iree_dispatch.models.cli import add_compile_command
-from iree_dispatch.models.compiler import rewrite_model
+pytest.importorskip("iree.compiler")  # the model compiler: not in a runtime-only install
 
-from .conftest import needs_build_tools
+from iree_dispatch.core.errors import DispatchError, SpecError  # noqa: E402
+from iree_dispatch.models import compile_model, load_kernels  # noqa: E402
+from iree_dispatch.models.cli import add_compile_command  # noqa: E402
+from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
+
+from .conftest import needs_build_tools  # noqa: E402
 
 MODELS = Path(__file__).parent / "models"
 NAIVE = MODELS / "kernels" / "naive.toml"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+pytest.importorskip("iree.compiler")  # the model compiler: not in a runtime-only install
 
 from iree_dispatch.models import compile_model  # noqa: E402
 from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
