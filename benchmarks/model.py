@@ -163,7 +163,15 @@ def run(args) -> int:
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     results = {"meta": {k: v for k, v in meta.items() if k != "dtypes"}, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "runs": {}}
     results["meta"]["run_torch"] = torch.__version__
+    if args.iree_flags:
+        import iree.runtime as ireert
+
+        ireert.flags.parse_flags(*args.iree_flags.split())
+        results["meta"]["iree_flags"] = args.iree_flags
+    wanted = set(args.dtypes.split(",")) if args.dtypes else None
     for dtype, entry in meta["dtypes"].items():
+        if wanted is not None and dtype not in wanted:
+            continue
         model = make_model(dtype, meta["seed"]).to(dev)
         names = [n for n, _ in model.named_parameters()]
         shapes = [(n, list(p.shape), str(p.dtype)) for n, p in model.named_parameters()]
@@ -339,6 +347,8 @@ def main(argv=None) -> int:
     r.add_argument("--iters", type=int, default=20)
     r.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     r.add_argument("--no-profile", action="store_true", help="skip the per-kernel GPU time breakdown of the IREE variants (CUPTI)")
+    r.add_argument("--dtypes", help="only these of the prepared dtypes (e.g. bf16)")
+    r.add_argument("--iree-flags", default="", help="IREE runtime flags for every IREE variant, e.g. '--cuda_use_streams=false'")
     r.set_defaults(func=run)
     args = p.parse_args(argv)
     return args.func(args)
