@@ -228,7 +228,7 @@ class KernelFunction:
 
 def _foreign(value) -> bool:
     """Whether `value` is another framework's array (taken through DLPack)."""
-    return dlpack.is_dlpack(value) and not isinstance(value, AsyncArray)
+    return not isinstance(value, (np.ndarray, rt.DeviceArray, AsyncArray)) and dlpack.is_dlpack(value)
 
 
 def _framework_dtype(value) -> np.dtype | str:
