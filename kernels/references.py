@@ -117,5 +117,9 @@ def gemm_bias_gelu_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.nd
     return _gelu_tanh(gemm_bf16(a, b) + bias.astype(np.float64))  # the kernel rounds this to bf16
 
 
+def gemm_bias_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    return gemm_bf16(a, b) + bias.astype(np.float64)  # the kernel rounds this to bf16
+
+
 def gemm_bias_residual_f32(a: np.ndarray, b: np.ndarray, bias: np.ndarray, residual: np.ndarray) -> np.ndarray:
     return gemm_bf16(a, b) + bias.astype(np.float64) + residual.astype(np.float64)

@@ -20,9 +20,9 @@ from iree_dispatch.frontend.spec_file import load_spec
 from .conftest import ROOT, needs_build_tools
 
 SPEC = ROOT / "kernels" / "gemm.toml"
-KERNELS = ["gemm_bf16", "gemm_f16", "gemm_bias_gelu_bf16", "gemm_bias_residual_f32"]
+KERNELS = ["gemm_bf16", "gemm_f16", "gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_residual_f32"]
 # Buffers each kernel takes before M, N, K: a, b, (bias, residual,) output.
-BUFFERS = {"gemm_bf16": 3, "gemm_f16": 3, "gemm_bias_gelu_bf16": 4, "gemm_bias_residual_f32": 5}
+BUFFERS = {"gemm_bf16": 3, "gemm_f16": 3, "gemm_bias_gelu_bf16": 4, "gemm_bias_bf16": 4, "gemm_bias_residual_f32": 5}
 # gemm.cu, per arch: sm_90a 4 stages x (16 KB of A + 32 KB of B) + 1 KB to align the tiles to
 # 1024 bytes; sm_80 two buffers of A (128 x 40) and B (32 x 264) bf16 tiles + 8 warps' 16 x 16
 # float scratch tiles + 128 for alignment, under the 99 KB of sm_86/sm_89.
@@ -39,6 +39,7 @@ def test_spec_declares_shapes_block_grid_and_shared_memory():
         "gemm_bf16": ([("a", "bf16"), ("b", "bf16")], ("c", "f32")),
         "gemm_f16": ([("a", "f16"), ("b", "f16")], ("c", "f32")),
         "gemm_bias_gelu_bf16": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
+        "gemm_bias_bf16": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
         "gemm_bias_residual_f32": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32"), ("residual", "f32")], ("c", "f32")),
     }
     shapes = dict(operands, bias=["N"], residual=["M", "N"])
@@ -119,5 +120,6 @@ def test_inspect_spec(capsys):
     assert "kernel gemm_bf16(a: bf16[M, K], b: bf16[K, N]) -> (c: f32[M, N])" in out
     assert "kernel gemm_f16(a: f16[M, K], b: f16[K, N]) -> (c: f32[M, N])" in out
     assert "kernel gemm_bias_gelu_bf16(a: bf16[M, K], b: bf16[K, N], bias: f32[N]) -> (h: bf16[M, N])" in out
+    assert "kernel gemm_bias_bf16(a: bf16[M, K], b: bf16[K, N], bias: f32[N]) -> (h: bf16[M, N])" in out
     assert "kernel gemm_bias_residual_f32(a: bf16[M, K], b: bf16[K, N], bias: f32[N], residual: f32[M, N]) -> (c: f32[M, N])" in out
     assert f"shared memory sm_90a {SHARED_MEMORY['sm_90a']}, sm_80 {SHARED_MEMORY['sm_80']} B" in out

@@ -14,8 +14,8 @@ accumulation over K terms, measured at most 2.1e-6 of |a| @ |b| (K = 8192) on an
 RTOL = 1e-5 (~170 float32 ulps of the absolute sum). A dropped, doubled or misplaced term
 shows as ~1/K of that sum per element: at least 2.4e-4 (K = 4097), 24x above RTOL.
 
-The fused kernels (gemm_bias_gelu_bf16, gemm_bias_residual_f32) run the same three ways, with
-their own bounds (check_epilogue).
+The fused kernels (gemm_bias_gelu_bf16, gemm_bias_bf16, gemm_bias_residual_f32) run the same
+three ways, with their own bounds (check_epilogue).
 
 The tests also cover the cluster launch (the sm_90a kernel runs in clusters of 2 blocks
 declared in the kernel, launched by IREE's plain cuLaunchKernel) and per-arch dynamic shared
@@ -111,12 +111,16 @@ def check_epilogue(name: str, got: np.ndarray, a: np.ndarray, b: np.ndarray, bia
     scale = |a| @ |b| as for the plain GEMM:
     - gemm_bias_gelu_bf16: 1.2e-5 * scale (the accumulation error, through GELU's slope <= 1.13)
       + 4e-3 * |want| (one bf16 rounding of the result, 2^-8) + 1e-6;
+    - gemm_bias_bf16: 1e-5 * scale (the accumulation error) + 4e-3 * |want| (one bf16 rounding
+      of the result) + 1e-6;
     - gemm_bias_residual_f32: 1e-5 * (scale + |bias| + |residual|)."""
     args = (a, b, bias) if residual is None else (a, b, bias, residual)
     want = getattr(REFERENCES, name)(*args)
     scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
-    if residual is None:
+    if name == "gemm_bias_gelu_bf16":
         bound = 1.2e-5 * scale + 4e-3 * np.abs(want) + 1e-6
+    elif name == "gemm_bias_bf16":
+        bound = RTOL * scale + 4e-3 * np.abs(want) + 1e-6
     else:
         bound = RTOL * (scale + np.abs(bias.astype(np.float64)) + np.abs(residual.astype(np.float64)))
     assert got.shape == want.shape, (got.shape, want.shape)
@@ -128,7 +132,7 @@ def check_epilogue(name: str, got: np.ndarray, a: np.ndarray, b: np.ndarray, bia
 
 
 @pytest.mark.parametrize("m, n, k", SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in SIZES])
-@pytest.mark.parametrize("name", ["gemm_bias_gelu_bf16", "gemm_bias_residual_f32"])
+@pytest.mark.parametrize("name", ["gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_residual_f32"])
 def test_fused_epilogues_match_float64(modules, name, m, n, k):
     import ml_dtypes
 
@@ -138,7 +142,7 @@ def test_fused_epilogues_match_float64(modules, name, m, n, k):
     bias = rng.normal(0.5, 2.0, n).astype(np.float32)
     residual = rng.normal(-0.5, 4.0, (m, n)).astype(np.float32) if name == "gemm_bias_residual_f32" else None
     args = (a, b, bias) if residual is None else (a, b, bias, residual)
-    out_dtype = ml_dtypes.bfloat16 if name == "gemm_bias_gelu_bf16" else np.float32
+    out_dtype = np.float32 if name == "gemm_bias_residual_f32" else ml_dtypes.bfloat16
     reports = [check_epilogue(name, getattr(modules["gemm"], name)(*args), a, b, bias, residual)]
     for module in ("gemm_poisonable", "gemm_sm80_ptx_poisonable"):
         poisoned = np.full((m, n), np.nan, out_dtype)

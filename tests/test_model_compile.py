@@ -67,7 +67,9 @@ def test_matmul_bias_gelu_fused_only_when_wider_is_allowed():
     assert _by_kernel(strict) == [("matmul", "matmul", "gemm.gemm_bf16"), ("matmul", "matmul", "gemm.gemm_bf16")]
     assert strict.replaced[0].notes == [
         "not as matmul+bias+gelu: gemm.gemm_bias_gelu_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul, "
-        "after the bias add and after each GELU step (--allow-wider-accumulation accepts a wider one)"
+        "after the bias add and after each GELU step (--allow-wider-accumulation accepts a wider one)",
+        "not as matmul+bias: gemm.gemm_bias_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul "
+        "and after the bias add (--allow-wider-accumulation accepts a wider one)",
     ]
     wide = _dry("mlp_gelu_bf16.torch.mlir", kernels=[GEMM], allow_wider_accumulation=True)
     fused = ("matmul", "matmul+bias+gelu", "gemm.gemm_bias_gelu_bf16")
@@ -85,6 +87,35 @@ def test_linear_on_3d_input_with_gelu_fused():
     wide = _dry("linear_gelu_bf16.torch.mlir", kernels=[GEMM], allow_wider_accumulation=True)
     assert _by_kernel(wide) == [("batch_matmul", "matmul+bias+gelu", "gemm.gemm_bias_gelu_bf16")]
     assert wide.replaced[0].notes[0] == "the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows"
+
+
+def test_bf16_linear_with_bias_fused_only_when_wider_is_allowed():
+    """A bf16 Linear with its bias (GPT-2's Conv1D as addmm, and nn.Linear on 3-D input): the model
+    accumulates in f32, rounds to bf16, adds the bf16 bias and rounds again; gemm_bias_bf16 adds the
+    (widened) bias in f32 and rounds once."""
+    strict = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM])
+    assert _by_kernel(strict) == [("matmul", "matmul", "gemm.gemm_bf16"), ("batch_matmul", "matmul", "gemm.gemm_bf16")]
+    refused = (
+        "not as matmul+bias: gemm.gemm_bias_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul "
+        "and after the bias add (--allow-wider-accumulation accepts a wider one)"
+    )
+    assert strict.replaced[0].notes == [refused]
+    assert strict.replaced[1].notes == ["the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows", refused]
+    assert "its bias add is left to IREE" not in strict.text()
+    wide = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM], allow_wider_accumulation=True)
+    assert _by_kernel(wide) == [("matmul", "matmul+bias", "gemm.gemm_bias_bf16"), ("batch_matmul", "matmul+bias", "gemm.gemm_bias_bf16")]
+    d = wide.replaced[0]
+    assert d.widen == {2: "f32"} and d.narrow_to is None
+    assert d.form.result_dtype == "bf16" and d.form.compute == "bf16"
+    assert d.notes == [
+        "its bias is bf16 in the model, widened to f32 for the kernel (exact)",
+        "computes in f32 and rounds once, where the model rounds to bf16 after the matmul and after the bias add (--allow-wider-accumulation)",
+    ]
+    assert wide.kernel_counts() == {"gemm.gemm_bias_bf16": 2}
+    assert "#1 matmul 16x64 @ 64x192 bf16 x bf16 -> 16x192 f32 at linear_bias_bf16.torch.mlir:8 -> gemm.gemm_bias_bf16 (as matmul+bias)" in wide.text()
+    # Without a bias kernel, the matmul alone, its bias add left to IREE.
+    no_bias = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM_PADDED])
+    assert no_bias.replaced[0].notes == ["its bias add is left to IREE (no kernel declares matmul+bias for it)"]
 
 
 def test_lm_head_padded_to_the_kernels_multiple():

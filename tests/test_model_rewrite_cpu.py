@@ -42,7 +42,20 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
     lines += c.splitlines()
     args = [f"%a{i}: {t}" for i, t in enumerate(ins)]
     acc = _elem(out)
-    if op in ("matmul", "matmul+bias", "batch_matmul"):
+    if op == "matmul+bias" and _elem(ins[2]) != acc:  # f32 accumulation and bias add, rounded once (gemm_bias_bf16)
+        wide = _elem(ins[2])
+        wt = f"tensor<?x?x{wide}>"
+        lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a1, %c1 : {ins[1]}"]
+        lines += [f"%z = arith.constant 0.0 : {wide}", f"%e = tensor.empty(%m, %n) : {wt}", f"%f = linalg.fill ins(%z : {wide}) outs(%e : {wt}) -> {wt}"]
+        lines.append(f"%r = linalg.matmul ins(%a0, %a1 : {ins[0]}, {ins[1]}) outs(%f : {wt}) -> {wt}")
+        lines.append(f"%eo = tensor.empty(%m, %n) : {out}")
+        lines.append(
+            "%h = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], "
+            f'iterator_types = ["parallel", "parallel"]}} ins(%r, %a2 : {wt}, {ins[2]}) outs(%eo : {out}) {{\n^bb0(%x: {wide}, %y: {wide}, %o: {acc}):\n'
+            f"%s = arith.addf %x, %y : {wide}\n%t = arith.truncf %s : {wide} to {acc}\nlinalg.yield %t : {acc}\n}} -> {out}"
+        )
+        lines.append(f"return %h : {out}")
+    elif op in ("matmul", "matmul+bias", "batch_matmul"):
         batch = op == "batch_matmul"
         named = "linalg.batch_matmul" if batch else "linalg.matmul"
         if batch:
@@ -240,6 +253,9 @@ def _random_args(text: str, function: str, rng):
         ("mlp_gelu_bf16.torch.mlir", "main", False, 1e-2),
         ("mlp_gelu_bf16.torch.mlir", "padded", False, 1e-2),  # the LM-head-like matmul's N = 100 padded to 104 and sliced
         ("linear_gelu_bf16.torch.mlir", "main", True, 3e-2),  # a Linear on 3-D input (one matmul over B*M rows) + torch's tanh GELU
+        # bf16 matmul + bias (addmm, and a Linear on 3-D input) fused, its bf16 bias widened, rounded once
+        ("linear_bias_bf16.torch.mlir", "main", True, 3e-2),
+        ("linear_bias_bf16.torch.mlir", "main", False, 1e-2),
     ],
 )
 def test_rewritten_model_computes_the_same(tmp_path, model, function, wide, tol):

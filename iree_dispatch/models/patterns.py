@@ -365,7 +365,9 @@ def _matmul(op, order: int) -> Candidate | None:
             g, bias = bias_add
             ibias = tensor_info(bias)
             forms.append(Form("matmul+bias", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], g.op.results[0], (rows, n), tensor_info(g.op.results[0])[1], compute, g.op,
-                              result_dims=((0, 0), (0, 1), (1, 1))))
+                              result_dims=((0, 0), (0, 1), (1, 1)), widen=(2,)))
+        else:
+            forms += _narrowed_bias_forms(op, lhs, rhs, (rows, n), forms_rank, ((0, 0), (0, 1), (1, 1)))
         note = "the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows"
         forms.append(Form("matmul", [lhs, rhs], op.results[0], (rows, n), ic[1], compute, op, notes=[note], result_dims=((0, 0), (0, 1), (1, 1))))
     if batch:
@@ -377,7 +379,9 @@ def _matmul(op, order: int) -> Candidate | None:
             g, bias = bias_add
             ibias = tensor_info(bias)
             forms.append(Form("matmul+bias", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], g.op.results[0], ic[0], tensor_info(g.op.results[0])[1], compute, g.op,
-                              result_dims=((0, 0), (1, 1))))
+                              result_dims=((0, 0), (1, 1)), widen=(2,)))
+        else:
+            forms += _narrowed_bias_forms(op, lhs, rhs, ic[0], forms_rank, ((0, 0), (1, 1)))
         forms.append(Form("matmul", [lhs, rhs], op.results[0], ic[0], ic[1], compute, op, result_dims=((0, 0), (1, 1))))
     cand.forms = forms
     return cand
@@ -457,6 +461,28 @@ def _bias_gelu_forms(op, lhs: Operand, rhs: Operand, shape, rank: int, result_di
     dims = result_dims if len(model_shape) == len(shape) else tuple(result_dims[:1]) * (len(model_shape) - 1) + tuple(result_dims[-1:])
     return [Form("matmul+bias+gelu", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], root.op.results[0], shape, gelu_dtype, compute, root.op,
                  notes=list(notes), result_dims=dims, widen=(2,), steps=steps)]
+
+
+def _narrowed_bias_forms(op, lhs: Operand, rhs: Operand, shape, rank: int, result_dims) -> list[Form]:
+    """The matmul `op` with what follows it, when that is a truncf to a narrower type and + bias [N]
+    in that type (a bf16 Linear: the matmul accumulates in f32, the model rounds to bf16, then adds
+    its bf16 bias and rounds again), each step the only use of the one before: one form,
+    matmul+bias, whose result is the bias add's, computed in the narrower type."""
+    acc = tensor_info(op.results[0])[1]
+    narrowed = _truncf_user(op.results[0])
+    if narrowed is None or len(narrowed.iterators) != rank or not elementwise_input(narrowed, 0, rank) or not _identity_outputs(narrowed):
+        return []
+    value = narrowed.op.results[0]
+    compute = tensor_info(value)[1]
+    if _FLOAT_WIDTH.get(compute, 0) >= _FLOAT_WIDTH.get(acc, 0):
+        return []
+    found = _bias_add_any(value, rank)
+    if found is None:
+        return []
+    add, bias = found
+    ibias = tensor_info(bias)
+    return [Form("matmul+bias", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], add.op.results[0], shape, compute, compute, add.op,
+                 result_dims=result_dims, widen=(2,), steps=f"rounds to {compute} after the matmul and after the bias add")]
 
 
 def _bias_add_any(value, rank: int):

@@ -45,9 +45,9 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
                 d.form, d.capability, d.narrow_to = form, cap, narrow
                 d.widen, d.pad = extra.get("widen", {}), extra.get("pad", {})
                 d.notes = [*form.notes, *notes]
-                if form.kind == "matmul" and any(f.kind == "matmul+bias" for f in cand.forms):
+                if form.kind == "matmul" and any(f.kind == "matmul+bias" for f in cand.forms) and not kernels.for_op("matmul+bias"):
                     d.notes.append("its bias add is left to IREE (no kernel declares matmul+bias for it)")
-                fused = [f"not as {kind}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if "gelu" in kind]
+                fused = [f"not as {kind}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if kind.startswith("matmul+")]
                 d.notes += fused
                 return d
             reason = (why[0], f"{cap.label}: {why[1]}")
