@@ -34,6 +34,35 @@ def _convert(value: str, type_: str, src: str, dst: str, rank: int, name: str) -
     return [f"%{name} = {op} {value} : tensor<{dims}x{src}> to tensor<{dims}x{dst}>"], f"%{name}"
 
 
+def _norm_prologue(ins: list[str], eps, params: list[str]) -> tuple[list[str], str, list[str], str, str]:
+    """A normalization's reference body up to its reductions: the row count and length, the input
+    and its per-column parameters converted to f32, the epsilon (an argument after the parameters,
+    or the kernel's constant), a zero-filled [m] and an empty [m, n] tensor, and the row-reduction
+    generic's attributes. Returns (lines, x, parameter names, epsilon, reduction attributes)."""
+    src = _elem(ins[0])
+    lines = [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a0, %c1 : {ins[0]}"]
+    conv, x = _convert("%a0", ins[0], src, "f32", 2, "x32")
+    lines += conv
+    names = []
+    for i, name in enumerate(params, start=1):
+        conv, value = _convert(f"%a{i}", ins[i], src, "f32", 1, name)
+        lines += conv
+        names.append(value)
+    eps_value = f"%a{len(params) + 1}" if eps is None else "%epsc"
+    if eps is not None:
+        lines.append(f"%epsc = arith.constant {eps!r} : f32")
+    lines += [
+        "%nf0 = arith.index_cast %n : index to i64",
+        "%nf = arith.sitofp %nf0 : i64 to f32",
+        "%z = arith.constant 0.0 : f32",
+        "%er = tensor.empty(%m) : tensor<?xf32>",
+        "%fr = linalg.fill ins(%z : f32) outs(%er : tensor<?xf32>) -> tensor<?xf32>",
+        "%ex = tensor.empty(%m, %n) : tensor<?x?xf32>",
+    ]
+    red = '{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}'
+    return lines, x, names, eps_value, red
+
+
 def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
     ins, outs = kernel_function_type(kernel)
     out = outs[0]
@@ -102,23 +131,8 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
         conv, r = _convert("%s", "", "f32", dst, 2, "r")
         lines += conv + [f"return {r} : {out}"]
     elif op == "rmsnorm":
-        src = _elem(ins[0])
-        lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a0, %c1 : {ins[0]}"]
-        conv_x, x = _convert("%a0", ins[0], src, "f32", 2, "x32")
-        conv_w, w = _convert("%a1", ins[1], src, "f32", 1, "w32")
-        lines += conv_x + conv_w
-        eps_value = "%a2" if eps is None else "%epsc"
-        if eps is not None:
-            lines.append(f"%epsc = arith.constant {eps!r} : f32")
-        lines += [
-            "%nf0 = arith.index_cast %n : index to i64",
-            "%nf = arith.sitofp %nf0 : i64 to f32",
-            "%z = arith.constant 0.0 : f32",
-            "%er = tensor.empty(%m) : tensor<?xf32>",
-            "%fr = linalg.fill ins(%z : f32) outs(%er : tensor<?xf32>) -> tensor<?xf32>",
-            "%ex = tensor.empty(%m, %n) : tensor<?x?xf32>",
-        ]
-        red = '{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}'
+        prologue, x, (w,), eps_value, red = _norm_prologue(ins, eps, ["w32"])
+        lines += prologue
         lines.append(
             f"%ss = linalg.generic {red} ins({x} : tensor<?x?xf32>) outs(%fr : tensor<?xf32>) {{\n^bb0(%v: f32, %o: f32):\n"
             "%q = arith.mulf %v, %v : f32\n%s = arith.addf %q, %o : f32\nlinalg.yield %s : f32\n} -> tensor<?xf32>"
@@ -135,24 +149,8 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
         conv, r = _convert("%y", "", "f32", _elem(out), 2, "r")
         lines += conv + [f"return {r} : {out}"]
     elif op == "layernorm":
-        src = _elem(ins[0])
-        lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a0, %c1 : {ins[0]}"]
-        conv_x, x = _convert("%a0", ins[0], src, "f32", 2, "x32")
-        conv_w, w = _convert("%a1", ins[1], src, "f32", 1, "w32")
-        conv_b, bb = _convert("%a2", ins[2], src, "f32", 1, "b32")
-        lines += conv_x + conv_w + conv_b
-        eps_value = "%a3" if eps is None else "%epsc"
-        if eps is not None:
-            lines.append(f"%epsc = arith.constant {eps!r} : f32")
-        lines += [
-            "%nf0 = arith.index_cast %n : index to i64",
-            "%nf = arith.sitofp %nf0 : i64 to f32",
-            "%z = arith.constant 0.0 : f32",
-            "%er = tensor.empty(%m) : tensor<?xf32>",
-            "%fr = linalg.fill ins(%z : f32) outs(%er : tensor<?xf32>) -> tensor<?xf32>",
-            "%ex = tensor.empty(%m, %n) : tensor<?x?xf32>",
-        ]
-        red = '{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}'
+        prologue, x, (w, bb), eps_value, red = _norm_prologue(ins, eps, ["w32", "b32"])
+        lines += prologue
         lines.append(
             f"%sum = linalg.generic {red} ins({x} : tensor<?x?xf32>) outs(%fr : tensor<?xf32>) {{\n"
             "^bb0(%v: f32, %o: f32):\n%s = arith.addf %v, %o : f32\nlinalg.yield %s : f32\n} -> tensor<?xf32>"

@@ -397,7 +397,7 @@ def _batch_broadcast(value):
 
 
 def _bias_add(value, rank: int):
-    """(generic, bias) when `value`'s only use adds a [N] vector along its last dim, in its own type."""
+    """(generic, bias) when `value`'s only use adds a [N] vector of its own type along its last dim."""
     us = users(value)
     if len(us) != 1:
         return None
@@ -433,7 +433,7 @@ def _bias_gelu_forms(op, lhs: Operand, rhs: Operand, shape, rank: int, result_di
     if narrowed is not None and len(narrowed.iterators) == rank and elementwise_input(narrowed, 0, rank) and _identity_outputs(narrowed):
         value = narrowed.op.results[0]
         types.append(tensor_info(value)[1])
-    found = _bias_add_any(value, rank)
+    found = _bias_add(value, rank)
     if found is None:
         return []
     add, bias = found
@@ -476,33 +476,13 @@ def _narrowed_bias_forms(op, lhs: Operand, rhs: Operand, shape, rank: int, resul
     compute = tensor_info(value)[1]
     if _FLOAT_WIDTH.get(compute, 0) >= _FLOAT_WIDTH.get(acc, 0):
         return []
-    found = _bias_add_any(value, rank)
+    found = _bias_add(value, rank)
     if found is None:
         return []
     add, bias = found
     ibias = tensor_info(bias)
     return [Form("matmul+bias", [lhs, rhs, Operand(bias, ibias[0], ibias[1])], add.op.results[0], shape, compute, compute, add.op,
                  result_dims=result_dims, widen=(2,), steps=f"rounds to {compute} after the matmul and after the bias add")]
-
-
-def _bias_add_any(value, rank: int):
-    """(generic, bias) when `value`'s only use adds a [N] vector of its own type along its last dim."""
-    us = users(value)
-    if len(us) != 1:
-        return None
-    g = as_generic(us[0])
-    if g is None or not g.parallel or len(g.inputs) != 2 or len(g.exprs) != 1 or g.exprs[0][0] != "addf" or len(g.iterators) != rank or not _identity_outputs(g):
-        return None
-    if sorted(g.exprs[0][1:]) != [("in", 0), ("in", 1)]:
-        return None
-    keys = [_key(v) for v in g.inputs]
-    if keys.count(_key(value)) != 1:
-        return None
-    mine = keys.index(_key(value))
-    info = tensor_info(g.inputs[1 - mine])
-    if elementwise_input(g, mine, rank) and last_dim_broadcast(g, 1 - mine, rank) and info and info[1] == tensor_info(value)[1]:
-        return g, g.inputs[1 - mine]
-    return None
 
 
 def _gelu_root(x):
