@@ -334,8 +334,9 @@ def test_nvrtc_fatbin_needs_the_fatbinary_tool(nvrtc, monkeypatch, tmp_path):
         nvrtc.make_fatbin({}, (SM80, tmp_path / "k.ptx"), tmp_path / "k.fatbin")
 
 
-def test_nvrtc_cubins_come_from_ptxas_without_nvjitlink(monkeypatch, cu, tmp_path):
-    """nvJitLink is the NVRTC route's assembler; where it is missing a ptxas found is used."""
+@pytest.fixture
+def nvrtc_without_nvjitlink(monkeypatch):
+    """The nvrtc toolchain module, with nvJitLink hidden (skips without NVRTC or a ptxas)."""
     from iree_dispatch.toolchains import nvrtc as nvrtc_module
 
     toolchain_or_skip("nvrtc")
@@ -347,6 +348,12 @@ def test_nvrtc_cubins_come_from_ptxas_without_nvjitlink(monkeypatch, cu, tmp_pat
 
     monkeypatch.delattr(cuda.bindings, "nvjitlink", raising=False)
     monkeypatch.setitem(sys.modules, "cuda.bindings.nvjitlink", None)
+    return nvrtc_module
+
+
+def test_nvrtc_cubins_come_from_ptxas_without_nvjitlink(nvrtc_without_nvjitlink, cu, tmp_path):
+    """nvJitLink is the NVRTC route's assembler; where it is missing a ptxas found is used."""
+    nvrtc_module = nvrtc_without_nvjitlink
     without = nvrtc_module.NvrtcToolchain()
     assert "cubins: ptxas" in without.identity()
     source = cu('extern "C" __global__ void k(float* p) { p[threadIdx.x] = 1.0f; }\n')
@@ -398,18 +405,8 @@ def test_progress_names_the_compiler_and_the_assembler(toolchain, cu, tmp_path):
     assert lines[6:] == [f"{toolchain.name} k.cu -> sm_80"]
 
 
-def test_nvrtc_without_nvjitlink_says_ptxas_runs(monkeypatch, cu, tmp_path):
-    from iree_dispatch.toolchains import nvrtc as nvrtc_module
-
-    toolchain_or_skip("nvrtc")
-    try:
-        nvrtc_module.find_cuda_tool("ptxas")
-    except ToolchainError:
-        pytest.skip("no ptxas")
-    import cuda.bindings
-
-    monkeypatch.delattr(cuda.bindings, "nvjitlink", raising=False)
-    monkeypatch.setitem(sys.modules, "cuda.bindings.nvjitlink", None)
+def test_nvrtc_without_nvjitlink_says_ptxas_runs(nvrtc_without_nvjitlink, cu, tmp_path):
+    nvrtc_module = nvrtc_without_nvjitlink
     lines: list[str] = []
     without = nvrtc_module.NvrtcToolchain()
     (ptx,) = without.compile_all([(cu(SIMPLE), SM90, tmp_path / "k.ptx")], progress=lines.append)
