@@ -1,7 +1,8 @@
 // Tensor-core GEMM, c[M, N] (f32) = a[M, K] @ b[K, N], a and b row-major bf16 or f16, f32 accumulation;
 // and bf16 ones with fused epilogues for a transformer: h = bf16(gelu(a @ b + bias)),
-// h = bf16(a @ b + bias) and c = (a @ b + bias) + residual. The entry points are at the end; the
-// epilogues (PlainF32 ...) are what differs between them.
+// h = bf16(a @ b + bias) and c = (a @ b + bias) + residual; and a batched bf16 one,
+// c[z] = a[z] @ b[z] for z = blockIdx.z (attention's batch matmuls). The entry points are at the
+// end; the epilogues (PlainF32 ...) are what differs between them.
 //
 // One block computes a BM x BN = 128 x 256 tile of c with 384 threads; one kernel body per
 // architecture, chosen at compile time:
@@ -23,14 +24,16 @@
 //
 // Any M, N, K >= 1 is correct. TMA needs K % 8 == 0, N % 8 == 0 and 16-byte aligned a and b
 // (row strides and addresses in 16-byte units), and room in c for the maps (a tile at least 96
-// columns wide, for every block of the cluster with rows inside M); otherwise the same kernel
+// columns wide, for every block of the cluster with rows inside M; gemm_batched_bf16 also takes a
+// tile that spans whole rows (N <= 256), the maps anywhere in those rows); otherwise the same kernel
 // loads element by element with bounds checks. Out-of-range elements of a tile are zero (TMA fills
-// them), so they add nothing; out-of-range outputs are not written.
+// them), so they add nothing; out-of-range outputs are not written. gemm_batched_bf16 runs the
+// same body per batch on that batch's matrices (a, b, c offset by z M K, z K N, z M N elements).
 //
-// Launch (kernels/gemm.toml): block 384, grid (ceildiv(N, 256), 2 * ceildiv(M, 256)), dynamic
-// shared memory gemm::SMEM_BYTES of the arch: 197632 on sm_90a (4 stages of 48 KB), 62592
-// otherwise. The -D options below exist for benchmarks/gemm.py, which times other
-// configurations; the spec must change with them.
+// Launch (kernels/gemm.toml): block 384, grid (ceildiv(N, 256), 2 * ceildiv(M, 256)) (and B along
+// z for gemm_batched_bf16), dynamic shared memory gemm::SMEM_BYTES of the arch: 197632 on sm_90a
+// (4 stages of 48 KB), 62592 otherwise. The -D options below exist for benchmarks/gemm.py, which
+// times other configurations; the spec must change with them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -129,6 +132,23 @@ struct BiasResidualF32 {
     const float4 r = *reinterpret_cast<const float4*>(residual + size_t(row) * N + col);
     *reinterpret_cast<float4*>(out + size_t(row) * N + col) = make_float4((v.x + b.x) + r.x, (v.y + b.y) + r.y, (v.z + b.z) + r.z, (v.w + b.w) + r.w);
   }
+};
+
+// gemm_batched_bf16: c = v, as PlainF32, for one batch's c; and where the tile spans whole rows of
+// c (n0 == 0, N <= BN: attention's N = 64), its tensor maps may go anywhere in the tile's rows, not
+// only in its first row (see tensor_map_home).
+struct BatchedF32 : PlainF32 {
+  static constexpr bool kMapsSpanRows = true;
+};
+// E::kMapsSpanRows where the epilogue declares it, else false (the other kernels: maps in the
+// tile's first row only).
+template <typename E, typename = void>
+struct MapsSpanRows {
+  static constexpr bool value = false;
+};
+template <typename E>
+struct MapsSpanRows<E, decltype(void(E::kMapsSpanRows))> {
+  static constexpr bool value = E::kMapsSpanRows;
 };
 
 __device__ __forceinline__ void store1(float* p, float v) { *p = v; }
@@ -347,11 +367,16 @@ __device__ __forceinline__ void encode_tensor_map(uint32_t map, const void* base
 // gives the kernel no scratch buffer): 256 bytes, 128-byte aligned, inside row m0 of the block's
 // own tile of the output, which nothing else touches until this block writes its results over
 // them. Null if the tile has no such room (outside M, or under 96 f32 / 192 bf16 columns).
+// With span_rows (gemm_batched_bf16), a tile that spans whole rows of the output (n0 == 0 and
+// N <= BN) owns the contiguous bytes of its rows m0 .. min(m0 + BM, M) - 1, and the maps may lie
+// anywhere in them: an N = 64 f32 output (256-byte rows) then needs no 128-byte aligned rows.
 template <typename Out>
-__device__ __forceinline__ uint8_t* tensor_map_home(Out* out, int M, int N, int m0, int n0) {
+__device__ __forceinline__ uint8_t* tensor_map_home(Out* out, int M, int N, int m0, int n0, bool span_rows = false) {
   if (m0 >= M) return nullptr;
   const uintptr_t row = reinterpret_cast<uintptr_t>(out + size_t(m0) * N);
-  const uintptr_t begin = row + uintptr_t(n0) * sizeof(Out), end = row + uintptr_t(min(n0 + BN, N)) * sizeof(Out);
+  const uintptr_t begin = row + uintptr_t(n0) * sizeof(Out);
+  const uintptr_t end = span_rows && n0 == 0 && N <= BN ? reinterpret_cast<uintptr_t>(out + size_t(min(m0 + BM, M)) * N)
+                                                        : row + uintptr_t(min(n0 + BN, N)) * sizeof(Out);
   const uintptr_t home = (begin + 127) & ~uintptr_t(127);
   return home + 256 <= end ? reinterpret_cast<uint8_t*>(home) : nullptr;
 }
@@ -401,7 +426,8 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
   const int active = min(CLUSTER, (M - cluster_m0 + BM - 1) / BM);
   // TMA for all active CTAs of the cluster or none of them: they fill each other's B tiles.
   bool tma = vector_loads_ok(a, b, N, K);
-  for (int r = 0; r < active; ++r) tma = tma && tensor_map_home(ep.out, M, N, cluster_m0 + r * BM, n0) != nullptr;
+  constexpr bool span_rows = MapsSpanRows<E>::value;
+  for (int r = 0; r < active; ++r) tma = tma && tensor_map_home(ep.out, M, N, cluster_m0 + r * BM, n0, span_rows) != nullptr;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -420,7 +446,7 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
     asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n");
     if (tma) {
       if (t < 32) {
-        uint8_t* home = tensor_map_home(ep.out, M, N, m0, n0);
+        uint8_t* home = tensor_map_home(ep.out, M, N, m0, n0, span_rows);
         build_tensor_maps<T>(map_staging, home, a, b, M, N, K);
         if (t == 0) {
           const void *map_a = home, *map_b = home + 128;
@@ -530,8 +556,8 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
       *reinterpret_cast<float2*>(tile + r * kStride + c) = make_float2(d[i], d[i + 1]);
     }
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    // Row m0 holds the tensor maps: every TMA that read them has completed, so the results may
-    // overwrite them.
+    // The tile's rows hold the tensor maps: every TMA that read them has completed, so the results
+    // may overwrite them.
     const int ct = threadIdx.x - 128;  // 0 .. 255 over both consumer warpgroups
     const bool vec = N % 4 == 0 && ep.vec_ok();
     constexpr int kChunks = BN / 4;  // float4s per tile row
@@ -705,4 +731,14 @@ extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
 gemm_bias_residual_f32(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
                        const float* __restrict__ residual, float* __restrict__ c, int M, int N, int K) {
   gemm_body(a, b, gemm::BiasResidualF32{bias, residual, c, N}, M, N, K);
+}
+
+// c[z] = a[z] @ b[z] for each batch z = blockIdx.z: a [B, M, K], b [B, K, N], c [B, M, N], all
+// row-major and contiguous (attention's scores q @ k^T and context p @ v, bf16 in, f32 out). Grid z
+// = B; each batch is gemm_bf16 on its own matrices (its own tensor maps, bounds and edges), so a
+// tile never reads or writes another batch's rows or columns.
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_batched_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+  const size_t z = blockIdx.z;
+  gemm_body(a + z * M * K, b + z * K * N, gemm::BatchedF32{{c + z * M * N}}, M, N, K);
 }

@@ -123,3 +123,8 @@ def gemm_bias_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray
 
 def gemm_bias_residual_f32(a: np.ndarray, b: np.ndarray, bias: np.ndarray, residual: np.ndarray) -> np.ndarray:
     return gemm_bf16(a, b) + bias.astype(np.float64) + residual.astype(np.float64)
+
+
+def gemm_batched_bf16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """c[z] = a[z] @ b[z] for every batch z: a [B, M, K], b [B, K, N] -> [B, M, N]."""
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))

@@ -20,9 +20,10 @@ from iree_dispatch.frontend.spec_file import load_spec
 from .conftest import ROOT, needs_build_tools
 
 SPEC = ROOT / "kernels" / "gemm.toml"
-KERNELS = ["gemm_bf16", "gemm_f16", "gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_residual_f32"]
+KERNELS = ["gemm_bf16", "gemm_f16", "gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_residual_f32", "gemm_batched_bf16"]
 # Buffers each kernel takes before M, N, K: a, b, (bias, residual,) output.
-BUFFERS = {"gemm_bf16": 3, "gemm_f16": 3, "gemm_bias_gelu_bf16": 4, "gemm_bias_bf16": 4, "gemm_bias_residual_f32": 5}
+BUFFERS = {"gemm_bf16": 3, "gemm_f16": 3, "gemm_bias_gelu_bf16": 4, "gemm_bias_bf16": 4, "gemm_bias_residual_f32": 5, "gemm_batched_bf16": 3}
+BATCHED = {"gemm_batched_bf16"}  # a [B, M, K], b [B, K, N], c [B, M, N]; the batch along grid z
 # gemm.cu, per arch: sm_90a 4 stages x (16 KB of A + 32 KB of B) + 1 KB to align the tiles to
 # 1024 bytes; sm_80 two buffers of A (128 x 40) and B (32 x 264) bf16 tiles + 8 warps' 16 x 16
 # float scratch tiles + 128 for alignment, under the 99 KB of sm_86/sm_89.
@@ -41,16 +42,19 @@ def test_spec_declares_shapes_block_grid_and_shared_memory():
         "gemm_bias_gelu_bf16": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
         "gemm_bias_bf16": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
         "gemm_bias_residual_f32": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32"), ("residual", "f32")], ("c", "f32")),
+        "gemm_batched_bf16": ([("a", "bf16"), ("b", "bf16")], ("c", "f32")),
     }
-    shapes = dict(operands, bias=["N"], residual=["M", "N"])
     for kernel in spec.kernels:
         d = kernel.describe()
+        batched = kernel.function in BATCHED
+        lead = ["B"] if batched else []
+        shapes = {name: lead + dims for name, dims in operands} | {"bias": ["N"], "residual": ["M", "N"]}
         inputs, (out, out_dtype) = expected[kernel.function]
         assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [(name, dtype, shapes[name]) for name, dtype in inputs]
-        assert [(t["name"], t["dtype"], t["shape"], t["inplace"]) for t in d["outputs"]] == [(out, out_dtype, ["M", "N"], False)]
-        assert d["scalars"] == []  # M, N, K come from the shapes
+        assert [(t["name"], t["dtype"], t["shape"], t["inplace"]) for t in d["outputs"]] == [(out, out_dtype, [*lead, "M", "N"], False)]
+        assert d["scalars"] == []  # M, N, K come from the shapes (B only sizes the grid)
         assert d["block"] == [384, 1, 1]
-        assert d["grid"] == ["ceildiv(N, 256)", "(2 * ceildiv(M, 256))", "1"]
+        assert d["grid"] == ["ceildiv(N, 256)", "(2 * ceildiv(M, 256))", "B" if batched else "1"]
         assert d["shared_memory"] == SHARED_MEMORY
     assert SHARED_MEMORY["sm_80"] <= 99 * 1024
 
@@ -122,4 +126,6 @@ def test_inspect_spec(capsys):
     assert "kernel gemm_bias_gelu_bf16(a: bf16[M, K], b: bf16[K, N], bias: f32[N]) -> (h: bf16[M, N])" in out
     assert "kernel gemm_bias_bf16(a: bf16[M, K], b: bf16[K, N], bias: f32[N]) -> (h: bf16[M, N])" in out
     assert "kernel gemm_bias_residual_f32(a: bf16[M, K], b: bf16[K, N], bias: f32[N], residual: f32[M, N]) -> (c: f32[M, N])" in out
+    assert "kernel gemm_batched_bf16(a: bf16[B, M, K], b: bf16[B, K, N]) -> (c: f32[B, M, N])" in out
+    assert "grid ['ceildiv(N, 256)', '(2 * ceildiv(M, 256))', 'B']" in out
     assert f"shared memory sm_90a {SHARED_MEMORY['sm_90a']}, sm_80 {SHARED_MEMORY['sm_80']} B" in out
