@@ -16,6 +16,11 @@ mma.sync body as PTX JIT-compiled for this GPU) are timed like `cupy`.
 TFLOP/s = 2 M N K / time. Every timed object's result is checked against torch's float32
 product of the same inputs on a sample of rows, relative to |a| @ |b| (ours must be within
 1e-5; torch's own bf16/f16-rounded output is not checked).
+Batched rows (GPT-2 small's attention batch matmuls in bf16, B x M x N x K = 96 x 1024 x 1024 x 64,
+the scores q @ k^T, and 96 x 1024 x 64 x 1024, the context p @ v): gemm_batched_bf16 against
+torch.bmm(a, b) (bf16 output, ours f32), each timed as above (`torch`: events and CUPTI; the
+objects by CuPy, with grid z = B; `iree_cupti` and `iree_wall` through IREE); TFLOP/s = 2 B M N K
+/ time; errors on a sample of rows of the first, middle and last batch.
 
     python benchmarks/gemm.py --prepare            # CPU side: modules + variant objects
     python benchmarks/gemm.py --out DIR            # GPU side: numpy, cupy, torch, ml_dtypes, iree-base-runtime
@@ -38,6 +43,8 @@ from common import cupti_times_us, nvidia_smi, summarize, wall_times_us
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / "build" / "gpu-tests" / "gemm"
 SIZES = (2048, 4096, 8192)
+# (name, B, M, N, K) of the batched rows: GPT-2 small's attention at batch 8 x 12 heads x 1024 tokens.
+BATCHED = (("scores", 96, 1024, 1024, 64), ("context", 96, 1024, 64, 1024))
 DTYPES = ("bf16", "f16")
 BM, THREADS = 128, 384
 # Other configurations of the sm_90a body: (name, nvcc -D flags, dynamic shared memory bytes, BN,
@@ -99,6 +106,12 @@ def sampled_error(got, a, b, rows) -> float:
     scale = a64.abs() @ b64.abs()
     err = (got[rows].double() - want).abs() / scale
     return float(err.max().item()) if not torch.isnan(err).any() else float("nan")
+
+
+def sampled_error_batched(got, a, b, rows) -> float:
+    """sampled_error over `rows` of the first, middle and last batch."""
+    batches = sorted({0, a.shape[0] // 2, a.shape[0] - 1})
+    return max(sampled_error(got[z], a[z], b[z], rows) for z in batches)
 
 
 def measure(args) -> dict:
@@ -215,7 +228,86 @@ def measure(args) -> dict:
             result["rows"].append(entry)
             a = b = c = da = db = None
             torch.cuda.empty_cache()
+    result["batched"] = [] if args.no_batched or "gemm_batched_bf16" not in module.functions else measure_batched(args, module, kernels_under_test, gen)
     return result
+
+
+def measure_batched(args, module, kernels_under_test: list[dict], gen) -> list[dict]:
+    """The BATCHED rows: gemm_batched_bf16 against torch.bmm, timed as the square rows are."""
+    import cupy as cp
+    import ml_dtypes
+    import torch
+
+    from iree_dispatch.core import expr as ex
+
+    rows_out = []
+    fn_iree = module.functions["gemm_batched_bf16"]
+    for label, batch, m, n, k in BATCHED:
+        flop = 2.0 * batch * m * n * k
+        sizes = {"B": batch, "M": m, "N": n, "K": k}
+        a = (torch.randn(batch, m, k, device="cuda", generator=gen) + 0.25).to(torch.bfloat16)
+        b = (torch.randn(batch, k, n, device="cuda", generator=gen) - 0.25).to(torch.bfloat16)
+        rows = torch.arange(0, m, 97, device="cuda")
+        entry = {"name": label, "size": [batch, m, n, k], "dtype": "bf16", "kernels": []}
+        entry["torch_us"] = summarize(event_times_us(torch, lambda: torch.bmm(a, b)))
+        entry["torch_tflops"] = flop / entry["torch_us"]["median"] / 1e6
+
+        def torch_calls(count):
+            for _ in range(count):
+                torch.bmm(a, b)
+
+        records = common.cupti_kernel_records(torch_calls, CUPTI_CALLS)
+        per_call = len(records) // CUPTI_CALLS
+        entry["torch_cupti_us"] = summarize([sum(r["dur"] for r in records[i * per_call : (i + 1) * per_call]) for i in range(CUPTI_CALLS)])
+        entry["torch_cupti_tflops"] = flop / entry["torch_cupti_us"]["median"] / 1e6
+        c = torch.empty(batch, m, n, device="cuda", dtype=torch.float32)
+        for kut in kernels_under_test:
+            row = {"name": kut["name"], "object": kut["path"].name}
+            try:
+                fn = cp.RawModule(path=str(kut["path"])).get_function("gemm_batched_bf16")
+                fn.max_dynamic_shared_size_bytes = kut["shared_memory"]
+                grid_exprs = [*kut["grid"][:2], "B"]  # the batch along z
+                grid = tuple(ex.evaluate(ex.parse(g, "grid"), sizes) for g in grid_exprs)
+                params = (np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), np.uint64(c.data_ptr()), np.int32(m), np.int32(n), np.int32(k))
+                c.fill_(float("nan"))
+                launch = lambda: fn(grid, (THREADS,), params, shared_mem=kut["shared_memory"])  # noqa: E731
+                launch()
+                torch.cuda.synchronize()
+                row["max_err_over_scale"] = sampled_error_batched(c, a, b, rows)
+                row["us"] = summarize(event_times_us(torch, launch))
+                row["tflops"] = flop / row["us"]["median"] / 1e6
+                row["pct_torch"] = 100 * row["tflops"] / entry["torch_tflops"]
+                row["correct"] = bool(row["max_err_over_scale"] <= RTOL)
+            except Exception as exc:  # a failing configuration is recorded; the others still run
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            print(json.dumps({"batched": label, **{x: row.get(x) for x in ("name", "tflops", "pct_torch", "max_err_over_scale", "error")}}), flush=True)
+            entry["kernels"].append(row)
+        da = module.to_device(a.cpu().view(torch.int16).numpy().view(ml_dtypes.bfloat16))
+        db = module.to_device(b.cpu().view(torch.int16).numpy().view(ml_dtypes.bfloat16))
+        iree = {}
+        try:
+            got = torch.from_numpy(fn_iree(da, db).to_host()).cuda()
+            iree["max_err_over_scale"] = sampled_error_batched(got, a, b, rows)
+            got = None
+
+            def iree_calls(count):
+                for _ in range(count):
+                    fn_iree(da, db)
+
+            iree["cupti_us"] = summarize(cupti_times_us(iree_calls, "gemm_batched_bf16", CUPTI_CALLS))
+            iree["cupti_tflops"] = flop / iree["cupti_us"]["median"] / 1e6
+            iree["pct_torch"] = 100 * iree["cupti_tflops"] / entry["torch_cupti_tflops"]
+            iree["wall_us"] = summarize(wall_times_us(lambda: fn_iree(da, db), WALL_CALLS, warmup=2))
+            iree["wall_tflops"] = flop / iree["wall_us"]["median"] / 1e6
+        except Exception as exc:
+            iree["error"] = f"{type(exc).__name__}: {exc}"
+        entry["iree"] = iree
+        summary = {x: iree.get(x) for x in ("cupti_tflops", "pct_torch", "wall_tflops", "max_err_over_scale", "error")}
+        print(json.dumps({"batched": label, "torch_cupti_tflops": entry["torch_cupti_tflops"], "iree": summary}), flush=True)
+        rows_out.append(entry)
+        a = b = c = da = db = None
+        torch.cuda.empty_cache()
+    return rows_out
 
 
 def table(result: dict) -> str:
@@ -235,6 +327,21 @@ def table(result: dict) -> str:
             f"| {r['size'][0]} | {r['dtype']} | {r['torch_cupti_tflops']:.0f} | {r['torch_tflops']:.0f} | {i['cupti_tflops']:.0f} | {i['pct_torch']:.0f}% | {i['wall_tflops']:.0f} "
             f"| {i['max_err_over_scale']:.1e} |"
         )
+    batched = result.get("batched", [])
+    if batched:
+        lines += ["", "Batched, gemm_batched_bf16 against torch.bmm (bf16):", "",
+                  "| shape | B x M x N x K | torch.bmm TFLOP/s (CUPTI) | (events) | ours via IREE (CUPTI) TFLOP/s | µs (CUPTI) | torch.bmm µs (CUPTI) "
+                  "| % torch (CUPTI/CUPTI) | IREE call (wall) TFLOP/s | max err/scale (IREE) |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in batched:
+            i, size = r["iree"], "x".join(str(x) for x in r["size"])
+            if "error" in i:
+                lines.append(f"| {r['name']} | {size} | {r['torch_cupti_tflops']:.0f} | {r['torch_tflops']:.0f} | error: {i['error']} | | | | | |")
+                continue
+            lines.append(
+                f"| {r['name']} | {size} | {r['torch_cupti_tflops']:.0f} | {r['torch_tflops']:.0f} | {i['cupti_tflops']:.0f} | {i['cupti_us']['median']:.1f} "
+                f"| {r['torch_cupti_us']['median']:.1f} | {i['pct_torch']:.0f}% | {i['wall_tflops']:.0f} | {i['max_err_over_scale']:.1e} |"
+            )
     lines += ["", "Objects launched by CuPy (CUDA events):", "",
               "| M=N=K | dtype | object | TFLOP/s | % torch | max err/scale | correct |", "|---:|---|---|---:|---:|---:|---|"]
     for r in result["rows"]:
@@ -244,6 +351,16 @@ def table(result: dict) -> str:
                 continue
             lines.append(
                 f"| {r['size'][0]} | {r['dtype']} | {kr['name']} | {kr['tflops']:.0f} | {kr['pct_torch']:.0f}% | {kr['max_err_over_scale']:.1e} "
+                f"| {'yes' if kr['correct'] else 'NO'} |"
+            )
+    for r in batched:
+        size = "x".join(str(x) for x in r["size"])
+        for kr in r["kernels"]:
+            if "error" in kr:
+                lines.append(f"| {r['name']} {size} | bf16 batched | {kr['name']} | error: {kr['error']} | | | |")
+                continue
+            lines.append(
+                f"| {r['name']} {size} | bf16 batched | {kr['name']} | {kr['tflops']:.0f} | {kr['pct_torch']:.0f}% | {kr['max_err_over_scale']:.1e} "
                 f"| {'yes' if kr['correct'] else 'NO'} |"
             )
     return "\n".join(lines) + "\n"
@@ -274,7 +391,13 @@ def main(argv=None) -> int:
     return common.main(argv, doc=__doc__, stem="gemm", default_dir=DEFAULT_DIR, default_out=ROOT / "benchmarks" / "results" / "gemm",
                        dir_help="folder of gemm.vmfb, gemm.objects/ and variants/ (--prepare)",
                        prepare=prepare, measure=measure, table=table, plot=plot,
-                       add_arguments=lambda p: p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES)))
+                       add_arguments=add_arguments)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    p.add_argument("--no-batched", action="store_true", help="skip the batched rows (gemm_batched_bf16 against torch.bmm)")
+
 
 if __name__ == "__main__":
     sys.exit(main())

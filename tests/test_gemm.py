@@ -72,6 +72,13 @@ def _entry(ptx: str, name: str) -> str:
     return ptx[start : ptx.index("{", start)]
 
 
+def _body(ptx: str, name: str) -> str:
+    """The text of `.entry name` to the end of its body (the next entry or the end of the file)."""
+    start = ptx.index(f".entry {name}(")
+    end = ptx.find(".entry ", start + 1)
+    return ptx[start : end if end >= 0 else len(ptx)]
+
+
 @needs_build_tools
 def test_builds_for_sm90a_and_sm80_with_the_body_for_each(tmp_path):
     result = build(load_spec(SPEC), tmp_path / "gemm.vmfb", emit_mlir=tmp_path / "gemm.mlir")
@@ -94,6 +101,9 @@ def test_builds_for_sm90a_and_sm80_with_the_body_for_each(tmp_path):
         # The grid's y dimension is a multiple of 2 because the sm_90a kernel runs in clusters of two.
         assert ".reqnctapercluster 1, 2, 1" in _entry(hopper, name)
         assert "reqnctapercluster" not in _entry(ampere, name)
+        # The batched kernel's batch is blockIdx.z; the others ignore z.
+        for ptx in (hopper, ampere):
+            assert ("%ctaid.z" in _body(ptx, name)) == (name in BATCHED), name
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16", hopper)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.f16\.f16", hopper)
     # TMA through tensor maps the kernel builds itself, B multicast across the cluster.

@@ -15,7 +15,10 @@ RTOL = 1e-5 (~170 float32 ulps of the absolute sum). A dropped, doubled or mispl
 shows as ~1/K of that sum per element: at least 2.4e-4 (K = 4097), 24x above RTOL.
 
 The fused kernels (gemm_bias_gelu_bf16, gemm_bias_bf16, gemm_bias_residual_f32) run the same
-three ways, with their own bounds (check_epilogue).
+three ways, with their own bounds (check_epilogue); so does the batched gemm_batched_bf16
+(c[z] = a[z] @ b[z], the batch along grid z), with the plain GEMM's bound, on batches whose
+inputs have different means (a tile that reads another batch's rows is off by far more than
+the bound), at GPT-2 small's attention shapes among others.
 
 The tests also cover the cluster launch (the sm_90a kernel runs in clusters of 2 blocks
 declared in the kernel, launched by IREE's plain cuLaunchKernel) and per-arch dynamic shared
@@ -187,3 +190,52 @@ def test_device_built_tensor_maps_equal_the_drivers(tensor_maps_cubin, dtype, m,
         assert err == driver.CUresult.CUDA_SUCCESS, err
         want = np.array([int(w) for w in tensor_map.opaque], dtype=np.uint64)
         assert (words == want).all(), f"{name} map\n device: {[hex(w) for w in words]}\n driver: {[hex(w) for w in want]}"
+
+
+# gemm_batched_bf16: (B, M, N, K). Batches of 1 and more; M and N not multiples of the 128 x 256
+# tile; K = 64 (one k-tile); N < 256 (the tile's columns past N are TMA's zeros, its stores
+# predicated on N). Which clusters load with TMA, for a c whose base is 128-byte aligned:
+# - (1, 200, 72, 64), (3, 200, 72, 64): one and three batches, TMA, both of a cluster's blocks
+#   active (rows 0-127 and 128-199), 72 of the tile's 256 columns;
+# - (3, 7, 33, 9), (2, 130, 257, 72): N or K not a multiple of 8: element loads;
+# - (4, 300, 40, 520): N = 40, 160-byte rows of c, too short to hold the tensor maps in a tile's
+#   first row: they lie further down the tile's rows (the tile spans whole rows), TMA throughout;
+# - (4, 385, 40, 520): the same, but the block of rows 384-384 has one 160-byte row, no room for
+#   the maps: its cluster (rows 256-384) loads element by element, the first cluster with TMA, in
+#   one launch; batches start at 61600-byte offsets, not 128-byte aligned;
+# - (3, 100, 64, 128): N = 64 as attention's context; the cluster's second block starts past M
+#   and sits out;
+# - (2, 300, 1000, 264): several tiles along N, partial at both edges;
+# - (96, 1024, 1024, 64) and (96, 1024, 64, 1024): GPT-2 small's attention scores (q @ k^T) and
+#   context (p @ v) at batch 8 x 12 heads x 1024 tokens.
+BATCHED_SIZES = [(1, 200, 72, 64), (3, 200, 72, 64), (3, 7, 33, 9), (2, 130, 257, 72), (4, 300, 40, 520), (4, 385, 40, 520),
+                 (3, 100, 64, 128), (2, 300, 1000, 264), (96, 1024, 1024, 64), (96, 1024, 64, 1024)]
+
+
+def test_batched_reference_is_the_float64_product_per_batch():
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal((2, 5, 3)).astype(np.float16), rng.standard_normal((2, 3, 4)).astype(np.float16)
+    want = [[[sum(float(a[z, i, k]) * float(b[z, k, j]) for k in range(3)) for j in range(4)] for i in range(5)] for z in range(2)]
+    np.testing.assert_allclose(REFERENCES.gemm_batched_bf16(a, b), want, rtol=1e-15)
+
+
+@pytest.mark.parametrize("batch, m, n, k", BATCHED_SIZES, ids=[f"{z}x{m}x{n}x{k}" for z, m, n, k in BATCHED_SIZES])
+def test_batched_gemm_matches_float64(modules, batch, m, n, k):
+    """Every element of every batch against the float64 product of that batch's (rounded) bf16
+    inputs, |c - c64| <= RTOL * (|a| @ |b|), as gemm_bf16 (the same body per batch); three ways,
+    two of them with c filled with NaN first."""
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    # Per-batch means (0.25 + z/2 for a, -0.25 - z/4 for b): a tile that reads another batch's a or b
+    # changes its sums.
+    shift = np.arange(batch, dtype=np.float32)[:, None, None]
+    a = (rng.normal(0.25, 1.0, (batch, m, k)).astype(np.float32) + 0.5 * shift).astype(ml_dtypes.bfloat16)
+    b = (rng.normal(-0.25, 1.0, (batch, k, n)).astype(np.float32) - 0.25 * shift).astype(ml_dtypes.bfloat16)
+    name = "gemm_batched_bf16"
+    reports = [check(name, getattr(modules["gemm"], name)(a, b), a, b)]
+    for module in ("gemm_poisonable", "gemm_sm80_ptx_poisonable"):
+        poisoned = np.full((batch, m, n), np.nan, np.float32)
+        reports.append(check(name, getattr(modules[module], name)(a, b, poisoned), a, b))
+    print(f"\n{name} {batch}x{m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
