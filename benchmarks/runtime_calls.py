@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""What one call costs through the iree_dispatch runtime, against raw launches, with the output
-pool on and off (each in its own process: the pool is set when the device is created).
+"""What one call costs through the iree_dispatch runtime, against raw launches: kernels launched
+directly by the runtime (the default), and through IREE's invoke with the output pool on and off
+(each in its own process: the pool is set when the device is created).
 
 Rows (H100 class GPU; wall times are medians of synchronous calls after warm-up, CUPTI
 durations come from torch.profiler):
@@ -8,8 +9,9 @@ durations come from torch.profiler):
   * simple_mul, N = 1024 (samples.vmfb): CuPy launch + synchronize of the same cubin; an
     iree_dispatch call on device arrays (fresh output), on numpy arrays (copies both ways), on
     torch tensors (DLPack in, `torch.from_dlpack` of the result), and a torch elementwise
-    multiply + synchronize; the host cost of one asynchronous call (async/samples.vmfb) against
-    a CuPy launch without synchronize; the parts of a call (argument checks, VmContext.invoke).
+    multiply + synchronize; against a CuPy launch without synchronize, the host cost of a call on
+    CuPy arrays (launched directly it is queued on CuPy's stream and returns at once) and of one
+    asynchronous call (async/samples.vmfb); the parts of a call (argument checks, VmContext.invoke).
   * gemm_bf16 at 4096³ (gemm/gemm.vmfb): the synchronous call's wall time against its kernel's
     CUPTI duration.
 
@@ -112,6 +114,17 @@ def worker(out: Path) -> None:
     np.testing.assert_array_equal(smod.simple_mul(sa, sb).to_host(), a * b)
     rows["iree_dispatch call of an async-built kernel, waited (device arrays)"] = summarize(wall_times_us(lambda: smod.simple_mul(sa, sb), REPS, 50))
 
+    # CuPy arrays: the call is queued on CuPy's current stream (directly launched) and returns
+    # at once, as CuPy's own launch does; through IREE it waits.
+    np.testing.assert_array_equal(cp.asnumpy(cp.from_dlpack(mod.simple_mul(ca, cb))), a * b)
+    held_cupy = []
+    samples = []
+    for _ in range(20):
+        samples += host_us(lambda: held_cupy.append(mod.simple_mul(ca, cb)), 100, warmup=0)
+        cp.cuda.runtime.deviceSynchronize()
+        held_cupy.clear()
+    rows["iree_dispatch call on CuPy arrays (host)"] = summarize(samples)
+
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     torch.testing.assert_close(torch.from_dlpack(mod.simple_mul(ta, tb)), ta * tb, rtol=0, atol=0)
 
@@ -189,9 +202,9 @@ def main() -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     runs = {}
-    for label, pool in (("pool", "default"), ("no pool", "off")):
-        target = args.out / f"runtime_calls_{pool}.json"
-        env = {**os.environ, "IREE_DISPATCH_OUTPUT_POOL": pool}
+    for label, launch, pool in (("direct launch", "direct", "default"), ("through IREE", "iree", "default"), ("through IREE, no pool", "iree", "off")):
+        target = args.out / f"runtime_calls_{launch}_{pool}.json"
+        env = {**os.environ, "IREE_DISPATCH_OUTPUT_POOL": pool, "IREE_DISPATCH_LAUNCH": launch}
         subprocess.run([sys.executable, __file__, "--out", str(args.out), "--worker", str(target)], check=True, env=env)
         runs[label] = json.loads(target.read_text())
     results = {
@@ -208,7 +221,8 @@ def main() -> int:
     return 0
 
 
-PLOTTED = ["cupy launch + sync", "iree_dispatch call, device arrays", "iree_dispatch call, numpy in/out", "iree_dispatch async call (host)",
+PLOTTED = ["cupy launch + sync", "iree_dispatch call, device arrays", "iree_dispatch call, numpy in/out", "cupy launch (host)",
+           "iree_dispatch call on CuPy arrays (host)", "iree_dispatch async call (host)",
            "torch elementwise multiply + sync", "torch in -> iree_dispatch -> torch out", "gemm_bf16 4096^3 kernel (CUPTI)", "gemm_bf16 4096^3 sync call (wall)"]
 
 
@@ -224,7 +238,8 @@ def plot(results: dict, path: Path) -> None:
     y = np.arange(len(PLOTTED))
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for i, (label, rows) in enumerate(runs.items()):
-        ax.barh(y + 0.4 * i - 0.2, [rows[name]["median"] for name in PLOTTED], 0.4, label=label)
+        width = 0.8 / len(runs)
+        ax.barh(y + width * (i - (len(runs) - 1) / 2), [rows[name]["median"] for name in PLOTTED], width, label=label)
     ax.set_yticks(y, PLOTTED, fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")

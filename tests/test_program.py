@@ -344,7 +344,7 @@ def cpu_modules(tmp_path_factory):
 @pytest.fixture
 def on_cpu(monkeypatch):
     """runtime.load on IREE's CPU device instead of CUDA."""
-    cpu = runtime.Device(0, runtime.rt.get_device("local-task"), pooled=False, in_order=False)
+    cpu = runtime.Device(0, runtime.rt.get_device("local-task"), pooled=False, in_order=False, cuda=False)
     monkeypatch.setattr(runtime.devices, "device", lambda uri="cuda": cpu)
 
 

@@ -12,7 +12,7 @@ from iree_dispatch.runtime import devices
 
 @pytest.fixture(scope="module")
 def cpu():
-    return runtime.Device(0, runtime.rt.get_device("local-task"), pooled=False, in_order=False)
+    return runtime.Device(0, runtime.rt.get_device("local-task"), pooled=False, in_order=False, cuda=False)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int8", "uint16", "int64", "bool"])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import expr as ex
-from ..core.contract import REFLECTION_KEY, encode
+from ..core.contract import LAUNCH_KEY, REFLECTION_KEY, encode, scalar_description
 from ..core.variants import Variant
 from ..frontend.spec import KernelSpec, ModuleSpec, TensorParam
 from . import ir
@@ -214,9 +214,24 @@ def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, fun
     # A prebuilt kernel runs on its objects' archs, not the module's.
     archs = list(dict.fromkeys(a.name for v in exe.variants for a in v.archs)) if k.objects else [a.name for a in module.archs]
     description = dict(k.describe(), archs=archs, objects="+".join(o.kind for o in k.objects) if k.objects else module.objects)
+    description[LAUNCH_KEY] = _launch_plan(k, exe, entry)
     # Only public wrappers are called from outside and need their description at run time.
     attributes = "" if private else ir.reflection(REFLECTION_KEY, encode(description))
     return ir.function(function, args, out_types, b.lines, private=private, attributes=attributes)
+
+
+def _launch_plan(k: KernelSpec, exe: Executable, entry: str) -> dict:
+    """What the runtime needs to launch the kernel itself, exactly as this function's dispatch
+    does (runtime/launch.py): the executable and its variants in IREE's order of preference with
+    their conditions, the entry, the tensors in binding order, and every push constant's scalar
+    (argument or size expression) in order."""
+    return {
+        "executable": exe.symbol,
+        "entry": entry,
+        "variants": [{"name": v.name, "rules": [list(rule) for rule in v.rules]} for v in exe.variants],
+        "bindings": [t.name for t in k.tensors],
+        "constants": [dict(scalar_description(s.name, s.stype), value=None if s.value is None else str(s.value)) for s in k.scalars],
+    }
 
 
 def _pack_argument(b: FunctionBuilder, s) -> list[str]:

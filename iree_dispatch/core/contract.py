@@ -21,6 +21,9 @@ REFLECTION_KEY = "iree_dispatch.kernel"
 # generated functions assert them, the runtime checks them before a call.
 RELATIONS = {"eq": operator.eq, "ne": operator.ne, "sge": operator.ge, "sle": operator.le}
 PROGRAM_REFLECTION_KEY = "iree_dispatch.program"
+# A kernel description's launch plan (emit.py writes it, runtime/launch.py launches from it): the
+# executable, its variants and their conditions, the entry, the binding order, the push constants.
+LAUNCH_KEY = "launch"
 
 
 def encode(description: dict) -> str:

@@ -170,7 +170,10 @@ def evaluate(expr: Expr, env: dict[str, int]) -> int:
             return a - b
         if expr.op == "*":
             return a * b
-        return a // b if expr.op == "//" else a % b
+        if expr.op == "//":
+            return a // b
+        # remsi, as the generated code computes it: the remainder takes the dividend's sign
+        return abs(a) % abs(b) * (1 if a >= 0 else -1)
     values = [evaluate(arg, env) for arg in expr.args]
     if expr.func == "ceildiv":
         if values[1] == 0:

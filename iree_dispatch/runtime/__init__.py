@@ -40,9 +40,10 @@ from .cuda_driver import compute_capability as cuda_compute_capability
 from .cuda_driver import device_name as cuda_device_name
 from .devices import DEFAULT_DRIVER_FLAGS, DEVICE_ENV, DRIVER_FLAGS_ENV, POOL_ENV, Device, cuda_device_available, device, driver_flags, open_device
 from .dlpack import DeviceArray
+from .launch import LAUNCH_ENV, DirectLaunch, launch_mode, open_archive, plan_for
 
 __all__ = [
-    "DEFAULT_DRIVER_FLAGS", "DEVICE_ENV", "DRIVER_FLAGS_ENV", "POOL_ENV", "AsyncArray", "Device", "DeviceArray", "KernelFunction", "Module",
+    "DEFAULT_DRIVER_FLAGS", "DEVICE_ENV", "DRIVER_FLAGS_ENV", "LAUNCH_ENV", "POOL_ENV", "AsyncArray", "Device", "DeviceArray", "KernelFunction", "Module",
     "cuda_compute_capability", "cuda_device_available", "cuda_device_name", "device", "driver_flags", "load", "no_variant_message",
     "open_device", "read_descriptions", "runs_on",
 ]
@@ -69,49 +70,73 @@ class _Tensor:
 
 
 class KernelFunction:
-    """A kernel's generated function: checks the arguments, then runs it through IREE.
+    """A kernel's generated function: checks the arguments, then runs the kernel, launched
+    directly where it can be (launch.py), else through IREE's invoke.
 
     device: where framework (DLPack) arrays are imported, None for checks without a device.
+    direct: the kernel's direct launch, or None to call through `invoke` always.
     """
 
-    def __init__(self, description: dict, invoke: Callable[..., Any], device: Device | None):
+    def __init__(self, description: dict, invoke: Callable[..., Any], device: Device | None, direct: DirectLaunch | None = None):
         self.description = description
         self.name: str = description["kernel"]
         self._invoke = invoke
         self._device = device
+        self._direct = direct
         self._inputs = [_Tensor(t["name"], _numpy_dtype(t["dtype"]), t["dtype"], tuple(t["shape"])) for t in description["inputs"]]
         self._scalars = description["scalars"]
         self.parameters = [t.name for t in self._inputs] + [s["name"] for s in self._scalars]
         # A program's relations between sizes beyond equal names (program.py), which its
         # function checks at entry too: checked here first, so a bad call fails before launch.
         self._relations = [(ex.parse(c["lhs"], "lhs"), c["op"], ex.parse(c["rhs"], "rhs"), c["message"]) for c in description.get("checks", ())]
+        # Result index → input index of each in-place output: the caller's array is the result.
+        names = [t.name for t in self._inputs]
+        self._in_place = {i: names.index(t["name"]) for i, t in enumerate(description.get("outputs", ())) if t.get("inplace")}
 
     def __repr__(self) -> str:
         return f"<iree_dispatch kernel {self.name}({', '.join(self.parameters)})>"
 
+    @property
+    def launched_directly(self) -> bool:
+        """Whether calls launch the kernel directly (else through IREE's invoke)."""
+        return self._direct is not None
+
     def check(self, *args, **kwargs) -> list:
         """Validated, converted arguments, in order; raises TypeError/ValueError otherwise."""
-        return self._convert(args, kwargs)[0]
+        tensors, scalars, _ = self._checked(args, kwargs)
+        return tensors + scalars
 
-    def _convert(self, args, kwargs) -> tuple[list, set[int | None] | None]:
-        """The converted arguments, and the streams to wait for before launching when some came
-        from another framework (DLPack), else None: a CUDA stream handle per producer stream
-        known, None for arrays whose export was ordered on the device's bridge stream."""
+    def _checked(self, args, kwargs) -> tuple[list, list, dict[str, int]]:
+        """The checked arrays (numpy made contiguous; other frameworks' arrays as they are),
+        the scalars as the generated function takes them, and the sizes and integer scalars
+        by name (what grids, shapes and computed scalars are evaluated with)."""
         values = self._bind(args, kwargs)
         sizes: dict[str, tuple[int, str]] = {}
-        checked = [self._check_tensor(spec, value, sizes) for spec, value in zip(self._inputs, values)]
-        scalars = [scalar_argument(self.name, scalar, value) for scalar, value in zip(self._scalars, values[len(self._inputs) :])]
+        tensors = [self._check_tensor(spec, value, sizes) for spec, value in zip(self._inputs, values)]
+        raw_scalars = values[len(self._inputs) :]
+        scalars = [scalar_argument(self.name, scalar, value) for scalar, value in zip(self._scalars, raw_scalars)]
+        env = {name: size for name, (size, _) in sizes.items()}
+        for scalar, value in zip(self._scalars, raw_scalars):
+            if scalar["kind"] in ("int", "uint", "bool"):
+                env.setdefault(scalar["name"], int(value))
         if self._relations:
-            self._check_relations(sizes, values)
-        if not any(_foreign(v) for v in checked):
-            return checked + scalars, None
+            self._check_relations(env)
+        return tensors, scalars, env
+
+    def _imported(self, tensors: list) -> tuple[list, set[int | None] | None]:
+        """`tensors` with other frameworks' arrays imported into IREE, and the streams to wait
+        for before launching when there were some, else None: a CUDA stream handle per producer
+        stream known, None for arrays whose export was ordered on the device's bridge stream."""
+        if not any(_foreign(v) for v in tensors):
+            return tensors, None
         # Framework arrays are imported only once every argument has passed its checks.
         producers: set[int | None] = set()
-        for i, (spec, value) in enumerate(zip(self._inputs, checked)):
+        imported = list(tensors)
+        for i, (spec, value) in enumerate(zip(self._inputs, tensors)):
             if _foreign(value):
-                checked[i], stream = self._import(spec, value)
+                imported[i], stream = self._import(spec, value)
                 producers.add(stream)
-        return checked + scalars, producers
+        return imported, producers
 
     def _wait_for(self, producers: set[int | None]) -> None:
         """Waits on the host for the work queued so far on the producers' streams."""
@@ -121,11 +146,7 @@ class KernelFunction:
             else:
                 self._device.bridge.wait_for(stream)
 
-    def _check_relations(self, sizes: dict[str, tuple[int, str]], values: list) -> None:
-        env = {name: size for name, (size, _) in sizes.items()}
-        for scalar, value in zip(self._scalars, values[len(self._inputs) :]):
-            if scalar["kind"] in ("int", "uint", "bool"):
-                env.setdefault(scalar["name"], int(value))
+    def _check_relations(self, env: dict[str, int]) -> None:
         for lhs, op, rhs, message in self._relations:
             try:
                 a, b = ex.evaluate(lhs, env), ex.evaluate(rhs, env)
@@ -135,20 +156,29 @@ class KernelFunction:
                 raise ValueError(f"{self.name}(): {message}; " + (f"{lhs} = {a}, but {rhs} = {b}" if op == "eq" else f"{lhs} = {a}"))
 
     def __call__(self, *args, **kwargs):
-        converted, producers = self._convert(args, kwargs)
+        tensors, scalars, env = self._checked(args, kwargs)
+        on_device = any(isinstance(v, (rt.DeviceArray, AsyncArray)) or _foreign(v) for v in tensors)
+        if not isinstance(self._invoke, FencedInvoker):
+            # Synchronous functions (and direct launches) can't wait on fences: wait here for pending inputs.
+            tensors = [v.wait() if isinstance(v, AsyncArray) else v for v in tensors]
+        results = self._direct.call(tensors, scalars, env) if self._direct is not None else None
+        if results is None:
+            results = self._call_through_iree(tensors, scalars)
+        for result, argument in self._in_place.items():
+            if _foreign(tensors[argument]) and result < len(results):
+                results[result] = tensors[argument]  # the caller's own array, written in place
+        if not on_device:
+            results = [r.to_host() if isinstance(r, rt.DeviceArray) else r for r in results]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _call_through_iree(self, tensors: list, scalars: list) -> list:
+        imported, producers = self._imported(tensors)
         if self._device is not None:
             if producers:
                 self._wait_for(producers)
             self._device.before_call()
-        on_device = producers is not None or any(isinstance(v, (rt.DeviceArray, AsyncArray)) for v in converted)
-        if not isinstance(self._invoke, FencedInvoker):
-            # IREE's synchronous functions can't wait on fences: wait here for pending inputs.
-            converted = [v.wait() if isinstance(v, AsyncArray) else v for v in converted]
-        results = self._invoke(*converted)
-        results = results if isinstance(results, tuple) else (results,)
-        if not on_device:
-            results = tuple(r.to_host() if isinstance(r, rt.DeviceArray) else r for r in results)
-        return results[0] if len(results) == 1 else results
+        results = self._invoke(*imported, *scalars)
+        return list(results) if isinstance(results, tuple) else [results]
 
     def _bind(self, args, kwargs) -> list:
         if len(args) > len(self.parameters):
@@ -214,15 +244,7 @@ class KernelFunction:
         # A framework whose current stream is known exports without ordering (stream=-1) and
         # the call waits for that stream once; any other orders its export on the bridge.
         stream = dlpack.current_stream(value)
-        try:
-            capsule = value.__dlpack__(stream=-1 if stream is not None else self._device.bridge.handle)
-        except (BufferError, RuntimeError, TypeError) as exc:
-            raise ValueError(f"{where} can't be shared through DLPack: {exc}") from None
-        described = dlpack.describe(capsule)
-        if not described.dense:
-            raise ValueError(f"{where} is not contiguous (shape {list(described.shape)} with strides); pass a contiguous copy (torch/CuPy: .contiguous() / cupy.ascontiguousarray)")
-        if described.byte_offset:
-            raise ValueError(f"{where} starts {described.byte_offset} bytes into its DLPack buffer, which IREE can't import; pass a copy")
+        capsule, _ = dlpack.export(value, -1 if stream is not None else self._device.bridge.handle, where)
         return DeviceArray(self._device, self._device.hal.from_dlpack_capsule(capsule), override_dtype=spec.dtype), stream
 
 
@@ -510,12 +532,15 @@ class Module:
     asynchronous: for modules compiled with `--iree-execution-model=async-external`: calls
     return AsyncArrays without waiting (see AsyncArray); `wait()` waits for all of them.
     max_in_flight: asynchronous calls queued ahead of the GPU at most (see Timeline).
+    launch: "direct" (launch kernels directly where their description allows, launch.py) or
+    "iree" (every call through IREE's invoke); default $IREE_DISPATCH_LAUNCH, else "direct".
     """
 
-    def __init__(self, vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32):
+    def __init__(self, vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32, launch: str | None = None):
         self.path = Path(vmfb)
         if not self.path.is_file():
             raise FileNotFoundError(f"no such module: {self.path}")
+        self.launch = launch_mode(launch)
         self.gpu = devices.device(device)
         self.device = self.gpu.hal
         self.asynchronous = asynchronous
@@ -534,6 +559,7 @@ class Module:
         self.timeline = Timeline(self.device, max_in_flight)
         bound = self.context.modules[self.name]
         self.functions: dict[str, Callable] = {}
+        archive = open_archive(self.path) if self.launch == "direct" and self.gpu.cuda else None
         for name, description in descriptions.items():
             vm_function = self.vm_module.lookup_function(name)
             if vm_function.reflection.get("iree.abi.model") == COARSE_FENCES:
@@ -547,7 +573,13 @@ class Module:
                 invoker = DirectInvoker(self.context.vm_context, vm_function, self.gpu, _result_dtypes(description))
             else:
                 invoker = bound[name]
-            self.functions[name] = KernelFunction(description, invoker, self.gpu) if description else invoker
+            if description:
+                direct = plan_for(description, self.gpu, _result_dtypes(description), archive) if isinstance(invoker, DirectInvoker) else None
+                self.functions[name] = KernelFunction(description, invoker, self.gpu, direct)
+            else:
+                self.functions[name] = invoker
+        if archive is not None:
+            archive.close()
 
     def __getattr__(self, name: str):
         functions = self.__dict__.get("functions", {})
@@ -572,10 +604,10 @@ class Module:
         self.gpu.trim()
 
 
-def load(vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32) -> Module:
+def load(vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32, launch: str | None = None) -> Module:
     """Loads `vmfb` on `device` ("cuda", "cuda://N", "cuda://GPU-<uuid>"; default
-    $IREE_DISPATCH_DEVICE, else "cuda"). asynchronous, max_in_flight: see Module."""
-    return Module(vmfb, device, asynchronous=asynchronous, max_in_flight=max_in_flight)
+    $IREE_DISPATCH_DEVICE, else "cuda"). asynchronous, max_in_flight, launch: see Module."""
+    return Module(vmfb, device, asynchronous=asynchronous, max_in_flight=max_in_flight, launch=launch)
 
 
 def runs_on(archs: Sequence[str], capability: tuple[int, int]) -> str | None:

@@ -92,6 +92,14 @@ def device_uuid(ordinal: int) -> str | None:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def _check(cuda: ctypes.CDLL, rc: int, what: str) -> None:
+    """Raises DeviceError naming `what` and the driver's error for a failed call (rc != 0)."""
+    if rc != 0:
+        name = ctypes.c_char_p()
+        cuda.cuGetErrorName(rc, ctypes.byref(name))
+        raise DeviceError(f"{what} failed: {name.value.decode() if name.value else rc}")
+
+
 class StreamBridge:
     """A stream of our own on one device, used to wait on the host for other frameworks' work.
 
@@ -147,7 +155,84 @@ class StreamBridge:
                 self._cuda.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
 
     def _check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            name = ctypes.c_char_p()
-            self._cuda.cuGetErrorName(rc, ctypes.byref(name))
-            raise DeviceError(f"{what} failed: {name.value.decode() if name.value else rc}")
+        _check(self._cuda, rc, what)
+
+
+# CUfunction_attribute: the dynamic shared memory a launch may ask for (above 48 KiB it must be set)
+_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_DEFAULT_SHARED_MEMORY_LIMIT = 48 * 1024
+
+
+class Launcher:
+    """Loads kernel images into one device's primary context (the context IREE's CUDA device
+    uses) and launches them, on a stream of its own or on a stream the caller names.
+
+    `launch` is the hot path of a direct call: a handful of ctypes calls, no allocation.
+    """
+
+    def __init__(self, ordinal: int):
+        cuda, device = _library(), _device(ordinal)
+        if device is None:
+            raise DeviceError(f"cuda://{ordinal}: the CUDA driver library (libcuda.so.1) can't open this device")
+        self._cuda = cuda
+        self._context = ctypes.c_void_p()
+        self._check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(self._context), device), "cuDevicePrimaryCtxRetain")
+        self._modules: list[ctypes.c_void_p] = []  # loaded images, kept for the process's lifetime
+        self._push = cuda.cuCtxPushCurrent_v2
+        self._pop = cuda.cuCtxPopCurrent_v2
+        self._launch = cuda.cuLaunchKernel
+        self._synchronize = cuda.cuStreamSynchronize
+        self._popped = ctypes.c_void_p()
+        self._push(self._context)
+        try:
+            self._stream = ctypes.c_void_p()
+            self._check(cuda.cuStreamCreate(ctypes.byref(self._stream), _STREAM_NON_BLOCKING), "cuStreamCreate")
+        finally:
+            self._pop(ctypes.byref(self._popped))
+
+    @property
+    def stream(self) -> int:
+        """The handle of the launcher's own stream (non-blocking)."""
+        return self._stream.value
+
+    def load(self, image: bytes, entry: str, shared_memory: int) -> ctypes.c_void_p:
+        """The CUfunction `entry` of a cubin, fatbin or PTX image (PTX is compiled by the driver),
+        allowed `shared_memory` bytes of dynamic shared memory."""
+        if not image.startswith(b"\x7fELF") and not image.endswith(b"\0"):
+            image += b"\0"  # PTX is read as a C string
+        module, function = ctypes.c_void_p(), ctypes.c_void_p()
+        self._push(self._context)
+        try:
+            self._check(self._cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(image)), f"cuModuleLoadData (kernel {entry})")
+            self._modules.append(module)
+            self._check(self._cuda.cuModuleGetFunction(ctypes.byref(function), module, entry.encode()), f"cuModuleGetFunction ({entry})")
+            if shared_memory > _DEFAULT_SHARED_MEMORY_LIMIT:
+                rc = self._cuda.cuFuncSetAttribute(function, _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_memory)
+                self._check(rc, f"cuFuncSetAttribute ({entry}, {shared_memory} bytes of shared memory)")
+        finally:
+            self._pop(ctypes.byref(self._popped))
+        return function
+
+    def launch(self, function: ctypes.c_void_p, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int | None, params: ctypes.Array) -> None:
+        """Queues `function` on `stream` (None: the launcher's own). params: a void* per parameter."""
+        self._push(self._context)
+        try:
+            rc = self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory,
+                              self._stream if stream is None else ctypes.c_void_p(stream), params, None)
+        finally:
+            self._pop(ctypes.byref(self._popped))
+        if rc:
+            self._check(rc, f"cuLaunchKernel (grid {list(grid)}, block {list(block)}, {shared_memory} bytes of shared memory)")
+
+    def synchronize(self) -> None:
+        """Waits until the work queued on the launcher's own stream has completed."""
+        self._push(self._context)
+        try:
+            rc = self._synchronize(self._stream)
+        finally:
+            self._pop(ctypes.byref(self._popped))
+        if rc:
+            self._check(rc, "cuStreamSynchronize (a kernel failed on the device)")
+
+    def _check(self, rc: int, what: str) -> None:
+        _check(self._cuda, rc, what)

@@ -15,9 +15,10 @@ GPU's memory; "off" disables it), `trim()` returns its free buffers to CUDA, and
 runs out of memory trims the pool and tries once more.
 
 Reuse is ordered by IREE's single queue per device: a buffer freed after a call is reused only
-by work queued after that call. A buffer handed to another framework (DLPack) can be read there
-on another stream after the framework drops it; every later call on the device therefore first
-waits, on the host, for the work queued so far on the streams our arrays were handed to.
+by work queued after that call. Our memory can also be in use on other streams: a buffer handed
+to another framework (DLPack) can be read there after the framework drops it, and a direct
+launch (launch.py) may be queued on a caller's stream. Every such stream is recorded, and work
+on IREE's queue or on any other stream first waits, on the host, for the work queued there so far.
 """
 
 from __future__ import annotations
@@ -126,8 +127,11 @@ class Device:
     # Whether the device runs queued work in submission order. IREE 3.13's CUDA device queues
     # everything on one stream; other devices (IREE's CPU device in the tests) may not.
     in_order: bool = True
+    cuda: bool = True  # a CUDA device (direct launches apply); tests run IREE's CPU device too
     _bridge: cuda_driver.StreamBridge | None = None
-    _consumer_streams: set[int] = field(default_factory=set)
+    _launcher: cuda_driver.Launcher | None = None
+    # Streams other than IREE's queue on which our memory may still be in use (see above).
+    _foreign_streams: set[int] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _staging_buffers: dict[int, tuple] = field(default_factory=dict)
     _transfers: rt.HalSemaphore | None = None
@@ -144,17 +148,28 @@ class Device:
             self._bridge = cuda_driver.StreamBridge(self.ordinal)
         return self._bridge
 
-    def handed_to(self, stream: int | None) -> None:
-        """Records that one of our arrays was handed to a consumer working on `stream` (DLPack's
-        numbering is the driver's: 1 is the legacy default stream, 2 the per-thread one)."""
-        if stream != -1:
-            self._consumer_streams.add(1 if stream is None else stream)
+    @property
+    def launcher(self) -> cuda_driver.Launcher:
+        """Where direct launches load and queue their kernels (created on first use)."""
+        if self._launcher is None:
+            with self._lock:
+                if self._launcher is None:
+                    self._launcher = cuda_driver.Launcher(self.ordinal)
+        return self._launcher
 
-    def before_call(self) -> None:
-        """Waits for the work consumers queued on our arrays so far (see the module docstring)."""
-        for stream in list(self._consumer_streams):
-            if not self.bridge.wait_for(stream):
-                self._consumer_streams.discard(stream)
+    def handed_to(self, stream: int | None) -> None:
+        """Records that our memory is in use on `stream`: one of our arrays was handed to a
+        consumer working there, or a kernel was queued there (DLPack's numbering is the
+        driver's: 1 is the legacy default stream, 2 the per-thread one; -1: no stream)."""
+        if stream != -1:
+            self._foreign_streams.add(stream or 1)  # None and 0 name the legacy default stream too
+
+    def before_call(self, on_stream: int | None = None) -> None:
+        """Waits for the work queued so far on the recorded streams (see the module docstring),
+        except `on_stream`, where the work about to be queued follows it anyway."""
+        for stream in list(self._foreign_streams):
+            if stream != on_stream and not self.bridge.wait_for(stream):
+                self._foreign_streams.discard(stream)
 
     def trim(self) -> None:
         """Returns the pool's free buffers to CUDA."""

@@ -62,6 +62,7 @@ _get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 class Described:
     """What a DLPack capsule holds, read without taking it."""
 
+    data: int  # the data pointer (before byte_offset)
     dtype: str  # numpy's name ("float32", "bfloat16", "bool", ...) or "code C, B bits"
     shape: tuple[int, ...]
     dense: bool  # row-major and contiguous (strides of size-1 dims don't matter)
@@ -86,7 +87,22 @@ def describe(capsule: Any) -> Described:
         dtype = "bool"
     else:
         dtype = f"{kind}{bits}"
-    return Described(dtype, shape, dense, tensor.byte_offset)
+    return Described(tensor.data or 0, dtype, shape, dense, tensor.byte_offset)
+
+
+def export(value: Any, stream: int | None, where: str) -> tuple[Any, Described]:
+    """A framework array's DLPack capsule (`stream`: DLPack's `__dlpack__(stream=...)`) and what
+    it holds; ValueError (naming `where`) for an array a kernel can't take as it is."""
+    try:
+        capsule = value.__dlpack__(stream=stream)
+    except (BufferError, RuntimeError, TypeError) as exc:
+        raise ValueError(f"{where} can't be shared through DLPack: {exc}") from None
+    described = describe(capsule)
+    if not described.dense:
+        raise ValueError(f"{where} is not contiguous (shape {list(described.shape)} with strides); pass a contiguous copy (torch/CuPy: .contiguous() / cupy.ascontiguousarray)")
+    if described.byte_offset:
+        raise ValueError(f"{where} starts {described.byte_offset} bytes into its DLPack buffer, which IREE can't import; pass a copy")
+    return capsule, described
 
 
 def is_dlpack(value: Any) -> bool:
@@ -107,11 +123,12 @@ def current_stream(value: Any) -> int | None:
     framework = sys.modules.get(module)
     if framework is None or not hasattr(value, "__dlpack__"):
         return None
+    # 0 (the NULL stream) is the legacy default stream, which the driver also calls 1.
     if module == "torch" and value.is_cuda:
-        return framework.cuda.current_stream(value.device).cuda_stream
+        return framework.cuda.current_stream(value.device).cuda_stream or 1
     if module == "cupy":
         with value.device:
-            return framework.cuda.get_current_stream().ptr
+            return framework.cuda.get_current_stream().ptr or 1
     return None
 
 
@@ -133,6 +150,7 @@ class DeviceArray(rt.DeviceArray):
 
     def to_host(self) -> np.ndarray:
         """A numpy copy of the array (through a pinned staging buffer where that applies)."""
+        self._dispatch_device.before_call()  # kernels queued on other streams may write it
         raw = self._get_raw_dtype()
         host = self._dispatch_device.download(self._buffer_view, raw)
         if host is None:
@@ -147,5 +165,18 @@ class DeviceArray(rt.DeviceArray):
             raise BufferError(f"this array is on cuda:{self._dispatch_device.ordinal}; it can't be exported to {tuple(dl_device)} without a copy")
         if copy:
             raise BufferError("iree_dispatch arrays are exported without copies (copy=True is not supported)")
+        pending = self.__dict__.get("_stream")  # the stream a direct launch queued its producer on
+        if pending is not None and stream != -1 and (stream or 1) != pending:
+            self._dispatch_device.bridge.wait_for(pending)
         self._dispatch_device.handed_to(stream)
         return self._dispatch_device.hal.create_dlpack_capsule(self._buffer_view, KDL_CUDA, self._dispatch_device.ordinal)
+
+
+def device_pointer(device: Device, array: rt.DeviceArray) -> int:
+    """The CUDA address of an IREE device array's data, read once through DLPack and kept on
+    the array (its buffer never moves)."""
+    pointer = array.__dict__.get("_device_pointer")
+    if pointer is None:
+        described = describe(device.hal.create_dlpack_capsule(array._buffer_view, KDL_CUDA, device.ordinal))
+        pointer = array._device_pointer = described.data + described.byte_offset
+    return pointer

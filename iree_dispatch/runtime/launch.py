@@ -1,0 +1,355 @@
+"""Direct launches: a kernel's call launched by the runtime itself, as IREE would launch it.
+
+A kernel's generated function does one thing: bind its tensors, pack its scalars into 32-bit
+push constants, compute the grid, allocate its fresh outputs and dispatch one kernel. Through
+IREE's `VmContext.invoke` that costs ~50 µs of host time per call, many times the kernel's own
+launch. The build therefore writes a launch plan into the description (backend/emit.py): the
+executable, its variants with their conditions, the entry, the binding order and each push
+constant's scalar. The runtime reads the very object IREE loaded out of the vmfb (its
+executable flatbuffers are stored entries of the vmfb's zip directory), takes the same variant
+IREE's conditions take, and launches the entry with the block size and shared memory IREE's
+export declares. Everything a call checks is checked first, as for IREE's path.
+
+Streams. A call whose arrays include another framework's (torch, CuPy) is queued on that
+framework's current stream, like one of its own ops, and returns without waiting: its results are
+ordered on that stream. Any other call is queued on the device's launch stream and waits for it,
+like IREE's synchronous calls. Memory the device's pool may hand out again is protected as for
+arrays handed to other frameworks (devices.py): every stream that may still use it is waited for
+before IREE's queue or another stream touches it.
+
+Where a plan can't apply the call goes through IREE: a module built before launch plans existed,
+a vmfb without the executable entry, an export whose layout disagrees with the plan, empty
+grids or outputs, pending asynchronous inputs. `IREE_DISPATCH_LAUNCH=iree` (or `load(...,
+launch="iree")`) sends every call through IREE.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import threading
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import iree.runtime as rt
+import numpy as np
+
+from ..core import expr as ex
+from ..core.contract import LAUNCH_KEY
+from ..core.dtypes import ELEMENT_TYPES
+from ..core.variants import rule_holds
+from . import cuda_driver, dlpack
+from .devices import Device
+
+LAUNCH_ENV = "IREE_DISPATCH_LAUNCH"  # "direct" (the default) or "iree"
+LAUNCH_MODES = ("direct", "iree")
+# The HAL element type of each tensor element type, as IREE gives its functions' results.
+HAL_ELEMENT_TYPES = {
+    "f16": rt.HalElementType.FLOAT_16, "bf16": rt.HalElementType.BFLOAT_16, "f32": rt.HalElementType.FLOAT_32,
+    "f64": rt.HalElementType.FLOAT_64, "i1": rt.HalElementType.BOOL_8, "i8": rt.HalElementType.INT_8,
+    "i16": rt.HalElementType.INT_16, "i32": rt.HalElementType.INT_32, "i64": rt.HalElementType.INT_64,
+    "ui8": rt.HalElementType.UINT_8, "ui16": rt.HalElementType.UINT_16, "ui32": rt.HalElementType.UINT_32,
+    "ui64": rt.HalElementType.UINT_64,
+}
+_OUTPUT_MEMORY = int(rt.MemoryType.DEVICE_LOCAL)
+_OUTPUT_USAGE = int(rt.BufferUsage.DEFAULT)
+_EXECUTABLE_HEADER = 64  # bytes before the flatbuffer in a vmfb's executable entry
+
+
+def launch_mode(requested: str | None) -> str:
+    """The launch mode for a module: `requested`, else $IREE_DISPATCH_LAUNCH, else "direct"."""
+    mode = requested or os.environ.get(LAUNCH_ENV) or "direct"
+    if mode not in LAUNCH_MODES:
+        source = "launch=" if requested else f"{LAUNCH_ENV}="
+        raise ValueError(f"{source}{mode!r}: expected one of {', '.join(LAUNCH_MODES)}")
+    return mode
+
+
+@dataclass(frozen=True)
+class Export:
+    """A kernel as IREE's CUDA executable declares it: the image and how IREE launches it."""
+
+    image: bytes
+    entry: str
+    block: tuple[int, int, int]
+    shared_memory: int
+    constant_count: int
+    binding_count: int
+
+
+class _Flatbuffer:
+    """Just enough of a flatbuffer reader for IREE's CUDA executable (ExecutableDef: exports,
+    modules; ExportDef: module_ordinal, kernel_name, block_dims, block_shared_memory_size,
+    constant_count, binding_flags; ModuleDef: ptx_image)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def u32(self, at: int) -> int:
+        return struct.unpack_from("<I", self.data, at)[0]
+
+    def field(self, table: int, index: int) -> int | None:
+        vtable = table - struct.unpack_from("<i", self.data, table)[0]
+        size = struct.unpack_from("<H", self.data, vtable)[0]
+        if 4 + 2 * index >= size:
+            return None
+        offset = struct.unpack_from("<H", self.data, vtable + 4 + 2 * index)[0]
+        return table + offset if offset else None
+
+    def scalar(self, table: int, index: int) -> int:
+        at = self.field(table, index)
+        return 0 if at is None else self.u32(at)
+
+    def vector(self, table: int, index: int) -> tuple[int, int]:
+        """(first element's position, length) of a vector field; (0, 0) when absent."""
+        at = self.field(table, index)
+        if at is None:
+            return 0, 0
+        start = at + self.u32(at)
+        return start + 4, self.u32(start)
+
+    def tables(self, table: int, index: int) -> list[int]:
+        start, count = self.vector(table, index)
+        return [start + 4 * i + self.u32(start + 4 * i) for i in range(count)]
+
+    def bytes(self, table: int, index: int) -> bytes:
+        start, count = self.vector(table, index)
+        return self.data[start : start + count]
+
+
+def read_export(vmfb: zipfile.ZipFile, executable: str, variant: str, entry: str) -> Export | None:
+    """The export `entry` of `executable`'s `variant` as stored in the vmfb, or None."""
+    try:
+        raw = vmfb.read(f"{executable}_{variant}.fb")
+    except KeyError:
+        return None
+    if raw[:4] != b"CDA1" or len(raw) < _EXECUTABLE_HEADER:
+        return None
+    size = struct.unpack_from("<Q", raw, 8)[0]
+    fb = _Flatbuffer(raw[_EXECUTABLE_HEADER : _EXECUTABLE_HEADER + size])
+    root = fb.u32(0)
+    if fb.data[4:8] != b"CDA1":
+        return None
+    modules = fb.tables(root, 1)
+    for export in fb.tables(root, 0):
+        if fb.bytes(export, 1).decode() != entry:
+            continue
+        block_at = fb.field(export, 2)
+        block = struct.unpack_from("<3I", fb.data, block_at) if block_at is not None else (1, 1, 1)
+        module = fb.scalar(export, 0)
+        if module >= len(modules):
+            return None
+        return Export(fb.bytes(modules[module], 0), entry, tuple(block), fb.scalar(export, 3), fb.scalar(export, 4), fb.vector(export, 5)[1])
+    return None
+
+
+@dataclass(frozen=True)
+class _Constant:
+    name: str
+    kind: str
+    nbytes: int
+    ctype: str
+    value: ex.Expr | None  # None: the call's argument of that name
+
+    @property
+    def int_range(self) -> tuple[int, int]:
+        bits = 8 * self.nbytes
+        if self.kind == "bool":
+            return 0, 1
+        return (0, 2**bits - 1) if self.kind == "uint" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
+@dataclass(frozen=True)
+class _Output:
+    name: str
+    dtype: np.dtype | None
+    element_type: int
+    itemsize: int
+    shape: tuple[ex.Expr, ...]
+
+
+class DirectLaunch:
+    """One kernel's direct call: plan, loaded function, and the per-call work.
+
+    Built by `plan_for`, which returns None where the plan can't be followed exactly.
+    """
+
+    def __init__(self, description: dict, export: Export, device: Device, output_dtypes: Sequence[np.dtype | None]):
+        plan = description[LAUNCH_KEY]
+        self.name = description["kernel"]
+        self._device = device
+        self._export = export
+        self._function: ctypes.c_void_p | None = None  # loaded on first call
+        self._load_lock = threading.Lock()
+        self.grid = tuple(ex.parse(g, "grid") for g in description["grid"])
+        self.bindings = tuple(plan["bindings"])
+        self.constants = tuple(
+            _Constant(c["name"], c["kind"], c["bytes"], c["ctype"], None if c["value"] is None else ex.parse(c["value"], "scalar")) for c in plan["constants"]
+        )
+        self._scalar_names = [s["name"] for s in description["scalars"]]
+        self._input_names = [t["name"] for t in description["inputs"]]
+        fresh = [(i, t) for i, t in enumerate(description["outputs"]) if not t["inplace"]]
+        self.outputs = {
+            t["name"]: _Output(t["name"], output_dtypes[i] if i < len(output_dtypes) else None, int(HAL_ELEMENT_TYPES[t["dtype"]]),
+                               ELEMENT_TYPES[t["dtype"]].nbytes, tuple(ex.parse(str(d), "shape") for d in t["shape"]))
+            for i, t in fresh
+        }
+        self.results = [t["name"] for t in description["outputs"]]
+        slots = len(self.bindings) + sum(2 if c.nbytes == 8 else 1 for c in self.constants)
+        # One 8-byte cell per kernel parameter and a pointer to each, filled per call under a
+        # lock: cuLaunchKernel copies the values, so the cells are free again once it returns.
+        self._values = (ctypes.c_uint64 * slots)()
+        base = ctypes.addressof(self._values)
+        self._params = (ctypes.c_void_p * slots)(*(base + 8 * i for i in range(slots)))
+        self._lock = threading.Lock()
+
+    def function(self) -> ctypes.c_void_p:
+        if self._function is None:
+            with self._load_lock:
+                if self._function is None:
+                    e = self._export
+                    self._function = self._device.launcher.load(e.image, e.entry, e.shared_memory)
+        return self._function
+
+    def constants_for(self, env: dict[str, int], scalars: dict[str, int | float]) -> list[int]:
+        """The push constants, as IREE's generated function packs them. scalars: the call's
+        scalar arguments as the generated function takes them (contract.scalar_argument)."""
+        words: list[int] = []
+        for c in self.constants:
+            if c.value is None:
+                value = scalars[c.name]
+                if c.kind == "float":
+                    words.append(int(np.array(value, np.float32).view(np.uint32)))
+                elif c.nbytes == 8:
+                    words += [value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF]
+                else:
+                    words.append(value & 0xFFFFFFFF)
+                continue
+            number = self._evaluate(c.value, env, f"scalar {c.name} = {c.value}")
+            if c.kind == "float":
+                words.append(int(np.array(float(number), np.float32).view(np.uint32)))
+                continue
+            lo, hi = c.int_range
+            label = f"scalar {c.name}" if c.value == ex.Sym(c.name) else f"scalar {c.name} = {c.value}"
+            if number < lo:
+                raise ValueError(f"{self.name}(): {label} is below the range of {c.ctype}")
+            if number > hi:
+                raise ValueError(f"{self.name}(): {label} exceeds the range of {c.ctype}")
+            words += [number & 0xFFFFFFFF, (number >> 32) & 0xFFFFFFFF] if c.nbytes == 8 else [number & 0xFFFFFFFF]
+        return words
+
+    def grid_for(self, env: dict[str, int]) -> tuple[int, int, int]:
+        return tuple(self._evaluate(g, env, f"grid[{i}] = {g}") for i, g in enumerate(self.grid))
+
+    def shape_of(self, output: _Output, env: dict[str, int]) -> tuple[int, ...]:
+        shape = []
+        for i, d in enumerate(output.shape):
+            size = self._evaluate(d, env, f"output {output.name} dim {i} = {d}")
+            if size < 0:
+                raise ValueError(f"{self.name}(): output {output.name} dim {i} = {d} is negative")
+            shape.append(size)
+        return tuple(shape)
+
+    def _evaluate(self, e: ex.Expr, env: dict[str, int], label: str) -> int:
+        try:
+            return ex.evaluate(e, env)
+        except ZeroDivisionError:
+            raise ValueError(f"{self.name}(): {label} divides by zero for these sizes") from None
+
+    def call(self, inputs: Sequence, scalars: Sequence[int | float], env: dict[str, int]) -> list | None:
+        """Runs the kernel on checked inputs (numpy, IREE or other frameworks' arrays, in the
+        description's order) and the call's converted scalars; the results in the description's
+        order: fresh outputs as DeviceArrays, in-place ones as the caller's own array. None
+        where IREE must run the call instead (an empty grid or output)."""
+        device = self._device
+        grid = self.grid_for(env)
+        shapes = {name: self.shape_of(out, env) for name, out in self.outputs.items()}
+        if min(grid) <= 0 or any(0 in shape for shape in shapes.values()):
+            return None
+        constants = self.constants_for(env, dict(zip(self._scalar_names, scalars)))
+        # The current stream of each other framework's array where its framework is known
+        # (torch, CuPy), else None: a call on such arrays runs on the first one's stream, and on
+        # the launch stream if none is known (their export then orders their producers' work there).
+        streams = {i: dlpack.current_stream(v) for i, v in enumerate(inputs) if not isinstance(v, (np.ndarray, rt.DeviceArray))}
+        stream = next((s for s in streams.values() if s is not None), None)
+        if streams and stream is None:
+            stream = device.launcher.stream
+        pointers: dict[str, int] = {}
+        arrays: dict[str, object] = {}
+        for i, (name, value) in enumerate(zip(self._input_names, inputs)):
+            if isinstance(value, np.ndarray):
+                value = dlpack.DeviceArray(device, rt.asdevicearray(device.hal, value)._buffer_view, override_dtype=value.dtype)
+            if isinstance(value, rt.DeviceArray):
+                pointers[name] = dlpack.device_pointer(device, value)
+            else:
+                # Known frameworks' work is ordered by the stream choice: no ordering asked (-1).
+                _, described = dlpack.export(value, stream if streams[i] is None else -1, f"{self.name}(): argument {name!r}")
+                pointers[name] = described.data
+            arrays[name] = value
+        for other in set(streams.values()) - {None, stream}:
+            device.bridge.wait_for(other)
+        device.before_call(on_stream=stream)
+        results = {}
+        for name, out in self.outputs.items():
+            view = allocate(device, out, shapes[name])
+            result = results[name] = dlpack.DeviceArray(device, view, override_dtype=out.dtype)
+            pointers[name] = dlpack.device_pointer(device, result)
+        self.launch([pointers[name] for name in self.bindings], constants, grid, stream)
+        if stream is None or stream == device.launcher.stream:
+            device.launcher.synchronize()
+        else:
+            device.handed_to(stream)
+            for result in results.values():
+                result._stream = stream
+        return [results[name] if name in results else arrays[name] for name in self.results]
+
+    def launch(self, pointers: Sequence[int], constants: Sequence[int], grid: tuple[int, int, int], stream: int | None) -> None:
+        function = self.function()
+        e = self._export
+        with self._lock:
+            self._values[:] = [*pointers, *constants]
+            self._device.launcher.launch(function, grid, e.block, e.shared_memory, stream, self._params)
+
+
+def allocate(device: Device, output: _Output, shape: tuple[int, ...]) -> rt.HalBufferView:
+    """A fresh output from the device's pool; on running out of memory the pool is trimmed
+    and the allocation tried once more."""
+    size = output.itemsize * int(np.prod(shape, dtype=np.int64))
+    try:
+        buffer = device.hal.allocator.allocate_buffer(memory_type=_OUTPUT_MEMORY, allowed_usage=_OUTPUT_USAGE, allocation_size=size)
+    except RuntimeError as exc:
+        if not device.pooled or not any(m in str(exc) for m in ("RESOURCE_EXHAUSTED", "CUDA_ERROR_OUT_OF_MEMORY")):
+            raise
+        device.trim()
+        buffer = device.hal.allocator.allocate_buffer(memory_type=_OUTPUT_MEMORY, allowed_usage=_OUTPUT_USAGE, allocation_size=size)
+    return rt.HalBufferView(buffer, shape, output.element_type)
+
+
+def plan_for(description: dict, device: Device, output_dtypes: Sequence[np.dtype | None], archive: zipfile.ZipFile | None) -> DirectLaunch | None:
+    """The direct launch of a kernel's function on `device`, or None where the call must go
+    through IREE (no plan, no runnable variant, or an export that disagrees with the plan)."""
+    plan = description.get(LAUNCH_KEY)
+    if not plan or archive is None or not device.cuda:
+        return None
+    capability = cuda_driver.compute_capability(device.ordinal)
+    if capability is None:
+        return None
+    variant = next((v for v in plan["variants"] if any(rule_holds(tuple(r), *capability) for r in v["rules"])), None)
+    if variant is None:
+        return None
+    export = read_export(archive, plan["executable"], variant["name"], plan["entry"])
+    slots = sum(2 if c["bytes"] == 8 else 1 for c in plan["constants"])
+    if export is None or export.constant_count != slots or export.binding_count != len(plan["bindings"]):
+        return None
+    return DirectLaunch(description, export, device, output_dtypes)
+
+
+def open_archive(vmfb: Path) -> zipfile.ZipFile | None:
+    """The vmfb's zip directory (IREE writes one listing its executables), or None."""
+    try:
+        return zipfile.ZipFile(vmfb)
+    except (zipfile.BadZipFile, OSError):
+        return None

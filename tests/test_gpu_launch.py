@@ -1,0 +1,140 @@
+"""On a CUDA device: kernels launched directly by the runtime compute exactly what the same
+kernels compute through IREE's invoke (every scalar type, every element type, bit for bit),
+calls on torch/CuPy arrays are queued on the caller's stream without waiting, and memory in
+use on a caller's stream is never handed to other work before that stream is done with it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from artifacts.abi import ELEMENT_TYPES
+from iree_dispatch import runtime
+
+from .test_gpu import artifacts, fresh  # noqa: F401  (session fixtures)
+from .test_gpu_abi import CASES, random_array, random_case
+
+pytestmark = pytest.mark.gpu
+SLEEP_CYCLES = 100_000_000  # torch.cuda._sleep: ~50 ms on an H100
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device here")
+    return torch
+
+
+@pytest.fixture(scope="module")
+def both(artifacts):  # noqa: F811
+    """The samples module loaded twice: kernels launched directly, and through IREE."""
+    return runtime.load(artifacts["samples"], launch="direct"), runtime.load(artifacts["samples"], launch="iree")
+
+
+def test_kernels_launch_directly_unless_told_otherwise(both):
+    direct, through_iree = both
+    for name in ("simple_mul", "simple_mul_inplace", "axpby"):
+        assert direct[name].launched_directly and not through_iree[name].launched_directly
+
+
+def test_direct_and_iree_launches_agree_on_every_scalar_and_element_type(artifacts):  # noqa: F811
+    direct, through_iree = runtime.load(artifacts["abi"], launch="direct"), runtime.load(artifacts["abi"], launch="iree")
+    assert direct.echo_scalars.launched_directly
+    rng = np.random.default_rng()
+    for case in CASES + [random_case(rng) for _ in range(20)]:
+        for got, want in zip(direct.echo_scalars(*case), through_iree.echo_scalars(*case)):
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), case
+    for dtype in ELEMENT_TYPES:
+        for n in (1, 33, 4097):
+            data = random_array(rng, dtype, n)
+            got = getattr(direct, f"reverse_{dtype}")(direct.to_device(data))
+            want = getattr(through_iree, f"reverse_{dtype}")(through_iree.to_device(data))
+            # The same HAL element type as IREE's own results, so either passes to any IREE function.
+            assert got._buffer_view.element_type == want._buffer_view.element_type, dtype
+            assert got.to_host().tobytes() == want.to_host().tobytes() == data[::-1].tobytes()
+
+
+def test_a_call_on_torch_tensors_is_queued_on_the_callers_stream(both, torch):
+    """Behind a ~50 ms sleep on a side stream: the call returns while the stream is still busy,
+    and its result is right when read on that stream, on another stream, and on the host."""
+    direct, _ = both
+    n = 2**20 + 3
+    rng = np.random.default_rng()
+    a, b = fresh(rng, n), fresh(rng, n)
+    src, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    side = torch.cuda.Stream()
+    for read in ("same stream", "other stream", "host"):
+        x = torch.full((n,), float("nan"), device="cuda")
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            x.copy_(src)
+            result = direct.simple_mul(x, tb)
+            assert not side.query(), "the call waited for the caller's stream"
+            if read == "same stream":
+                got = torch.from_dlpack(result).clone().cpu().numpy()
+        if read == "other stream":
+            got = torch.from_dlpack(result).cpu().numpy()  # DLPack orders the current stream after `side`
+        elif read == "host":
+            got = result.to_host()
+        np.testing.assert_array_equal(got, a * b)
+
+
+def test_memory_in_use_on_a_callers_stream_is_not_reused_before_it_is_done(both, torch):
+    """A result still being written on the caller's stream is dropped; the next call may get its
+    buffer from the pool and must not run before that write is done."""
+    direct, through_iree = both
+    n = 2**22
+    rng = np.random.default_rng()
+    a, b, c = fresh(rng, n), fresh(rng, n), fresh(rng, n)
+    ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    for module in (direct, through_iree):
+        dc, db = module.to_device(c), module.to_device(b)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        pending = direct.simple_mul(ta, tb)  # written behind the sleep on torch's stream
+        del pending
+        again = module.simple_mul(dc, db)  # same size: may reuse the dropped result's buffer
+        torch.cuda.synchronize()
+        np.testing.assert_array_equal(again.to_host(), c * b)
+
+
+class _OtherFramework:
+    """A CUDA array of a framework the runtime doesn't know (no current stream to ask): only
+    DLPack's protocol, delegated to a torch tensor."""
+
+    def __init__(self, tensor):
+        self._tensor = tensor
+        self.shape, self.dtype = tuple(tensor.shape), np.dtype(str(tensor.dtype).rsplit(".", 1)[-1])
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self._tensor.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self._tensor.__dlpack_device__()
+
+
+def test_an_unknown_frameworks_producer_is_ordered_through_dlpack(both, torch):
+    direct, _ = both
+    n = 2**20
+    rng = np.random.default_rng()
+    a, b = fresh(rng, n), fresh(rng, n)
+    x = torch.full((n,), float("nan"), device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    x.copy_(torch.from_numpy(a).cuda())
+    result = direct.simple_mul(_OtherFramework(x), direct.to_device(b))
+    np.testing.assert_array_equal(result.to_host(), a * b)
+
+
+def test_in_place_outputs_of_framework_arrays_are_the_callers_arrays(artifacts, torch):  # noqa: F811
+    rng = np.random.default_rng()
+    n = 4099
+    a, b = fresh(rng, n), fresh(rng, n)
+    for launch in ("direct", "iree"):
+        poisonable = runtime.load(artifacts["poisonable"], launch=launch)
+        out = torch.full((n,), float("nan"), device="cuda")
+        result = poisonable.simple_mul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), out)
+        assert result is out
+        np.testing.assert_array_equal(out.cpu().numpy(), a * b)
