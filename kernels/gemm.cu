@@ -28,7 +28,8 @@
 // tile that spans whole rows (N <= 256), the maps anywhere in those rows); otherwise the same kernel
 // loads element by element with bounds checks. Out-of-range elements of a tile are zero (TMA fills
 // them), so they add nothing; out-of-range outputs are not written. gemm_batched_bf16 runs the
-// same body per batch on that batch's matrices (a, b, c offset by z M K, z K N, z M N elements).
+// same body per batch on that batch's matrices (a, b, c offset by z M K, z K N, z M N elements),
+// and does not load B's 64-column boxes that lie wholly past N (BatchedF32).
 //
 // Launch (kernels/gemm.toml): block 384, grid (ceildiv(N, 256), 2 * ceildiv(M, 256)) (and B along
 // z for gemm_batched_bf16), dynamic shared memory gemm::SMEM_BYTES of the arch: 197632 on sm_90a
@@ -134,21 +135,22 @@ struct BiasResidualF32 {
   }
 };
 
-// gemm_batched_bf16: c = v, as PlainF32, for one batch's c; and where the tile spans whole rows of
-// c (n0 == 0, N <= BN: attention's N = 64), its tensor maps may go anywhere in the tile's rows, not
-// only in its first row (see tensor_map_home).
+// gemm_batched_bf16: c = v, as PlainF32, for one batch's c, with the sm_90a body's two provisions
+// for N narrower than a tile (attention's N = 64; kNarrowN): where the tile spans whole rows of c
+// (n0 == 0, N <= BN) its tensor maps may go anywhere in the tile's rows, not only in its first row
+// (see tensor_map_home); and B's 64-column boxes that start at or past N are not loaded at all.
 struct BatchedF32 : PlainF32 {
-  static constexpr bool kMapsSpanRows = true;
+  static constexpr bool kNarrowN = true;
 };
-// E::kMapsSpanRows where the epilogue declares it, else false (the other kernels: maps in the
-// tile's first row only).
+// E::kNarrowN where the epilogue declares it, else false (the other kernels: maps in the tile's
+// first row only, every B box of the tile loaded).
 template <typename E, typename = void>
-struct MapsSpanRows {
+struct NarrowN {
   static constexpr bool value = false;
 };
 template <typename E>
-struct MapsSpanRows<E, decltype(void(E::kMapsSpanRows))> {
-  static constexpr bool value = E::kMapsSpanRows;
+struct NarrowN<E, decltype(void(E::kNarrowN))> {
+  static constexpr bool value = E::kNarrowN;
 };
 
 __device__ __forceinline__ void store1(float* p, float v) { *p = v; }
@@ -426,8 +428,8 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
   const int active = min(CLUSTER, (M - cluster_m0 + BM - 1) / BM);
   // TMA for all active CTAs of the cluster or none of them: they fill each other's B tiles.
   bool tma = vector_loads_ok(a, b, N, K);
-  constexpr bool span_rows = MapsSpanRows<E>::value;
-  for (int r = 0; r < active; ++r) tma = tma && tensor_map_home(ep.out, M, N, cluster_m0 + r * BM, n0, span_rows) != nullptr;
+  constexpr bool narrow_n = NarrowN<E>::value;
+  for (int r = 0; r < active; ++r) tma = tma && tensor_map_home(ep.out, M, N, cluster_m0 + r * BM, n0, narrow_n) != nullptr;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -446,21 +448,27 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
     asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n");
     if (tma) {
       if (t < 32) {
-        uint8_t* home = tensor_map_home(ep.out, M, N, m0, n0, span_rows);
+        uint8_t* home = tensor_map_home(ep.out, M, N, m0, n0, narrow_n);
         build_tensor_maps<T>(map_staging, home, a, b, M, N, K);
         if (t == 0) {
           const void *map_a = home, *map_b = home + 128;
           asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;\n" ::"l"(map_a) : "memory");
           asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;\n" ::"l"(map_b) : "memory");
           const uint16_t active_mask = (1u << active) - 1;
+          // B's 64-column blocks to load: all of the tile's; with NarrowN only those starting
+          // inside N (the same for every CTA of the cluster: same n0). A block past N would be TMA
+          // zeros; unloaded, its shared memory holds stale bytes instead, which reach only the
+          // accumulator columns past N, never stored.
+          const int b_blocks = narrow_n ? min(BN / 64, (N - n0 + 63) / 64) : BN / 64;
+          const uint32_t stage_tx = narrow_n ? A_STAGE_BYTES + b_blocks * B_BLOCK_BYTES : STAGE_BYTES;
           for (int kt = 0; kt < k_tiles; ++kt) {
             const int s = kt % STAGES;
             if (kt >= STAGES) mbar_wait(smem_addr(&empty[s]), ((kt / STAGES) - 1) & 1);
             const uint32_t sa = smem + s * STAGE_BYTES, sb = sa + A_STAGE_BYTES, bar = smem_addr(&full[s]);
-            mbar_arrive_expect_tx(bar, STAGE_BYTES);  // own A, and all of B from the cluster
+            mbar_arrive_expect_tx(bar, stage_tx);  // own A, and all of B from the cluster
             tma_load(sa, map_a, kt * BK, m0, bar);
             // This CTA's share of B's 64-column blocks, multicast to the active CTAs.
-            for (int block = rank; block < BN / 64; block += active) {
+            for (int block = rank; block < b_blocks; block += active) {
               if (active > 1) tma_load_multicast(sb + block * B_BLOCK_BYTES, map_b, n0 + block * 64, kt * BK, bar, active_mask);
               else tma_load(sb + block * B_BLOCK_BYTES, map_b, n0 + block * 64, kt * BK, bar);
             }
