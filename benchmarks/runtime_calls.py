@@ -85,6 +85,27 @@ def worker(out: Path) -> None:
     except RuntimeError as exc:
         print(f"IREE's DeviceArray.to_host failed: {exc}", flush=True)
     rows["  of which argument checks"] = summarize(host_us(lambda: check(da, db), REPS))
+    direct = mod.simple_mul._direct
+    if direct is not None:  # the parts of a direct launch
+        from iree_dispatch.runtime import dlpack as _dlp
+        from iree_dispatch.runtime import launch as _launch
+
+        output = direct.outputs["out"]
+
+        def fresh_output():
+            result = _dlp.DeviceArray(mod.gpu, _launch.allocate(mod.gpu, output, (N,)), output.dtype)
+            return _dlp.device_pointer(mod.gpu, result)
+
+        rows["  of which a fresh output (pool, wrap, pointer)"] = summarize(host_us(fresh_output, REPS))
+        keep = mod.simple_mul(da, db)
+        pointers = [_dlp.device_pointer(mod.gpu, v) for v in (da, db, keep)]
+        constants = direct.constants_for({"n": N}, {})
+
+        def launch_and_wait():
+            direct.launch(pointers, constants, direct.grid_for({"n": N}), None)
+            mod.gpu.launcher.synchronize()
+
+        rows["  of which launch + synchronize (ctypes)"] = summarize(wall_times_us(launch_and_wait, REPS, 50))
     invoker = mod.simple_mul._invoke
     rows["  of which invoke + result wrap"] = summarize(wall_times_us(lambda: invoker(da, db), REPS, 50))
 
@@ -140,7 +161,9 @@ def worker(out: Path) -> None:
 
     rows["torch in -> iree_dispatch -> torch out"] = summarize(wall_times_us(torch_call, REPS, 50))
     rows["torch elementwise multiply + sync"] = summarize(wall_times_us(torch_op, REPS, 50))
-    rows["  of which checks + DLPack import of 2 tensors"] = summarize(host_us(lambda: check(ta, tb), REPS))
+    rows["  of which checks (2 tensors)"] = summarize(host_us(lambda: check(ta, tb), REPS))
+    imported = mod.simple_mul._imported
+    rows["  of which checks + IREE's DLPack import of 2 tensors"] = summarize(host_us(lambda: imported(check(ta, tb)), REPS))
     from iree_dispatch.runtime import dlpack as _dl
 
     rows["  of which reading a capsule (1 tensor)"] = summarize(host_us(lambda: _dl.describe(ta.__dlpack__(stream=-1)), REPS))
@@ -153,9 +176,9 @@ def worker(out: Path) -> None:
     rows["  of which waiting for consumer streams"] = summarize(host_us(mod.gpu.before_call, REPS))
     kept = mod.simple_mul(da, db)
     rows["  of which torch.from_dlpack(result)"] = summarize(host_us(lambda: torch.from_dlpack(kept), REPS))
-    rows["  of which the call on imported arrays"] = summarize(wall_times_us(lambda: invoker(*check(ta, tb)), REPS, 50))
-    imported = check(ta, tb)
-    rows["  of which invoke on arrays imported once"] = summarize(wall_times_us(lambda: invoker(*imported), REPS, 50))
+    rows["  of which IREE's invoke on freshly imported arrays"] = summarize(wall_times_us(lambda: invoker(*imported(check(ta, tb))[0]), REPS, 50))
+    once = imported(check(ta, tb))[0]
+    rows["  of which IREE's invoke on arrays imported once"] = summarize(wall_times_us(lambda: invoker(*once), REPS, 50))
 
     gemm = runtime.load(BUILD / "gemm" / "gemm.vmfb")
     import ml_dtypes
@@ -184,10 +207,10 @@ def worker(out: Path) -> None:
 
 
 def table(results: dict) -> str:
-    names = list(next(iter(results["runs"].values())))
+    names = list(dict.fromkeys(name for r in results["runs"].values() for name in r))
     lines = ["| row | " + " | ".join(f"{k} median µs (p10-p90)" for k in results["runs"]) + " |", "|---|" + "---:|" * len(results["runs"])]
     for name in names:
-        cells = [f"{r[name]['median']:.1f} ({r[name]['p10']:.1f}-{r[name]['p90']:.1f})" for r in results["runs"].values()]
+        cells = [f"{r[name]['median']:.1f} ({r[name]['p10']:.1f}-{r[name]['p90']:.1f})" if name in r else "" for r in results["runs"].values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -206,6 +206,11 @@ class Launcher:
             self._check(self._cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(image)), f"cuModuleLoadData (kernel {entry})")
             self._modules.append(module)
             self._check(self._cuda.cuModuleGetFunction(ctypes.byref(function), module, entry.encode()), f"cuModuleGetFunction ({entry})")
+            # Loaded now, not at its first launch (CUDA's lazy loading): loading can wait for
+            # the device, and a call must never wait for work queued before it.
+            load = getattr(self._cuda, "cuFuncLoad", None)
+            if load is not None:
+                self._check(load(function), f"cuFuncLoad ({entry})")
             if shared_memory > _DEFAULT_SHARED_MEMORY_LIMIT:
                 rc = self._cuda.cuFuncSetAttribute(function, _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_memory)
                 self._check(rc, f"cuFuncSetAttribute ({entry}, {shared_memory} bytes of shared memory)")

@@ -182,8 +182,6 @@ class DirectLaunch:
         self.name = description["kernel"]
         self._device = device
         self._export = export
-        self._function: ctypes.c_void_p | None = None  # loaded on first call
-        self._load_lock = threading.Lock()
         self.grid = tuple(ex.parse(g, "grid") for g in description["grid"])
         self.bindings = tuple(plan["bindings"])
         self.constants = tuple(
@@ -206,13 +204,10 @@ class DirectLaunch:
         self._params = (ctypes.c_void_p * slots)(*(base + 8 * i for i in range(slots)))
         self._lock = threading.Lock()
 
-    def function(self) -> ctypes.c_void_p:
-        if self._function is None:
-            with self._load_lock:
-                if self._function is None:
-                    e = self._export
-                    self._function = self._device.launcher.load(e.image, e.entry, e.shared_memory)
-        return self._function
+    def load(self) -> None:
+        """Loads the kernel on the device (when the module is loaded, as IREE loads its own)."""
+        e = self._export
+        self._function = self._device.launcher.load(e.image, e.entry, e.shared_memory)
 
     def constants_for(self, env: dict[str, int], scalars: dict[str, int | float]) -> list[int]:
         """The push constants, as IREE's generated function packs them. scalars: the call's
@@ -307,11 +302,10 @@ class DirectLaunch:
         return [results[name] if name in results else arrays[name] for name in self.results]
 
     def launch(self, pointers: Sequence[int], constants: Sequence[int], grid: tuple[int, int, int], stream: int | None) -> None:
-        function = self.function()
         e = self._export
         with self._lock:
             self._values[:] = [*pointers, *constants]
-            self._device.launcher.launch(function, grid, e.block, e.shared_memory, stream, self._params)
+            self._device.launcher.launch(self._function, grid, e.block, e.shared_memory, stream, self._params)
 
 
 def allocate(device: Device, output: _Output, shape: tuple[int, ...]) -> rt.HalBufferView:
@@ -344,7 +338,9 @@ def plan_for(description: dict, device: Device, output_dtypes: Sequence[np.dtype
     slots = sum(2 if c["bytes"] == 8 else 1 for c in plan["constants"])
     if export is None or export.constant_count != slots or export.binding_count != len(plan["bindings"]):
         return None
-    return DirectLaunch(description, export, device, output_dtypes)
+    direct = DirectLaunch(description, export, device, output_dtypes)
+    direct.load()
+    return direct
 
 
 def open_archive(vmfb: Path) -> zipfile.ZipFile | None:
