@@ -8,7 +8,7 @@ durations come from torch.profiler):
 
   * simple_mul, N = 1024 (samples.vmfb): CuPy launch + synchronize of the same cubin; an
     iree_dispatch call on device arrays (fresh output), on numpy arrays (copies both ways), on
-    torch tensors (DLPack in, `torch.from_dlpack` of the result), and a torch elementwise
+    torch tensors (DLPack in, a torch tensor out), and a torch elementwise
     multiply + synchronize; against a CuPy launch without synchronize, the host cost of a call on
     CuPy arrays (launched directly it is queued on CuPy's stream and returns at once) and of one
     asynchronous call (async/samples.vmfb); the parts of a call (argument checks, VmContext.invoke).
@@ -93,8 +93,7 @@ def worker(out: Path) -> None:
         output = direct.outputs["out"]
 
         def fresh_output():
-            result = _dlp.DeviceArray(mod.gpu, _launch.allocate(mod.gpu, output, (N,)), output.dtype)
-            return _dlp.device_pointer(mod.gpu, result)
+            return _launch._fresh_output(mod.gpu, output, (N,), 4 * N, None)
 
         rows["  of which a fresh output (pool, wrap, pointer)"] = summarize(host_us(fresh_output, REPS))
         keep = mod.simple_mul(da, db)
@@ -147,10 +146,10 @@ def worker(out: Path) -> None:
     rows["iree_dispatch call on CuPy arrays (host)"] = summarize(samples)
 
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-    torch.testing.assert_close(torch.from_dlpack(mod.simple_mul(ta, tb)), ta * tb, rtol=0, atol=0)
+    torch.testing.assert_close(mod.simple_mul(ta, tb), ta * tb, rtol=0, atol=0)
 
-    def torch_call():
-        y = torch.from_dlpack(mod.simple_mul(ta, tb))
+    def torch_call():  # a call on torch tensors returns a torch tensor
+        y = mod.simple_mul(ta, tb)
         torch.cuda.synchronize()
         return y
 

@@ -56,48 +56,51 @@ def test_direct_and_iree_launches_agree_on_every_scalar_and_element_type(artifac
 
 
 def test_a_call_on_torch_tensors_is_queued_on_the_callers_stream(both, torch):
-    """Behind a ~50 ms sleep on a side stream: the call returns while the stream is still busy,
-    and its result is right when read on that stream, on another stream, and on the host."""
+    """Behind a ~50 ms sleep on a side stream: the call returns a torch tensor while the stream
+    is still busy, and the result is right when read on that stream and after it."""
     direct, _ = both
     n = 2**20 + 3
     rng = np.random.default_rng()
     a, b = fresh(rng, n), fresh(rng, n)
     src, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     side = torch.cuda.Stream()
-    for read in ("same stream", "other stream", "host"):
+    for read_on_side in (True, False):
         x = torch.full((n,), float("nan"), device="cuda")
         torch.cuda.synchronize()
         with torch.cuda.stream(side):
             torch.cuda._sleep(SLEEP_CYCLES)
             x.copy_(src)
             result = direct.simple_mul(x, tb)
+            assert isinstance(result, torch.Tensor)
             assert not side.query(), "the call waited for the caller's stream"
-            if read == "same stream":
-                got = torch.from_dlpack(result).clone().cpu().numpy()
-        if read == "other stream":
-            got = torch.from_dlpack(result).cpu().numpy()  # DLPack orders the current stream after `side`
-        elif read == "host":
-            got = result.to_host()
+            if read_on_side:
+                got = result.clone().cpu().numpy()
+        if not read_on_side:
+            side.synchronize()
+            got = result.cpu().numpy()
         np.testing.assert_array_equal(got, a * b)
 
 
-def test_memory_in_use_on_a_callers_stream_is_not_reused_before_it_is_done(both, torch):
-    """A result still being written on the caller's stream is dropped; the next call may get its
-    buffer from the pool and must not run before that write is done."""
+def test_our_arrays_read_on_a_callers_stream_are_not_reused_before_it_is_done(both, torch):
+    """One of our device arrays is read by a kernel queued on torch's stream behind a sleep and
+    dropped at once; the next call may get its buffer from the pool and must not write it
+    before that kernel has read it."""
     direct, through_iree = both
     n = 2**22
     rng = np.random.default_rng()
     a, b, c = fresh(rng, n), fresh(rng, n), fresh(rng, n)
-    ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    ta = torch.from_numpy(a).cuda()
     for module in (direct, through_iree):
-        dc, db = module.to_device(c), module.to_device(b)
+        dc = module.to_device(c)
+        ours = module.to_device(b)
         torch.cuda.synchronize()
         torch.cuda._sleep(SLEEP_CYCLES)
-        pending = direct.simple_mul(ta, tb)  # written behind the sleep on torch's stream
-        del pending
-        again = module.simple_mul(dc, db)  # same size: may reuse the dropped result's buffer
+        pending = direct.simple_mul(ta, ours)  # reads `ours` behind the sleep on torch's stream
+        del ours
+        again = module.simple_mul(dc, module.to_device(c))  # may reuse the buffer `ours` had
         torch.cuda.synchronize()
-        np.testing.assert_array_equal(again.to_host(), c * b)
+        np.testing.assert_array_equal(pending.cpu().numpy(), a * b)
+        np.testing.assert_array_equal(again.to_host(), c * c)
 
 
 class _OtherFramework:
@@ -138,3 +141,38 @@ def test_in_place_outputs_of_framework_arrays_are_the_callers_arrays(artifacts, 
         result = poisonable.simple_mul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), out)
         assert result is out
         np.testing.assert_array_equal(out.cpu().numpy(), a * b)
+
+
+def test_repeated_calls_reuse_their_preparation_and_stay_right(both, artifacts, torch):  # noqa: F811
+    """Calls with the signature of an earlier one skip the checks and the size arithmetic:
+    fresh data, changed scalars, changed shapes and bad arguments after such calls."""
+    direct, _ = both
+    poisonable = runtime.load(artifacts["poisonable"], launch="direct")
+    rng = np.random.default_rng()
+    for n in (1000, 1000, 1000, 77, 1000):
+        a, b = fresh(rng, n), fresh(rng, n)
+        da, db = direct.to_device(a), direct.to_device(b)
+        for _ in range(3):
+            np.testing.assert_array_equal(direct.simple_mul(da, db).to_host(), a * b)
+        for alpha, beta in ((2.0, -0.5), (-3, 0.25), (0.5, 0)):
+            want = np.float32(alpha) * a.astype(np.float64) + np.float32(beta) * b
+            # two float32 products and a sum (possibly fused): a few ulps of the largest term
+            bound = 4 * np.finfo(np.float32).eps * (abs(alpha) * np.abs(a) + abs(beta) * np.abs(b))
+            assert np.all(np.abs(direct.axpby(da, db, alpha, beta).to_host() - want) <= bound)
+        out = poisonable.to_device(np.full(n, np.nan, np.float32))
+        assert poisonable.simple_mul(da, db, out) is out
+        np.testing.assert_array_equal(out.to_host(), a * b)
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        for _ in range(3):
+            np.testing.assert_array_equal(torch.from_dlpack(direct.simple_mul(ta, tb)).cpu().numpy(), a * b)
+    assert direct.simple_mul._direct._prepared  # the calls above were prepared
+    with pytest.raises(TypeError, match=r"argument 'lhs' must have dtype float32"):
+        direct.simple_mul(direct.to_device(np.ones(1000)), db)
+    with pytest.raises(ValueError, match=r"argument 'rhs' dim 0 is 999, but n = 1000"):
+        direct.simple_mul(da, direct.to_device(np.ones(999, np.float32)))
+    with pytest.raises(TypeError, match=r"argument 'lhs' must have dtype float32 \(f32\), got float64"):
+        direct.simple_mul(ta.double(), tb)
+    with pytest.raises(ValueError, match=r"argument 'lhs' is not contiguous"):
+        direct.simple_mul(torch.ones(2000, device="cuda")[::2], tb)
+    with pytest.raises(ValueError, match=r"alpha.*out of the range of float"):
+        direct.axpby(da, db, 1e300, 1.0)

@@ -38,13 +38,16 @@ def test_torch_tensors_in_and_out_without_copies(samples, torch):
     for n in (1, 1000, 2**20 + 3):
         a, b = fresh(rng, n), fresh(rng, n)
         ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-        result = samples.simple_mul(ta, tb)
-        assert isinstance(result, runtime.DeviceArray)
-        out = torch.from_dlpack(result)
+        result = samples.simple_mul(ta, tb)  # torch in, torch out
+        assert isinstance(result, torch.Tensor) and result.device == ta.device and result.dtype == torch.float32
+        np.testing.assert_array_equal(result.cpu().numpy(), a * b)
+        # our device arrays are taken by torch without a copy: the same memory
+        ours = samples.simple_mul(samples.to_device(a), samples.to_device(b))
+        assert isinstance(ours, runtime.DeviceArray)
+        out = torch.from_dlpack(ours)
         assert out.device == ta.device and out.dtype == torch.float32
         np.testing.assert_array_equal(out.cpu().numpy(), a * b)
-        # the same memory: torch sees a write made through the array it was given
-        assert torch.from_dlpack(result).data_ptr() == out.data_ptr()
+        assert torch.from_dlpack(ours).data_ptr() == out.data_ptr()
 
 
 def test_torch_tensor_as_in_place_output_is_written(poisonable, torch):
@@ -73,7 +76,7 @@ def test_cupy_arrays_in_place_and_out(poisonable, samples, cupy):
     np.testing.assert_array_equal(cupy.asnumpy(fresh_out), a * b)
 
 
-def test_a_call_waits_for_work_queued_on_the_callers_stream(samples, torch):
+def test_a_call_is_ordered_after_work_queued_on_the_callers_stream(samples, torch):
     """The input is written by a torch kernel queued behind a ~50 ms sleep on a side stream;
     the call, made at once, must read the written values."""
     n = 2**20
@@ -89,7 +92,8 @@ def test_a_call_waits_for_work_queued_on_the_callers_stream(samples, torch):
             torch.cuda._sleep(100_000_000)  # cycles, ~50 ms
             x.copy_(src)
             result = samples.simple_mul(lhs=x, rhs=tb) if by_keyword else samples.simple_mul(x, tb)
-        np.testing.assert_array_equal(result.to_host(), a * b)
+        torch.cuda.synchronize()  # the result is ordered on `stream`, as a torch op's would be
+        np.testing.assert_array_equal(result.cpu().numpy(), a * b)
 
 
 def test_later_calls_wait_for_consumers_of_pooled_outputs(samples, torch):
@@ -98,12 +102,12 @@ def test_later_calls_wait_for_consumers_of_pooled_outputs(samples, torch):
     n = 2**22
     rng = np.random.default_rng()
     a, b, c = fresh(rng, n), fresh(rng, n), fresh(rng, n)
-    ta, tb, tc = (torch.from_numpy(v).cuda() for v in (a, b, c))
-    y = torch.from_dlpack(samples.simple_mul(ta, tb))
+    da, db, dc = (samples.to_device(v) for v in (a, b, c))
+    y = torch.from_dlpack(samples.simple_mul(da, db))
     torch.cuda._sleep(100_000_000)
     copy = y.clone()  # queued behind the sleep
     del y
-    samples.simple_mul(tc, tb)  # same size: may reuse y's buffer
+    samples.simple_mul(dc, db)  # same size: may reuse y's buffer
     np.testing.assert_array_equal(copy.cpu().numpy(), a * b)
 
 
@@ -138,17 +142,14 @@ mod = runtime.load({vmfb!r})
 free, total = torch.cuda.mem_get_info()
 # Fill the pool with free buffers of sizes the last call can't reuse, then leave too little
 # memory for that call unless the pool gives its free buffers back.
-sizes = [int(total * f) // 4 for f in (0.06, 0.07, 0.08)]
-for n in sizes:
-    x = torch.ones(n, device="cuda")
-    r = mod.simple_mul(x, x)
-    del x, r
+for fraction in (0.06, 0.07, 0.08):  # buffers released to the pool
+    mod.device.allocator.allocate_buffer(int(runtime.rt.MemoryType.DEVICE_LOCAL), int(runtime.rt.BufferUsage.DEFAULT), int(total * fraction))
 torch.cuda.empty_cache()
 free, _ = torch.cuda.mem_get_info()
 n = int(total * 0.05) // 4
 blocker = torch.empty(free - 10 * n, dtype=torch.uint8, device="cuda")  # room for the 2 inputs (8n bytes), not the output
-a = torch.full((n,), 3.0, device="cuda")
-b = torch.full((n,), 2.0, device="cuda")
+a = mod.to_device(np.full(n, 3.0, np.float32))
+b = mod.to_device(np.full(n, 2.0, np.float32))
 out = torch.from_dlpack(mod.simple_mul(a, b))
 assert bool((out == 6.0).all()), "wrong result"
 print("ok")

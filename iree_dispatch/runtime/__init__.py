@@ -156,14 +156,23 @@ class KernelFunction:
                 raise ValueError(f"{self.name}(): {message}; " + (f"{lhs} = {a}, but {rhs} = {b}" if op == "eq" else f"{lhs} = {a}"))
 
     def __call__(self, *args, **kwargs):
+        if self._direct is not None and not kwargs:
+            # A call with the signature of one made before (device arrays or torch tensors)
+            # launches at once: its checks passed for these dtypes, shapes and sizes already.
+            results = self._direct.fast_call(args)
+            if results is not None:
+                return results[0] if len(results) == 1 else tuple(results)
         tensors, scalars, env = self._checked(args, kwargs)
         on_device = any(isinstance(v, (rt.DeviceArray, AsyncArray)) or _foreign(v) for v in tensors)
         if not isinstance(self._invoke, FencedInvoker):
             # Synchronous functions (and direct launches) can't wait on fences: wait here for pending inputs.
             tensors = [v.wait() if isinstance(v, AsyncArray) else v for v in tensors]
-        results = self._direct.call(tensors, scalars, env) if self._direct is not None else None
+        results = self._direct.call(tensors, scalars, env, args if not kwargs else ()) if self._direct is not None else None
         if results is None:
             results = self._call_through_iree(tensors, scalars)
+            framework = dlpack.framework_of(tensors)
+            if framework is not None:  # a call on torch/CuPy arrays returns theirs, as a direct launch does
+                results = [dlpack.to_framework(framework, r) if isinstance(r, DeviceArray) else r for r in results]
         for result, argument in self._in_place.items():
             if _foreign(tensors[argument]) and result < len(results):
                 results[result] = tensors[argument]  # the caller's own array, written in place
@@ -592,6 +601,7 @@ class Module:
 
     def to_device(self, array: np.ndarray) -> DeviceArray:
         """Copies `array` to this module's device; pass the result to keep data there."""
+        self.gpu.before_call()  # the copy may land in a pooled buffer another stream still reads
         copy = rt.asdevicearray(self.device, np.ascontiguousarray(array))
         return DeviceArray(self.gpu, copy._buffer_view, override_dtype=copy.dtype)
 

@@ -218,16 +218,23 @@ class Launcher:
             self._pop(ctypes.byref(self._popped))
         return function
 
-    def launch(self, function: ctypes.c_void_p, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int | None, params: ctypes.Array) -> None:
-        """Queues `function` on `stream` (None: the launcher's own). params: a void* per parameter."""
+    def launch(self, function: ctypes.c_void_p, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int | None,
+               params: ctypes.Array, wait: bool = False) -> None:
+        """Queues `function` on `stream` (None: the launcher's own); params: a void* per
+        parameter. wait: also waits until the stream's work has completed."""
+        waited = 0
         self._push(self._context)
         try:
-            rc = self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory,
-                              self._stream if stream is None else ctypes.c_void_p(stream), params, None)
+            target = self._stream if stream is None else ctypes.c_void_p(stream)
+            rc = self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory, target, params, None)
+            if wait and not rc:
+                waited = self._synchronize(target)
         finally:
             self._pop(ctypes.byref(self._popped))
         if rc:
             self._check(rc, f"cuLaunchKernel (grid {list(grid)}, block {list(block)}, {shared_memory} bytes of shared memory)")
+        if waited:
+            self._check(waited, "cuStreamSynchronize (a kernel failed on the device)")
 
     def synchronize(self) -> None:
         """Waits until the work queued on the launcher's own stream has completed."""

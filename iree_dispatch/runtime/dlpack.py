@@ -105,6 +105,80 @@ def export(value: Any, stream: int | None, where: str) -> tuple[Any, Described]:
     return capsule, described
 
 
+_BYTE_OFFSET = _DLTensor.byte_offset.offset
+
+
+def capsule_data(capsule: Any) -> int:
+    """The address of a DLPack capsule's first element (data + byte_offset), read alone."""
+    tensor = _get_pointer(capsule, b"dltensor")
+    return ctypes.c_uint64.from_address(tensor).value + ctypes.c_uint64.from_address(tensor + _BYTE_OFFSET).value
+
+
+def torch_tensor_type() -> type | None:
+    """torch.Tensor where torch is imported (never imports it)."""
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None)
+
+
+def torch_current_stream(ordinal: int) -> int:
+    """The CUstream handle of torch's current stream on GPU `ordinal` (1 for the legacy default)."""
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # ~0.2 µs, against ~3 µs for the public call
+    return (raw(ordinal) if raw is not None else torch.cuda.current_stream(ordinal).cuda_stream) or 1
+
+
+# Element types as torch names its dtypes (unsigned 16-64 bit since torch 2.3)
+_TORCH_DTYPES = {
+    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i1": "bool", "i8": "int8", "i16": "int16",
+    "i32": "int32", "i64": "int64", "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64",
+}
+
+
+def framework_of(arrays: Any) -> str | None:
+    """"torch" if any of `arrays` is a torch tensor, else "cupy" if any is a CuPy array, else None:
+    the framework whose arrays a call on them returns."""
+    found = {type(a).__module__.partition(".")[0] for a in arrays}
+    return "torch" if "torch" in found else "cupy" if "cupy" in found else None
+
+
+def framework_empty(framework: str, mlir_type: str, shape: tuple[int, ...], ordinal: int) -> tuple[Any, int] | None:
+    """A new uninitialized array of `framework` on GPU `ordinal` (allocated on its current
+    stream) and its address; None for an element type the framework lacks."""
+    if framework == "torch":
+        torch = sys.modules["torch"]
+        dtype = getattr(torch, _TORCH_DTYPES[mlir_type], None)
+        if dtype is None:
+            return None
+        tensor = torch.empty(shape, dtype=dtype, device=_torch_device(ordinal))
+        return tensor, tensor.data_ptr()
+    cupy = sys.modules["cupy"]
+    if mlir_type == "bf16":
+        return None
+    with cupy.cuda.Device(ordinal):
+        array = cupy.empty(shape, dtype=_TORCH_DTYPES[mlir_type])
+    return array, array.data.ptr
+
+
+def to_framework(framework: str, array: Any) -> Any:
+    """One of our device arrays as `framework`'s array over the same memory (CuPy has no bf16:
+    such an array stays ours)."""
+    if framework == "torch":
+        return sys.modules["torch"].from_dlpack(array)
+    if str(array.dtype) == "bfloat16":
+        return array
+    return sys.modules["cupy"].from_dlpack(array)
+
+
+_torch_devices: dict[int, Any] = {}
+
+
+def _torch_device(ordinal: int) -> Any:
+    found = _torch_devices.get(ordinal)
+    if found is None:
+        found = _torch_devices[ordinal] = sys.modules["torch"].device("cuda", ordinal)
+    return found
+
+
 def is_dlpack(value: Any) -> bool:
     """Whether `value` is another framework's array (numpy's and IREE's go their own ways)."""
     return hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__") and not isinstance(value, (np.ndarray, rt.DeviceArray))
@@ -165,9 +239,6 @@ class DeviceArray(rt.DeviceArray):
             raise BufferError(f"this array is on cuda:{self._dispatch_device.ordinal}; it can't be exported to {tuple(dl_device)} without a copy")
         if copy:
             raise BufferError("iree_dispatch arrays are exported without copies (copy=True is not supported)")
-        pending = self.__dict__.get("_stream")  # the stream a direct launch queued its producer on
-        if pending is not None and stream != -1 and (stream or 1) != pending:
-            self._dispatch_device.bridge.wait_for(pending)
         self._dispatch_device.handed_to(stream)
         return self._dispatch_device.hal.create_dlpack_capsule(self._buffer_view, KDL_CUDA, self._dispatch_device.ordinal)
 
@@ -177,6 +248,5 @@ def device_pointer(device: Device, array: rt.DeviceArray) -> int:
     the array (its buffer never moves)."""
     pointer = array.__dict__.get("_device_pointer")
     if pointer is None:
-        described = describe(device.hal.create_dlpack_capsule(array._buffer_view, KDL_CUDA, device.ordinal))
-        pointer = array._device_pointer = described.data + described.byte_offset
+        pointer = array._device_pointer = capsule_data(device.hal.create_dlpack_capsule(array._buffer_view, KDL_CUDA, device.ordinal))
     return pointer

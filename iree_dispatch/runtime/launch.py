@@ -26,6 +26,7 @@ launch="iree")`) sends every call through IREE.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import struct
 import threading
@@ -33,6 +34,7 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import iree.runtime as rt
 import numpy as np
@@ -57,6 +59,10 @@ HAL_ELEMENT_TYPES = {
 _OUTPUT_MEMORY = int(rt.MemoryType.DEVICE_LOCAL)
 _OUTPUT_USAGE = int(rt.BufferUsage.DEFAULT)
 _EXECUTABLE_HEADER = 64  # bytes before the flatbuffer in a vmfb's executable entry
+_PREPARED_SIGNATURES = 64  # signatures of calls prepared per kernel at most
+_INPUT, _OUTPUT = 0, 1
+_F32 = struct.Struct("<I")
+_F32_PACK = struct.Struct("<f").pack
 
 
 def launch_mode(requested: str | None) -> str:
@@ -165,6 +171,7 @@ class _Constant:
 @dataclass(frozen=True)
 class _Output:
     name: str
+    mlir_type: str
     dtype: np.dtype | None
     element_type: int
     itemsize: int
@@ -191,11 +198,26 @@ class DirectLaunch:
         self._input_names = [t["name"] for t in description["inputs"]]
         fresh = [(i, t) for i, t in enumerate(description["outputs"]) if not t["inplace"]]
         self.outputs = {
-            t["name"]: _Output(t["name"], output_dtypes[i] if i < len(output_dtypes) else None, int(HAL_ELEMENT_TYPES[t["dtype"]]),
+            t["name"]: _Output(t["name"], t["dtype"], output_dtypes[i] if i < len(output_dtypes) else None, int(HAL_ELEMENT_TYPES[t["dtype"]]),
                                ELEMENT_TYPES[t["dtype"]].nbytes, tuple(ex.parse(str(d), "shape") for d in t["shape"]))
             for i, t in fresh
         }
         self.results = [t["name"] for t in description["outputs"]]
+        # Where each binding's and each result's array comes from: an input or a fresh output.
+        fresh_names = list(self.outputs)
+        source = {name: (_INPUT, i) for i, name in enumerate(self._input_names)} | {name: (_OUTPUT, i) for i, name in enumerate(fresh_names)}
+        self._binding_sources = [source[name] for name in self.bindings]
+        self._result_sources = [source[name] for name in self.results]
+        self._scalar_kinds = [s["kind"] for s in description["scalars"]]
+        self._arity = len(self._input_names) + len(self._scalar_names)
+        # The constant word of each float scalar argument, in argument order: the words a
+        # prepared call packs again for each call (floats take one word each).
+        words, slot_of = 0, {}
+        for c in self.constants:
+            slot_of[c.name] = words
+            words += 2 if c.nbytes == 8 else 1
+        self._float_slots = [slot_of[s["name"]] for s in description["scalars"] if s["kind"] == "float"]
+        self._prepared: dict[tuple, _Prepared] = {}
         slots = len(self.bindings) + sum(2 if c.nbytes == 8 else 1 for c in self.constants)
         # One 8-byte cell per kernel parameter and a pointer to each, filled per call under a
         # lock: cuLaunchKernel copies the values, so the cells are free again once it returns.
@@ -254,17 +276,19 @@ class DirectLaunch:
         except ZeroDivisionError:
             raise ValueError(f"{self.name}(): {label} divides by zero for these sizes") from None
 
-    def call(self, inputs: Sequence, scalars: Sequence[int | float], env: dict[str, int]) -> list | None:
+    def call(self, inputs: Sequence, scalars: Sequence[int | float], env: dict[str, int], args: Sequence = ()) -> list | None:
         """Runs the kernel on checked inputs (numpy, IREE or other frameworks' arrays, in the
         description's order) and the call's converted scalars; the results in the description's
         order: fresh outputs as DeviceArrays, in-place ones as the caller's own array. None
-        where IREE must run the call instead (an empty grid or output)."""
+        where IREE must run the call instead (an empty grid or output). args: the call's
+        positional arguments as given, to prepare later calls with the same signature."""
         device = self._device
         grid = self.grid_for(env)
-        shapes = {name: self.shape_of(out, env) for name, out in self.outputs.items()}
-        if min(grid) <= 0 or any(0 in shape for shape in shapes.values()):
+        shapes = [self.shape_of(out, env) for out in self.outputs.values()]
+        if min(grid) <= 0 or any(0 in shape for shape in shapes):
             return None
         constants = self.constants_for(env, dict(zip(self._scalar_names, scalars)))
+        prepared = _Prepared(grid, tuple(constants), tuple((out, shape, out.itemsize * math.prod(shape)) for out, shape in zip(self.outputs.values(), shapes)))
         # The current stream of each other framework's array where its framework is known
         # (torch, CuPy), else None: a call on such arrays runs on the first one's stream, and on
         # the launch stream if none is known (their export then orders their producers' work there).
@@ -272,54 +296,152 @@ class DirectLaunch:
         stream = next((s for s in streams.values() if s is not None), None)
         if streams and stream is None:
             stream = device.launcher.stream
-        pointers: dict[str, int] = {}
-        arrays: dict[str, object] = {}
+        pointers: list[int] = []
+        arrays: list = []
+        if any(isinstance(v, np.ndarray) for v in inputs):
+            device.before_call()  # their copies may land in pooled buffers other streams still read
         for i, (name, value) in enumerate(zip(self._input_names, inputs)):
             if isinstance(value, np.ndarray):
                 value = dlpack.DeviceArray(device, rt.asdevicearray(device.hal, value)._buffer_view, override_dtype=value.dtype)
             if isinstance(value, rt.DeviceArray):
-                pointers[name] = dlpack.device_pointer(device, value)
+                pointers.append(dlpack.device_pointer(device, value))
+                _remember(value, device, np.dtype(value.dtype), tuple(value.shape))
             else:
                 # Known frameworks' work is ordered by the stream choice: no ordering asked (-1).
                 _, described = dlpack.export(value, stream if streams[i] is None else -1, f"{self.name}(): argument {name!r}")
-                pointers[name] = described.data
-            arrays[name] = value
+                pointers.append(described.data)
+            arrays.append(value)
         for other in set(streams.values()) - {None, stream}:
             device.bridge.wait_for(other)
-        device.before_call(on_stream=stream)
-        results = {}
-        for name, out in self.outputs.items():
-            view = allocate(device, out, shapes[name])
-            result = results[name] = dlpack.DeviceArray(device, view, override_dtype=out.dtype)
-            pointers[name] = dlpack.device_pointer(device, result)
-        self.launch([pointers[name] for name in self.bindings], constants, grid, stream)
-        if stream is None or stream == device.launcher.stream:
-            device.launcher.synchronize()
-        else:
-            device.handed_to(stream)
-            for result in results.values():
-                result._stream = stream
-        return [results[name] if name in results else arrays[name] for name in self.results]
+        results = self._run(prepared, pointers, arrays, stream, dlpack.framework_of(inputs))
+        if len(args) == self._arity and len(self._prepared) < _PREPARED_SIGNATURES:
+            signature = self._signature(args)
+            if signature is not None:
+                self._prepared[signature[0]] = prepared
+        return results
 
-    def launch(self, pointers: Sequence[int], constants: Sequence[int], grid: tuple[int, int, int], stream: int | None) -> None:
+    def fast_call(self, args: Sequence) -> list | None:
+        """The call, if a call with the same signature was prepared before (the same dtypes and
+        shapes of IREE device arrays or torch tensors, the same integer scalars): nothing is
+        checked or computed again. None otherwise (the caller then makes a full call)."""
+        signature = self._signature(args) if len(args) == self._arity else None
+        if signature is None:
+            return None
+        key, pointers, arrays, stream, floats = signature
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            return None
+        if floats:
+            words = list(prepared.constants)
+            for slot, value in zip(self._float_slots, floats):
+                words[slot] = value
+            prepared = _Prepared(prepared.grid, tuple(words), prepared.outputs)
+        return self._run(prepared, pointers, arrays, stream, "torch" if stream is not None else None)
+
+    def _signature(self, args: Sequence) -> tuple | None:
+        """(key, input pointers, input arrays, stream, float scalars' words) of a call whose
+        arrays are all IREE device arrays of this device that a direct call has seen, or
+        contiguous torch tensors on its GPU, and whose scalars are plain ints and floats; None
+        for any other call."""
+        device = self._device
+        n = len(self._input_names)
+        key: list = []
+        pointers: list[int] = []
+        stream = None
+        torch_tensor = dlpack.torch_tensor_type()
+        for value in args[:n]:
+            if type(value) is dlpack.DeviceArray:
+                known = value.__dict__.get("_direct_launch")
+                if known is None or known[0] is not device:
+                    return None
+                key.append(known[1:3])
+                pointers.append(known[3])
+            elif type(value) is torch_tensor:
+                if not value.is_cuda or value.get_device() != device.ordinal or not value.is_contiguous():
+                    return None
+                key.append((value.dtype, value.shape))
+                pointers.append(value.data_ptr())
+                stream = stream or dlpack.torch_current_stream(device.ordinal)
+            else:
+                return None
+        floats = []
+        for value, kind in zip(args[n:], self._scalar_kinds):
+            if kind == "float" and type(value) in (float, int):
+                try:
+                    floats.append(_F32.unpack(_F32_PACK(value))[0])
+                except OverflowError:  # rounds to an infinity: the full call refuses it
+                    return None
+            elif kind in ("int", "uint", "bool") and type(value) in (int, bool):
+                key.append((type(value), value))
+            else:
+                return None
+        return tuple(key), pointers, args[:n], stream, floats
+
+    def _run(self, prepared: _Prepared, pointers: Sequence[int], arrays: Sequence, stream: int | None, framework: str | None) -> list:
+        """Allocates the fresh outputs (as `framework`'s arrays: "torch", "cupy", or None for
+        ours), launches, and waits unless the call is on a caller's stream."""
+        device = self._device
+        if device._foreign_streams:
+            device.before_call(on_stream=stream)
+        outputs = [_fresh_output(device, out, shape, size, framework) for out, shape, size in prepared.outputs]
+        bound = [pointers[i] if source == _INPUT else outputs[i][1] for source, i in self._binding_sources]
+        own_stream = stream is None or stream == device.launcher.stream
+        ours = [a for a in arrays if type(a) is dlpack.DeviceArray] + [o for o, _ in outputs if type(o) is dlpack.DeviceArray]
+        self.launch(bound, prepared.constants, prepared.grid, stream, wait=own_stream)
+        if not own_stream and ours:
+            # Our memory is in use on the caller's stream: outputs of ours (a dtype the framework
+            # lacks) are waited for; inputs' buffers are not reused before the stream is done.
+            if any(type(o) is dlpack.DeviceArray for o, _ in outputs):
+                device.bridge.wait_for(stream)
+            else:
+                device.handed_to(stream)
+        return [arrays[i] if source == _INPUT else outputs[i][0] for source, i in self._result_sources]
+
+    def launch(self, pointers: Sequence[int], constants: Sequence[int], grid: tuple[int, int, int], stream: int | None, wait: bool = False) -> None:
+        """Queues the kernel on `stream` (None: the launch stream); wait: until it has run."""
         e = self._export
         with self._lock:
             self._values[:] = [*pointers, *constants]
-            self._device.launcher.launch(self._function, grid, e.block, e.shared_memory, stream, self._params)
+            self._device.launcher.launch(self._function, grid, e.block, e.shared_memory, stream, self._params, wait)
 
 
-def allocate(device: Device, output: _Output, shape: tuple[int, ...]) -> rt.HalBufferView:
-    """A fresh output from the device's pool; on running out of memory the pool is trimmed
-    and the allocation tried once more."""
-    size = output.itemsize * int(np.prod(shape, dtype=np.int64))
+@dataclass(frozen=True)
+class _Prepared:
+    """A call's launch as worked out for one signature of its arguments."""
+
+    grid: tuple[int, int, int]
+    constants: tuple[int, ...]
+    outputs: tuple[tuple[_Output, tuple[int, ...], int], ...]  # each fresh output, its shape and bytes
+
+
+def _remember(array: rt.DeviceArray, device: Device, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+    """Records what a direct call needs of one of our device arrays (none of it ever changes)."""
+    if type(array) is dlpack.DeviceArray and "_direct_launch" not in array.__dict__:
+        array._direct_launch = (device, dtype, shape, dlpack.device_pointer(device, array))
+
+
+def _fresh_output(device: Device, output: _Output, shape: tuple[int, ...], size: int, framework: str | None) -> tuple[Any, int]:
+    """A fresh output and its address: a torch tensor or CuPy array allocated by that framework
+    on its current stream when the call is on that framework's arrays, else (or for a dtype the
+    framework lacks) one of our device arrays from the device's pool. On running out of memory
+    the pool is trimmed and the allocation tried once more."""
+    if framework is not None:
+        made = dlpack.framework_empty(framework, output.mlir_type, shape, device.ordinal)
+        if made is not None:
+            return made
+    allocator = device.hal.allocator
     try:
-        buffer = device.hal.allocator.allocate_buffer(memory_type=_OUTPUT_MEMORY, allowed_usage=_OUTPUT_USAGE, allocation_size=size)
+        buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
     except RuntimeError as exc:
         if not device.pooled or not any(m in str(exc) for m in ("RESOURCE_EXHAUSTED", "CUDA_ERROR_OUT_OF_MEMORY")):
             raise
         device.trim()
-        buffer = device.hal.allocator.allocate_buffer(memory_type=_OUTPUT_MEMORY, allowed_usage=_OUTPUT_USAGE, allocation_size=size)
-    return rt.HalBufferView(buffer, shape, output.element_type)
+        buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
+    array = dlpack.DeviceArray(device, rt.HalBufferView(buffer, shape, output.element_type), output.dtype)
+    pointer = dlpack.capsule_data(device.hal.create_dlpack_capsule(array._buffer_view, dlpack.KDL_CUDA, device.ordinal))
+    array._device_pointer = pointer
+    array._direct_launch = (device, output.dtype, shape, pointer)
+    return array, pointer
 
 
 def plan_for(description: dict, device: Device, output_dtypes: Sequence[np.dtype | None], archive: zipfile.ZipFile | None) -> DirectLaunch | None:
