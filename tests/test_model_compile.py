@@ -25,6 +25,7 @@ NAIVE = MODELS / "kernels" / "naive.toml"
 LIBRARY = MODELS / "kernels" / "library.toml"
 GEMM = MODELS / "kernels" / "gemm.toml"
 GEMM_PADDED = MODELS / "kernels" / "gemm_padded.toml"
+GEMM_BATCHED = MODELS / "kernels" / "gemm_batched.toml"
 FIXED = MODELS / "kernels" / "fixed_eps.toml"
 ALL = [NAIVE, LIBRARY, GEMM]
 
@@ -139,23 +140,23 @@ def test_attention_batch_matmul_and_softmax():
 def test_bf16_attention_batch_matmuls_take_the_batched_gemm():
     """bf16 x bf16 -> f32 batch matmuls (torch's eager attention in bf16) go to gemm_batched_bf16;
     one whose N is not a multiple of 8 stays IREE's, and the f32 model's are refused by type."""
-    r = _dry("attention_bf16.mlir", kernels=[GEMM])
-    batched = ("batch_matmul", "batch_matmul", "gemm.gemm_batched_bf16")
+    r = _dry("attention_bf16.mlir", kernels=[GEMM_BATCHED])
+    batched = ("batch_matmul", "batch_matmul", "gemm_batched.gemm_batched_bf16")
     assert _by_kernel(r) == [batched, batched]
     assert all(d.notes == [] and d.narrow_to is None for d in r.replaced)
     text = r.text()
-    assert "#1 batch_matmul 6x40x64 @ 6x64x40 bf16 x bf16 -> 6x40x40 f32 at attention_bf16.mlir:11 -> gemm.gemm_batched_bf16\n" in text
-    assert "#3 batch_matmul 6x40x40 @ 6x40x64 bf16 x bf16 -> 6x40x64 f32 at attention_bf16.mlir:22 -> gemm.gemm_batched_bf16\n" in text
+    assert "#1 batch_matmul 6x40x64 @ 6x64x40 bf16 x bf16 -> 6x40x40 f32 at attention_bf16.mlir:11 -> gemm_batched.gemm_batched_bf16\n" in text
+    assert "#3 batch_matmul 6x40x40 @ 6x40x64 bf16 x bf16 -> 6x40x64 f32 at attention_bf16.mlir:22 -> gemm_batched.gemm_batched_bf16\n" in text
     assert r.counts() == {"batch_matmul": {"found": 3, "replaced": 2, "left": 1}, "softmax": {"found": 1, "replaced": 0, "left": 1}}
-    assert r.kernel_counts() == {"gemm.gemm_batched_bf16": 2}
-    assert "gemm.gemm_batched_bf16: 2 calls" in text
+    assert r.kernel_counts() == {"gemm_batched.gemm_batched_bf16": 2}
+    assert "gemm_batched.gemm_batched_bf16: 2 calls" in text
     (left,) = [d for d in r.left if d.candidate.kind == "batch_matmul"]
-    assert left.reasons == [("shape", "gemm.gemm_batched_bf16: needs N % 8 == 0, the model's N = 20")]
+    assert left.reasons == [("shape", "gemm_batched.gemm_batched_bf16: needs N % 8 == 0, the model's N = 20")]
     # With the f32 kernels too: the bf16 batch matmuls stay with the bf16 kernel, the softmax is the library's.
-    full = _dry("attention_bf16.mlir")
-    assert [d.capability.label for d in full.replaced] == ["gemm.gemm_batched_bf16", "library.softmax_warp_f32", "gemm.gemm_batched_bf16"]
-    f32 = _dry("attention_f32.mlir", kernels=[GEMM])
-    assert [d.reasons for d in f32.left if d.candidate.kind == "batch_matmul"] == [[("dtype", "gemm.gemm_batched_bf16: takes bf16, bf16, the model has f32, f32")]] * 2
+    full = _dry("attention_bf16.mlir", kernels=[*ALL, GEMM_BATCHED])
+    assert [d.capability.label for d in full.replaced] == ["gemm_batched.gemm_batched_bf16", "library.softmax_warp_f32", "gemm_batched.gemm_batched_bf16"]
+    f32 = _dry("attention_f32.mlir", kernels=[GEMM_BATCHED])
+    assert [d.reasons for d in f32.left if d.candidate.kind == "batch_matmul"] == [[("dtype", "gemm_batched.gemm_batched_bf16: takes bf16, bf16, the model has f32, f32")]] * 2
 
 
 def test_bf16_batch_matmul_accumulating_in_bf16_is_refused(tmp_path):
@@ -171,27 +172,38 @@ def test_bf16_batch_matmul_accumulating_in_bf16_is_refused(tmp_path):
 """
     path = tmp_path / "bmm_bf16.mlir"
     path.write_text(text)
-    strict = compile_model(path, [GEMM], dry_run=True)
-    assert strict.left[0].reasons == [("numerics", "gemm.gemm_batched_bf16: accumulates in f32, the model in bf16 (--allow-wider-accumulation accepts a wider one)")]
-    wide = compile_model(path, [GEMM], dry_run=True, allow_wider_accumulation=True)
-    assert wide.left[0].reasons == [("dtype", "gemm.gemm_batched_bf16: writes f32, the model's result is bf16")]
+    strict = compile_model(path, [GEMM_BATCHED], dry_run=True)
+    assert strict.left[0].reasons == [("numerics", "gemm_batched.gemm_batched_bf16: accumulates in f32, the model in bf16 (--allow-wider-accumulation accepts a wider one)")]
+    wide = compile_model(path, [GEMM_BATCHED], dry_run=True, allow_wider_accumulation=True)
+    assert wide.left[0].reasons == [("dtype", "gemm_batched.gemm_batched_bf16: writes f32, the model's result is bf16")]
 
 
 def test_gpt2_attention_shapes_report():
-    """GPT-2 small's bf16 batch matmuls (8 x 1024 tokens, 12 heads of 64) with the GPT-2 kernel specs:
-    both attention batch matmuls go to gemm_batched_bf16; the LM head (N = 50257) stays IREE's."""
+    """GPT-2 small's bf16 batch matmuls (8 x 1024 tokens, 12 heads of 64). With the GPT-2 kernel
+    specs (library.toml + gemm.toml) the attention batch matmuls stay IREE's (no kernel declares
+    batch_matmul: the batched GEMM made GPT-2 slower, gemm_batched.toml says why); with
+    gemm_batched.toml both go to gemm_batched_bf16. The LM head (N = 50257) stays IREE's."""
     r = _dry("gpt2_attention_bf16.mlir", kernels=[LIBRARY, GEMM])
+    assert not r.replaced
+    scores, context, head = r.left
+    assert scores.reasons == context.reasons == [("kernel", "no kernel declares 'batch_matmul'")]
+    assert head.reasons == [
+        ("shape", "gemm.gemm_bf16: needs N % 8 == 0, the model's N = 50257"),
+        ("dtype", "gemm.gemm_f16: takes f16, f16, the model has bf16, bf16"),
+    ]
+    assert r.counts() == {"batch_matmul": {"found": 3, "replaced": 0, "left": 3}}
+    r = _dry("gpt2_attention_bf16.mlir", kernels=[LIBRARY, GEMM, GEMM_BATCHED])
     text = r.text()
-    assert "#1 batch_matmul 96x1024x64 @ 96x64x1024 bf16 x bf16 -> 96x1024x1024 f32 at gpt2_attention_bf16.mlir:12 -> gemm.gemm_batched_bf16\n" in text
-    assert "#2 batch_matmul 96x1024x1024 @ 96x1024x64 bf16 x bf16 -> 96x1024x64 f32 at gpt2_attention_bf16.mlir:22 -> gemm.gemm_batched_bf16\n" in text
+    assert "#1 batch_matmul 96x1024x64 @ 96x64x1024 bf16 x bf16 -> 96x1024x1024 f32 at gpt2_attention_bf16.mlir:12 -> gemm_batched.gemm_batched_bf16\n" in text
+    assert "#2 batch_matmul 96x1024x1024 @ 96x1024x64 bf16 x bf16 -> 96x1024x64 f32 at gpt2_attention_bf16.mlir:22 -> gemm_batched.gemm_batched_bf16\n" in text
     (head,) = r.left
     assert head.reasons == [
         ("shape", "gemm.gemm_bf16: needs N % 8 == 0, the model's N = 50257"),
         ("dtype", "gemm.gemm_f16: takes f16, f16, the model has bf16, bf16"),
-        ("shape", "gemm.gemm_batched_bf16: needs N % 8 == 0, the model's N = 50257"),
+        ("shape", "gemm_batched.gemm_batched_bf16: needs N % 8 == 0, the model's N = 50257"),
     ]
     assert r.counts() == {"batch_matmul": {"found": 3, "replaced": 2, "left": 1}}
-    assert r.kernel_counts() == {"gemm.gemm_batched_bf16": 2}
+    assert r.kernel_counts() == {"gemm_batched.gemm_batched_bf16": 2}
 
 
 def test_no_kernel_for_an_op_kind():
@@ -298,9 +310,9 @@ def test_compiled_attention_and_layernorm(tmp_path):
 
 @needs_build_tools
 def test_compiled_bf16_attention_dispatches_the_batched_gemm(tmp_path):
-    compile_model(MODELS / "attention_bf16.mlir", [GEMM], tmp_path / "att.vmfb", emit_mlir=tmp_path / "att.linked.mlir")
+    compile_model(MODELS / "attention_bf16.mlir", [GEMM_BATCHED], tmp_path / "att.vmfb", emit_mlir=tmp_path / "att.linked.mlir")
     program = (tmp_path / "att.program.mlir").read_text()
-    assert program.count("func.call @gemm.gemm_batched_bf16(") == 2
+    assert program.count("func.call @gemm_batched.gemm_batched_bf16(") == 2
     dispatches = _flow_dispatches(tmp_path / "att.linked.mlir")
     assert sum("gemm_batched_bf16" in d for d in dispatches) == 2
     # What IREE still generates: the softmax, the rounding and the N = 20 batch matmul.

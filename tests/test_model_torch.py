@@ -19,6 +19,7 @@ from .test_model_rewrite_cpu import _compile_cpu, _run, with_reference_kernels  
 
 KERNELS = Path(__file__).parent / "models" / "kernels"
 ALL = [KERNELS / "naive.toml", KERNELS / "library.toml", KERNELS / "gemm.toml"]
+BATCHED = KERNELS / "gemm_batched.toml"  # the batched GEMM as a batch_matmul replacement (not in GPT-2's specs)
 
 
 class Block(torch.nn.Module):
@@ -56,15 +57,19 @@ def test_torch_block_f32(tmp_path, params_as_inputs):
 def test_torch_block_bf16(tmp_path):
     block = Block().eval().to(torch.bfloat16)
     mlir = export_mlir(block, _inputs(torch.bfloat16), tmp_path / "block.mlir")
-    r = compile_model(mlir, ALL, dry_run=True)
+    r = compile_model(mlir, [*ALL, BATCHED], dry_run=True)
     # bf16 matmuls and batch matmuls accumulate in f32 (torch imports them so) and the kernels do
     # too; the LayerNorm computes in bf16, which the f32-math kernel refuses unless allowed.
-    assert [d.capability.label for d in r.replaced] == ["gemm.gemm_bf16", "gemm.gemm_batched_bf16", "library.softmax_warp_bf16"]
+    assert [d.capability.label for d in r.replaced] == ["gemm.gemm_bf16", "gemm_batched.gemm_batched_bf16", "library.softmax_warp_bf16"]
     assert [d.candidate.kind for d in r.left] == ["layernorm"]
     # Allowed wider: the LayerNorm, and the matmul with its bias add (f32, rounded once to bf16).
-    wide = compile_model(mlir, ALL, dry_run=True, allow_wider_accumulation=True)
-    assert [d.capability.label for d in wide.replaced] == ["gemm.gemm_bias_bf16", "library.layernorm_warp_bf16", "gemm.gemm_batched_bf16",
+    wide = compile_model(mlir, [*ALL, BATCHED], dry_run=True, allow_wider_accumulation=True)
+    assert [d.capability.label for d in wide.replaced] == ["gemm.gemm_bias_bf16", "library.layernorm_warp_bf16", "gemm_batched.gemm_batched_bf16",
                                                            "library.softmax_warp_bf16"]
+    # Without gemm_batched.toml (GPT-2's specs) the batch matmul is IREE's.
+    default = compile_model(mlir, ALL, dry_run=True)
+    assert [d.capability.label for d in default.replaced] == ["gemm.gemm_bf16", "library.softmax_warp_bf16"]
+    assert sorted(d.candidate.kind for d in default.left) == ["batch_matmul", "layernorm"]
 
 
 @needs_build_tools
@@ -115,13 +120,13 @@ def test_tiny_gpt2_rewritten_computes_the_same(tmp_path, dtype, wide, tol):
     """The rewritten GPT-2, kernels given reference bodies, against IREE alone and PyTorch on the CPU."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
     model, ids, mask, mlir = _tiny_gpt2(tmp_path, dtype)
-    report, program = rewrite_model(mlir, ALL, allow_wider_accumulation=wide)
+    report, program = rewrite_model(mlir, [*ALL, BATCHED], allow_wider_accumulation=wide)
     # bf16: the 4 attention batch matmuls (K and N 16 or 32) by gemm_batched_bf16, the LM head (N = 256) as one matmul
     assert {k: c["replaced"] for k, c in report.counts().items()} == {"batch_matmul": 5, "layernorm": 5, "matmul": 8, "softmax": 2}
     if dtype == torch.bfloat16:  # each MLP's matmul + bias + gelu_new, and the qkv and output projections' matmul + bias, fused
         assert report.kernel_counts()["gemm.gemm_bias_gelu_bf16"] == 2  # (computed in f32, rounded once)
         assert report.kernel_counts()["gemm.gemm_bias_bf16"] == 6
-        assert report.kernel_counts()["gemm.gemm_batched_bf16"] == 4
+        assert report.kernel_counts()["gemm_batched.gemm_batched_bf16"] == 4
     original = _compile_cpu(mlir.read_text(), tmp_path / "original.vmfb")
     rewritten = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
 
