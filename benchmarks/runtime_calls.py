@@ -144,6 +144,7 @@ def worker(out: Path) -> None:
         cp.cuda.runtime.deviceSynchronize()
         held_cupy.clear()
     rows["iree_dispatch call on CuPy arrays (host)"] = summarize(samples)
+    rows["iree_dispatch call on CuPy arrays + sync"] = summarize(wall_times_us(lambda: (mod.simple_mul(ca, cb), cp.cuda.runtime.deviceSynchronize()), REPS, 50))
 
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     torch.testing.assert_close(mod.simple_mul(ta, tb), ta * tb, rtol=0, atol=0)
@@ -159,6 +160,15 @@ def worker(out: Path) -> None:
         return y
 
     rows["torch in -> iree_dispatch -> torch out"] = summarize(wall_times_us(torch_call, REPS, 50))
+    torch.cuda.synchronize()
+    held_torch = []
+    samples = []
+    for _ in range(20):
+        samples += host_us(lambda: held_torch.append(mod.simple_mul(ta, tb)), 100, warmup=0)
+        torch.cuda.synchronize()
+        held_torch.clear()
+    rows["iree_dispatch call on torch tensors (host)"] = summarize(samples)
+    rows["iree_dispatch call, device arrays (again, after the async module's calls)"] = summarize(wall_times_us(lambda: mod.simple_mul(da, db), REPS, 50))
     rows["torch elementwise multiply + sync"] = summarize(wall_times_us(torch_op, REPS, 50))
     rows["  of which checks (2 tensors)"] = summarize(host_us(lambda: check(ta, tb), REPS))
     imported = mod.simple_mul._imported

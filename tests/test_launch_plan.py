@@ -135,3 +135,45 @@ def test_launch_mode_comes_from_the_argument_or_the_environment(monkeypatch):
     monkeypatch.setenv(launch.LAUNCH_ENV, "fast")
     with pytest.raises(ValueError, match=r"IREE_DISPATCH_LAUNCH='fast': expected one of direct, iree"):
         launch.launch_mode(None)
+
+
+def test_prepared_calls_are_keyed_by_everything_their_preparation_depended_on():
+    """The signature of a call (what a prepared launch is looked up by): our device arrays by
+    device, dtype and shape, integer scalars by type and value; float scalars are packed again
+    for every call. Anything else has no signature and takes the full, checked call."""
+    cpu = launch.Device(0, launch.rt.get_device("local-task"), pooled=False, in_order=False, cuda=False)
+    other = launch.Device(1, cpu.hal, pooled=False, in_order=False, cuda=False)
+    scalars = [{"name": "f", "ctype": "float", "kind": "float", "bytes": 4}, {"name": "count", "ctype": "int", "kind": "int", "bytes": 4}]
+    description = {
+        "kernel": "k",
+        "grid": ["n", "1", "1"],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["n"]}],
+        "scalars": scalars,
+        "outputs": [{"name": "y", "dtype": "f32", "shape": ["n"], "inplace": False}],
+        LAUNCH_KEY: {"bindings": ["x", "y"], "constants": [dict(s, value=None) for s in scalars]},
+    }
+    direct = launch.DirectLaunch(description, launch.Export(b"", "k", (64, 1, 1), 0, 2, 2), cpu, [np.dtype(np.float32)])
+
+    def array(n, device=cpu, dtype=np.float32):
+        a = launch.dlpack.DeviceArray(device, launch.rt.asdevicearray(cpu.hal, np.zeros(n, dtype))._buffer_view, np.dtype(dtype))
+        a._direct_launch = (device, np.dtype(dtype), (n,), 0x1000 + n)
+        return a
+
+    x = array(8)
+    key, pointers, arrays, stream, framework, floats = direct._signature((x, 1.5, 3))
+    assert pointers == [0x1008] and arrays == (x,) and stream is None and framework is None and floats == [_f32_bits(1.5)]
+    assert direct._signature((array(8), -2.0, 3))[0] == key  # another array of the same dtype and shape
+    assert direct._signature((x, 2, 3))[5] == [_f32_bits(2.0)]  # an int for a float
+    assert direct._signature((x, 1.5, 4))[0] != key
+    assert direct._signature((x, 1.5, True))[0] != direct._signature((x, 1.5, 1))[0]
+    assert direct._signature((array(9), 1.5, 3))[0] != key
+    assert direct._signature((array(8, dtype=np.int32), 1.5, 3))[0] != key
+    for call in [
+        (array(8, device=other), 1.5, 3),  # another device's array
+        (launch.dlpack.DeviceArray(cpu, x._buffer_view, np.dtype(np.float32)), 1.5, 3),  # not seen by a direct call yet
+        (np.zeros(8, np.float32), 1.5, 3),  # numpy: copied by the full call
+        (x, 1e39, 3),  # rounds to an infinity in a float: the full call refuses it
+        (x, np.float32(1.5), 3),  # numpy scalars: the full call converts them
+        (x, 1.5, 3.0),  # a float for an int: refused by the full call
+    ]:
+        assert direct._signature(call) is None, call

@@ -120,11 +120,22 @@ def torch_tensor_type() -> type | None:
     return getattr(torch, "Tensor", None)
 
 
-def torch_current_stream(ordinal: int) -> int:
-    """The CUstream handle of torch's current stream on GPU `ordinal` (1 for the legacy default)."""
-    torch = sys.modules["torch"]
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # ~0.2 µs, against ~3 µs for the public call
-    return (raw(ordinal) if raw is not None else torch.cuda.current_stream(ordinal).cuda_stream) or 1
+def cupy_array_type() -> type | None:
+    """cupy.ndarray where CuPy is imported (never imports it)."""
+    cupy = sys.modules.get("cupy")
+    return getattr(cupy, "ndarray", None)
+
+
+def framework_current_stream(framework: str, ordinal: int) -> int:
+    """The CUstream handle of torch's or CuPy's current stream on GPU `ordinal` (1 for the
+    legacy default stream, which the driver also knows as 0)."""
+    if framework == "torch":
+        torch = sys.modules["torch"]
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # ~0.2 µs, against ~3 µs for the public call
+        return (raw(ordinal) if raw is not None else torch.cuda.current_stream(ordinal).cuda_stream) or 1
+    cupy = sys.modules["cupy"]
+    with cupy.cuda.Device(ordinal):
+        return cupy.cuda.get_current_stream().ptr or 1
 
 
 # Element types as torch names its dtypes (unsigned 16-64 bit since torch 2.3)
@@ -194,15 +205,12 @@ def current_stream(value: Any) -> int | None:
     frameworks known here (torch, CuPy), or None. Asking costs a few µs where DLPack's own
     ordering (an event and a stream wait per array) costs 20-30."""
     module = type(value).__module__.partition(".")[0]
-    framework = sys.modules.get(module)
-    if framework is None or not hasattr(value, "__dlpack__"):
+    if sys.modules.get(module) is None or not hasattr(value, "__dlpack__"):
         return None
-    # 0 (the NULL stream) is the legacy default stream, which the driver also calls 1.
     if module == "torch" and value.is_cuda:
-        return framework.cuda.current_stream(value.device).cuda_stream or 1
+        return framework_current_stream("torch", value.get_device())
     if module == "cupy":
-        with value.device:
-            return framework.cuda.get_current_stream().ptr or 1
+        return framework_current_stream("cupy", value.device.id)
     return None
 
 

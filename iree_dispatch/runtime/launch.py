@@ -322,12 +322,12 @@ class DirectLaunch:
 
     def fast_call(self, args: Sequence) -> list | None:
         """The call, if a call with the same signature was prepared before (the same dtypes and
-        shapes of IREE device arrays or torch tensors, the same integer scalars): nothing is
-        checked or computed again. None otherwise (the caller then makes a full call)."""
+        shapes of IREE device arrays, torch tensors or CuPy arrays, the same integer scalars):
+        nothing is checked or computed again. None otherwise (the caller then makes a full call)."""
         signature = self._signature(args) if len(args) == self._arity else None
         if signature is None:
             return None
-        key, pointers, arrays, stream, floats = signature
+        key, pointers, arrays, stream, framework, floats = signature
         prepared = self._prepared.get(key)
         if prepared is None:
             return None
@@ -336,32 +336,41 @@ class DirectLaunch:
             for slot, value in zip(self._float_slots, floats):
                 words[slot] = value
             prepared = _Prepared(prepared.grid, tuple(words), prepared.outputs)
-        return self._run(prepared, pointers, arrays, stream, "torch" if stream is not None else None)
+        return self._run(prepared, pointers, arrays, stream, framework)
 
     def _signature(self, args: Sequence) -> tuple | None:
-        """(key, input pointers, input arrays, stream, float scalars' words) of a call whose
-        arrays are all IREE device arrays of this device that a direct call has seen, or
-        contiguous torch tensors on its GPU, and whose scalars are plain ints and floats; None
-        for any other call."""
+        """(key, input pointers, input arrays, stream, framework, float scalars' words) of a call
+        whose arrays are all IREE device arrays of this device that a direct call has seen, or
+        contiguous torch tensors or CuPy arrays on its GPU (one framework, its current stream),
+        and whose scalars are plain ints and floats; None for any other call."""
         device = self._device
         n = len(self._input_names)
         key: list = []
         pointers: list[int] = []
-        stream = None
-        torch_tensor = dlpack.torch_tensor_type()
+        framework = None
+        torch_tensor = cupy_array = None  # looked up once a call has an array that isn't ours
         for value in args[:n]:
-            if type(value) is dlpack.DeviceArray:
+            kind = type(value)
+            if kind is not dlpack.DeviceArray and torch_tensor is None:
+                torch_tensor, cupy_array = dlpack.torch_tensor_type() or (), dlpack.cupy_array_type() or ()
+            if kind is dlpack.DeviceArray:
                 known = value.__dict__.get("_direct_launch")
                 if known is None or known[0] is not device:
                     return None
                 key.append(known[1:3])
                 pointers.append(known[3])
-            elif type(value) is torch_tensor:
+            elif kind is torch_tensor and framework != "cupy":
                 if not value.is_cuda or value.get_device() != device.ordinal or not value.is_contiguous():
                     return None
                 key.append((value.dtype, value.shape))
                 pointers.append(value.data_ptr())
-                stream = stream or dlpack.torch_current_stream(device.ordinal)
+                framework = "torch"
+            elif kind is cupy_array and framework != "torch":
+                if value.device.id != device.ordinal or not value.flags.c_contiguous:
+                    return None
+                key.append((value.dtype, value.shape))
+                pointers.append(value.data.ptr)
+                framework = "cupy"
             else:
                 return None
         floats = []
@@ -375,7 +384,8 @@ class DirectLaunch:
                 key.append((type(value), value))
             else:
                 return None
-        return tuple(key), pointers, args[:n], stream, floats
+        stream = None if framework is None else dlpack.framework_current_stream(framework, device.ordinal)
+        return tuple(key), pointers, args[:n], stream, framework, floats
 
     def _run(self, prepared: _Prepared, pointers: Sequence[int], arrays: Sequence, stream: int | None, framework: str | None) -> list:
         """Allocates the fresh outputs (as `framework`'s arrays: "torch", "cupy", or None for
@@ -386,14 +396,13 @@ class DirectLaunch:
         outputs = [_fresh_output(device, out, shape, size, framework) for out, shape, size in prepared.outputs]
         bound = [pointers[i] if source == _INPUT else outputs[i][1] for source, i in self._binding_sources]
         own_stream = stream is None or stream == device.launcher.stream
-        ours = [a for a in arrays if type(a) is dlpack.DeviceArray] + [o for o, _ in outputs if type(o) is dlpack.DeviceArray]
         self.launch(bound, prepared.constants, prepared.grid, stream, wait=own_stream)
-        if not own_stream and ours:
-            # Our memory is in use on the caller's stream: outputs of ours (a dtype the framework
+        if not own_stream:
+            # Our memory in use on the caller's stream: outputs of ours (a dtype the framework
             # lacks) are waited for; inputs' buffers are not reused before the stream is done.
             if any(type(o) is dlpack.DeviceArray for o, _ in outputs):
                 device.bridge.wait_for(stream)
-            else:
+            elif any(type(a) is dlpack.DeviceArray for a in arrays):
                 device.handed_to(stream)
         return [arrays[i] if source == _INPUT else outputs[i][0] for source, i in self._result_sources]
 
