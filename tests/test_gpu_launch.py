@@ -13,17 +13,10 @@ from iree_dispatch import runtime
 
 from .test_gpu import artifacts, fresh  # noqa: F401  (session fixtures)
 from .test_gpu_abi import CASES, random_array, random_case
+from .test_gpu_runtime import torch  # noqa: F401  (the torch fixture)
 
 pytestmark = pytest.mark.gpu
 SLEEP_CYCLES = 100_000_000  # torch.cuda._sleep: ~50 ms on an H100
-
-
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA device here")
-    return torch
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,12 @@ Each kernel built by iree_dispatch carries its description (inputs, dtypes, shap
 in the vmfb, so every call is checked before anything is launched: argument count, dtype,
 rank, shape relations and scalar ranges, as TypeError/ValueError naming the parameter.
 Other functions in the module (e.g. linked programs) are called through IREE unchecked.
+A kernel whose description carries a launch plan is launched by the runtime itself, exactly as
+IREE would launch it, at a fraction of the cost of IREE's invoke (launch.py).
 
 Arrays: numpy arrays are copied to the device for the call and results come back as numpy
-arrays; IREE device arrays (`to_device`) stay on the device, and then the results do too.
+arrays; IREE device arrays (`to_device`) stay on the device, and then the results do too; a
+call on torch or CuPy arrays returns theirs, queued on their current stream (dlpack.py).
 Non-contiguous numpy inputs are copied into a contiguous array first.
 
 Asynchronous calls: a module compiled with `--iree-execution-model=async-external` exports

@@ -100,15 +100,9 @@ def _check(cuda: ctypes.CDLL, rc: int, what: str) -> None:
         raise DeviceError(f"{what} failed: {name.value.decode() if name.value else rc}")
 
 
-class StreamBridge:
-    """A stream of our own on one device, used to wait on the host for other frameworks' work.
-
-    DLPack's protocol orders an exchange through the consumer's stream: `x.__dlpack__(stream=s)`
-    makes `s` wait (on the device, by an event) for the work the producer has queued on its
-    current stream. Passing this bridge's stream and then synchronizing it waits for exactly
-    that work, and nothing else on the device. `wait_for(stream)` does the same for a stream
-    a consumer named when it took one of our arrays.
-    """
+class _DeviceStream:
+    """One device's primary context (the context IREE's CUDA device uses) and a non-blocking
+    stream of our own in it."""
 
     def __init__(self, ordinal: int):
         cuda, device = _library(), _device(ordinal)
@@ -121,8 +115,36 @@ class StreamBridge:
         with self._current():
             self._stream = ctypes.c_void_p()
             self._check(cuda.cuStreamCreate(ctypes.byref(self._stream), _STREAM_NON_BLOCKING), "cuStreamCreate")
+
+    @contextlib.contextmanager
+    def _current(self) -> Iterator[None]:
+        """This device's primary context, current on the calling thread for the duration."""
+        with self._lock:
+            self._check(self._cuda.cuCtxPushCurrent_v2(self._context), "cuCtxPushCurrent")
+            try:
+                yield
+            finally:
+                self._cuda.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+
+    def _check(self, rc: int, what: str) -> None:
+        _check(self._cuda, rc, what)
+
+
+class StreamBridge(_DeviceStream):
+    """A stream of our own on one device, used to wait on the host for other frameworks' work.
+
+    DLPack's protocol orders an exchange through the consumer's stream: `x.__dlpack__(stream=s)`
+    makes `s` wait (on the device, by an event) for the work the producer has queued on its
+    current stream. Passing this bridge's stream and then synchronizing it waits for exactly
+    that work, and nothing else on the device. `wait_for(stream)` does the same for a stream
+    a consumer named when it took one of our arrays.
+    """
+
+    def __init__(self, ordinal: int):
+        super().__init__(ordinal)
+        with self._current():
             self._event = ctypes.c_void_p()
-            self._check(cuda.cuEventCreate(ctypes.byref(self._event), _EVENT_DISABLE_TIMING), "cuEventCreate")
+            self._check(self._cuda.cuEventCreate(ctypes.byref(self._event), _EVENT_DISABLE_TIMING), "cuEventCreate")
 
     @property
     def handle(self) -> int:
@@ -144,51 +166,26 @@ class StreamBridge:
             self._check(self._cuda.cuEventSynchronize(self._event), "cuEventSynchronize")
         return True
 
-    @contextlib.contextmanager
-    def _current(self) -> Iterator[None]:
-        """This device's primary context, current on the calling thread for the duration."""
-        with self._lock:
-            self._check(self._cuda.cuCtxPushCurrent_v2(self._context), "cuCtxPushCurrent")
-            try:
-                yield
-            finally:
-                self._cuda.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
-
-    def _check(self, rc: int, what: str) -> None:
-        _check(self._cuda, rc, what)
-
 
 # CUfunction_attribute: the dynamic shared memory a launch may ask for (above 48 KiB it must be set)
 _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _DEFAULT_SHARED_MEMORY_LIMIT = 48 * 1024
 
 
-class Launcher:
-    """Loads kernel images into one device's primary context (the context IREE's CUDA device
-    uses) and launches them, on a stream of its own or on a stream the caller names.
+class Launcher(_DeviceStream):
+    """Loads kernel images into one device's primary context and launches them, on its own
+    stream or on a stream the caller names.
 
     `launch` is the hot path of a direct call: a handful of ctypes calls, no allocation.
     """
 
     def __init__(self, ordinal: int):
-        cuda, device = _library(), _device(ordinal)
-        if device is None:
-            raise DeviceError(f"cuda://{ordinal}: the CUDA driver library (libcuda.so.1) can't open this device")
-        self._cuda = cuda
-        self._context = ctypes.c_void_p()
-        self._check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(self._context), device), "cuDevicePrimaryCtxRetain")
+        super().__init__(ordinal)
         self._modules: list[ctypes.c_void_p] = []  # loaded images, kept for the process's lifetime
-        self._push = cuda.cuCtxPushCurrent_v2
-        self._pop = cuda.cuCtxPopCurrent_v2
-        self._launch = cuda.cuLaunchKernel
-        self._synchronize = cuda.cuStreamSynchronize
+        cuda = self._cuda
+        self._push, self._pop = cuda.cuCtxPushCurrent_v2, cuda.cuCtxPopCurrent_v2
+        self._launch, self._synchronize = cuda.cuLaunchKernel, cuda.cuStreamSynchronize
         self._popped = ctypes.c_void_p()
-        self._push(self._context)
-        try:
-            self._stream = ctypes.c_void_p()
-            self._check(cuda.cuStreamCreate(ctypes.byref(self._stream), _STREAM_NON_BLOCKING), "cuStreamCreate")
-        finally:
-            self._pop(ctypes.byref(self._popped))
 
     @property
     def stream(self) -> int:
@@ -201,8 +198,7 @@ class Launcher:
         if not image.startswith(b"\x7fELF") and not image.endswith(b"\0"):
             image += b"\0"  # PTX is read as a C string
         module, function = ctypes.c_void_p(), ctypes.c_void_p()
-        self._push(self._context)
-        try:
+        with self._current():
             self._check(self._cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(image)), f"cuModuleLoadData (kernel {entry})")
             self._modules.append(module)
             self._check(self._cuda.cuModuleGetFunction(ctypes.byref(function), module, entry.encode()), f"cuModuleGetFunction ({entry})")
@@ -214,8 +210,6 @@ class Launcher:
             if shared_memory > _DEFAULT_SHARED_MEMORY_LIMIT:
                 rc = self._cuda.cuFuncSetAttribute(function, _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_memory)
                 self._check(rc, f"cuFuncSetAttribute ({entry}, {shared_memory} bytes of shared memory)")
-        finally:
-            self._pop(ctypes.byref(self._popped))
         return function
 
     def launch(self, function: ctypes.c_void_p, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int | None,
@@ -238,13 +232,5 @@ class Launcher:
 
     def synchronize(self) -> None:
         """Waits until the work queued on the launcher's own stream has completed."""
-        self._push(self._context)
-        try:
-            rc = self._synchronize(self._stream)
-        finally:
-            self._pop(ctypes.byref(self._popped))
-        if rc:
-            self._check(rc, "cuStreamSynchronize (a kernel failed on the device)")
-
-    def _check(self, rc: int, what: str) -> None:
-        _check(self._cuda, rc, what)
+        with self._current():
+            self._check(self._synchronize(self._stream), "cuStreamSynchronize (a kernel failed on the device)")
