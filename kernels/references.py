@@ -128,3 +128,23 @@ def gemm_bias_residual_f32(a: np.ndarray, b: np.ndarray, bias: np.ndarray, resid
 def gemm_batched_bf16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """c[z] = a[z] @ b[z] for every batch z: a [B, M, K], b [B, K, N] -> [B, M, N]."""
     return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+# kernels/attention.toml
+
+
+def attention_bf16(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """softmax(q[z] @ kt[z] / 8 + mask[z // H]) @ v[z] in float64, H = Z // B heads per mask:
+    q [Z, S, 64], kt [Z, 64, S], v [Z, S, 64], mask [B, S, S] -> [Z, S, 64] (the kernel rounds
+    it to bf16). The masked scores are rounded to float32 as the kernel holds them: a row masked
+    entirely with a finite minimum (bf16's) then weighs its keys equally, as the kernel and the
+    model do (the mask value absorbs the score); a row of only -inf is NaN."""
+    z, s = q.shape[0], q.shape[1]
+    heads = z // mask.shape[0]
+    scores = np.matmul(q.astype(np.float64), kt.astype(np.float64)) * 0.125
+    x = (scores + np.repeat(mask.astype(np.float64), heads, axis=0)).astype(np.float32).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(axis=2, keepdims=True))
+        p = e / e.sum(axis=2, keepdims=True)
+    assert p.shape == (z, s, s)
+    return np.matmul(p, v.astype(np.float64))
