@@ -70,6 +70,14 @@ def worker(out: Path) -> None:
     rows["cupy launch (host)"] = summarize(host_us(lambda: kern(((N + 63) // 64,), (64,), args), REPS))
     cp.cuda.runtime.deviceSynchronize()
 
+    def cupy_allocate_and_launch():  # what a call does: a fresh output, then the launch
+        out = cp.empty(N, cp.float32)
+        kern(((N + 63) // 64,), (64,), (ca, cb, out, np.int32(N)))
+        return out
+
+    rows["cupy output allocation + launch (host)"] = summarize(host_us(cupy_allocate_and_launch, REPS))
+    cp.cuda.runtime.deviceSynchronize()
+
     mod = runtime.load(BUILD / "samples.vmfb")
     da, db = mod.to_device(a), mod.to_device(b)
     np.testing.assert_array_equal(mod.simple_mul(da, db).to_host(), a * b)
@@ -195,6 +203,24 @@ def worker(out: Path) -> None:
     ga = gemm.to_device(rng.standard_normal((GEMM, GEMM)).astype(ml_dtypes.bfloat16))
     gb = gemm.to_device(rng.standard_normal((GEMM, GEMM)).astype(ml_dtypes.bfloat16))
     wall = wall_times_us(lambda: gemm.gemm_bf16(ga, gb), 50, 5)
+    # The same cubin launched by CuPy into a fresh output, + synchronize: the raw-launch floor.
+    from iree_dispatch.runtime import dlpack as _dlpack
+
+    gemm_arch = "sm_90a" if cc == (9, 0) else "sm_80"
+    gemm_kernel = cp.RawModule(path=str(BUILD / "gemm" / "gemm.objects" / f"gemm.{gemm_arch}.cubin")).get_function("gemm_bf16")
+    gemm_smem = {"sm_90a": 197632, "sm_80": 62592}[gemm_arch]  # kernels/gemm.toml
+    gemm_kernel.max_dynamic_shared_size_bytes = gemm_smem
+    pa, pb = (np.uint64(_dlpack.device_pointer(gemm.gpu, x)) for x in (ga, gb))
+
+    def cupy_gemm():
+        c = cp.empty((GEMM, GEMM), cp.float32)
+        gemm_kernel((GEMM // 256, 2 * GEMM // 256), (384,), (pa, pb, np.uint64(c.data.ptr), np.int32(GEMM), np.int32(GEMM), np.int32(GEMM)), shared_mem=gemm_smem)
+        cp.cuda.runtime.deviceSynchronize()
+        return c
+
+    want = gemm.gemm_bf16(ga, gb).to_host()
+    np.testing.assert_allclose(cp.asnumpy(cupy_gemm()), want, rtol=0, atol=0)
+    rows["gemm_bf16 4096^3, CuPy: fresh output + launch + sync (wall)"] = summarize(wall_times_us(cupy_gemm, 50, 5))
 
     def gemm_calls(count):
         for _ in range(count):
