@@ -26,6 +26,7 @@ LIBRARY = MODELS / "kernels" / "library.toml"
 GEMM = MODELS / "kernels" / "gemm.toml"
 GEMM_PADDED = MODELS / "kernels" / "gemm_padded.toml"
 GEMM_BATCHED = MODELS / "kernels" / "gemm_batched.toml"
+ATTENTION = MODELS / "kernels" / "attention.toml"
 FIXED = MODELS / "kernels" / "fixed_eps.toml"
 ALL = [NAIVE, LIBRARY, GEMM]
 
@@ -206,6 +207,79 @@ def test_gpt2_attention_shapes_report():
     assert r.kernel_counts() == {"gemm_batched.gemm_batched_bf16": 2}
 
 
+GPT2_LAYER = [LIBRARY, GEMM, ATTENTION]
+ATTENTION_NOTE = ("computes in f32 and rounds once, where the model rounds to bf16 after the scores, the scale, the mask add, the softmax and the context"
+                  " (--allow-wider-accumulation)")
+
+
+def test_gpt2_attention_chain_as_one_kernel():
+    """A GPT-2 layer as benchmarks/model.py exports it (bf16, 2 heads of 64, batch 2 x 40 tokens):
+    scores batch matmul, * 0.125, + the [2, 1, 40, 40] mask, softmax, context batch matmul, one
+    call to attention_bf16 with --allow-wider-accumulation; the scores batch matmul (#3) and the
+    softmax (#4) are no candidates of their own then."""
+    r = _dry("gpt2_layer_bf16.torch.mlir", kernels=GPT2_LAYER, allow_wider_accumulation=True)
+    (d,) = [d for d in r.replaced if d.capability.label == "attention.attention_bf16"]
+    assert (d.candidate.kind, d.form.kind, d.candidate.order) == ("batch_matmul", "attention", 5)
+    assert d.notes == [ATTENTION_NOTE, "with #3 batch_matmul and #4 softmax: one kernel call for the whole chain"]
+    assert d.form.scale == 0.125 and d.form.compute == "bf16" and d.narrow_to is None
+    assert [o.shape for o in d.form.operands] == [(4, 40, 64), (4, 64, 40), (4, 40, 64), (2, 40, 40)]
+    assert [o.dtype for o in d.form.operands] == ["bf16"] * 4 and d.form.result_dtype == "bf16"
+    text = r.text()
+    assert "#5 batch_matmul 4x40x40 @ 4x40x64 bf16 x bf16 -> 4x40x64 f32 at gpt2_layer_bf16.torch.mlir:120 -> attention.attention_bf16 (as attention)\n" in text
+    assert "  #3 " not in text and "  #4 " not in text
+    assert not r.left
+    assert r.counts()["batch_matmul"] == {"found": 2, "replaced": 2, "left": 0}  # the context (as attention) and the LM head
+    assert "softmax" not in r.counts()
+    assert r.kernel_counts()["attention.attention_bf16"] == 1
+
+
+def test_gpt2_attention_refusals(tmp_path):
+    """Strict numerics: the model rounds to bf16 between the steps, the kernel once (numerics; the
+    softmax and the batch matmuls are then candidates as before). An f32 model (dtype), head_dim
+    32 (shape), a scale other than 1/sqrt(64) (numerics). Without the attention spec, nothing about
+    attention in the report."""
+    strict = _dry("gpt2_layer_bf16.torch.mlir", kernels=GPT2_LAYER)
+    (ctx,) = [d for d in strict.left if d.candidate.order == 5]
+    assert ctx.reasons == [("numerics", "attention.attention_bf16: computes in f32, the model in bf16; the model rounds to bf16 after the scores, the scale, "
+                                        "the mask add, the softmax and the context (--allow-wider-accumulation accepts a wider one)")]
+    assert [d.capability.label for d in strict.replaced if d.candidate.kind == "softmax"] == ["library.softmax_warp_bf16"]
+    assert [d.candidate.order for d in strict.left if d.candidate.kind == "batch_matmul"] == [3, 5]
+
+    f32 = _dry("gpt2_layer_f32.torch.mlir", kernels=GPT2_LAYER, allow_wider_accumulation=True)
+    (ctx,) = [d for d in f32.left if d.candidate.order == 5]
+    assert ctx.reasons == [("dtype", "attention.attention_bf16: takes bf16, bf16, bf16, bf16, the model has f32, f32, f32, f32")]
+
+    hd32 = _dry("gpt2_layer_hd32_bf16.torch.mlir", kernels=GPT2_LAYER, allow_wider_accumulation=True)
+    (ctx,) = [d for d in hd32.left if d.candidate.order == 5]
+    assert ctx.reasons == [("shape", "attention.attention_bf16: q dim must be 64, the model's is 32")]
+
+    text = (MODELS / "gpt2_layer_bf16.torch.mlir").read_text()
+    assert text.count("torch.constant.float 1.250000e-01") == 1
+    (tmp_path / "scale.mlir").write_text(text.replace("torch.constant.float 1.250000e-01", "torch.constant.float 2.500000e-01"))
+    scaled = compile_model(tmp_path / "scale.mlir", GPT2_LAYER, dry_run=True, allow_wider_accumulation=True)
+    (ctx,) = [d for d in scaled.left if d.candidate.order == 5]
+    assert ctx.reasons == [("numerics", "attention.attention_bf16: scales the scores by 1/sqrt(64) = 0.125, the model by 0.25")]
+
+    plain = _dry("gpt2_layer_bf16.torch.mlir", kernels=[LIBRARY, GEMM], allow_wider_accumulation=True)
+    assert "attention" not in plain.text()
+    assert [d.reasons for d in plain.left] == [[("kernel", "no kernel declares 'batch_matmul'")]] * 2
+
+
+def test_attention_probabilities_used_elsewhere_stay_iree(tmp_path):
+    """When the probabilities are also a result of the model (output_attentions), the chain is not one kernel's."""
+    text = (MODELS / "gpt2_layer_bf16.torch.mlir").read_text()
+    head, _, rest = text.partition("torch.aten.softmax.int ")
+    softmax = head.rsplit("%", 1)[1].split(" ", 1)[0]
+    result = re.search(r"return (%\w+) : (!torch.vtensor<[^>]+>)", text)
+    probs_type = re.search(r"torch.aten.softmax.int [^\n]* -> (!torch.vtensor<[^>]+>)", text)[1]
+    changed = text.replace(result[0], f"return {result[1]}, %{softmax} : {result[2]}, {probs_type}")
+    changed = re.sub(r"(func.func @main\([^)]*\) -> )(!torch.vtensor<[^>]+>)", lambda m: f"{m[1]}({m[2]}, {probs_type})", changed, count=1)
+    (tmp_path / "probs.mlir").write_text(changed)
+    r = compile_model(tmp_path / "probs.mlir", GPT2_LAYER, dry_run=True, allow_wider_accumulation=True)
+    assert "attention.attention_bf16" not in r.kernel_counts()
+    assert r.kernel_counts()["library.softmax_warp_bf16"] == 1
+
+
 def test_no_kernel_for_an_op_kind():
     r = _dry("attention_f32.mlir", kernels=[LIBRARY])
     assert [d.candidate.kind for d in r.left] == ["batch_matmul", "batch_matmul"]
@@ -319,6 +393,19 @@ def test_compiled_bf16_attention_dispatches_the_batched_gemm(tmp_path):
     assert sum("batch_matmul" in d and "gemm_batched_bf16" not in d for d in dispatches) == 1
 
 
+@needs_build_tools
+def test_compiled_gpt2_layer_dispatches_the_attention_kernel(tmp_path):
+    compile_model(MODELS / "gpt2_layer_bf16.torch.mlir", GPT2_LAYER, tmp_path / "g.vmfb", emit_mlir=tmp_path / "g.linked.mlir", allow_wider_accumulation=True)
+    program = (tmp_path / "g.program.mlir").read_text()
+    assert program.count("func.call @attention.attention_bf16(") == 1
+    dispatches = _flow_dispatches(tmp_path / "g.linked.mlir")
+    assert sum("attention_bf16" in d for d in dispatches) == 1
+    # What IREE still generates: no batch matmul, softmax, exp or max reduction of the chain.
+    ours = ("attention_cu", "rows_cu", "gemm_cu")
+    theirs = [d for d in dispatches if not any(o in d for o in ours)]
+    assert not [d for d in theirs if "batch_matmul" in d or "softmax" in d or "math.exp" in d], theirs
+
+
 def test_nothing_replaced_still_compiles(tmp_path):
     r = compile_model(MODELS / "mlp_f32.mlir", [GEMM], tmp_path / "r.vmfb")
     assert not r.replaced and (tmp_path / "r.vmfb").stat().st_size > 0
@@ -382,7 +469,7 @@ def _spec(tmp_path, replaces: str, shapes='{ a = ["M", "K"], b = ["K", "N"], c =
 @pytest.mark.parametrize(
     "replaces, message",
     [
-        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'matmul+bias+gelu', 'batch_matmul', 'softmax', 'layernorm', 'rmsnorm', got 'conv'"),
+        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'matmul+bias+gelu', 'batch_matmul', 'softmax', 'layernorm', 'rmsnorm', 'attention', got 'conv'"),
         ('{ op = "batch_matmul" }', "replaces 'batch_matmul' needs input tensors of ranks [3, 3] in parameter order; the kernel's inputs have ranks [2, 2]"),
         ('{ op = "matmul", blocks = 2 }', "replaces: unknown keys ['blocks']"),
         ('{ op = "matmul", divisible = { Q = 8 } }', "replaces.divisible names ['Q'], which are not shape symbols of the kernel's inputs (K, M, N)"),

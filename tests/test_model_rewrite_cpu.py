@@ -176,6 +176,24 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
         )
         conv, r = _convert("%y", "", "f32", _elem(out), 2, "r")
         lines += conv + [f"return {r} : {out}"]
+    elif op == "attention":  # softmax(q @ kt / 8 + mask[z // (Z / B)]) @ v: f32 math, the probabilities rounded to bf16 as the kernel does
+        q, kt, v, mask = ins
+        lines += [f"%z = tensor.dim %a0, %c0 : {q}", f"%s = tensor.dim %a0, %c1 : {q}", f"%b = tensor.dim %a3, %c0 : {mask}", "%h = arith.divui %z, %b : index"]
+        lines += ["%zero = arith.constant 0.0 : f32", "%scale = arith.constant 0.125 : f32", "%es = tensor.empty(%z, %s, %s) : tensor<?x?x?xf32>",
+                  "%fs = linalg.fill ins(%zero : f32) outs(%es : tensor<?x?x?xf32>) -> tensor<?x?x?xf32>",
+                  f"%sc = linalg.batch_matmul ins(%a0, %a1 : {q}, {kt}) outs(%fs : tensor<?x?x?xf32>) -> tensor<?x?x?xf32>"]
+        lines.append(
+            '%x = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], '
+            'iterator_types = ["parallel", "parallel", "parallel"]} ins(%sc : tensor<?x?x?xf32>) outs(%es : tensor<?x?x?xf32>) {\n'
+            "^bb0(%v: f32, %o: f32):\n%i0 = linalg.index 0 : index\n%i1 = linalg.index 1 : index\n%i2 = linalg.index 2 : index\n"
+            f"%bi = arith.divui %i0, %h : index\n%m = tensor.extract %a3[%bi, %i1, %i2] : {mask}\n%mf = arith.extf %m : bf16 to f32\n"
+            "%t = arith.mulf %v, %scale : f32\n%r = arith.addf %t, %mf : f32\nlinalg.yield %r : f32\n} -> tensor<?x?x?xf32>"
+        )
+        lines += ["%p = linalg.softmax dimension(2) ins(%x : tensor<?x?x?xf32>) outs(%es : tensor<?x?x?xf32>) -> tensor<?x?x?xf32>",
+                  "%pb = arith.truncf %p : tensor<?x?x?xf32> to tensor<?x?x?xbf16>",
+                  "%eo = tensor.empty(%z, %s) : tensor<?x?x64xf32>", "%fo = linalg.fill ins(%zero : f32) outs(%eo : tensor<?x?x64xf32>) -> tensor<?x?x64xf32>",
+                  f"%o = linalg.batch_matmul ins(%pb, %a2 : tensor<?x?x?xbf16>, {v}) outs(%fo : tensor<?x?x64xf32>) -> tensor<?x?x64xf32>",
+                  f"%ob = arith.truncf %o : tensor<?x?x64xf32> to {out}", f"return %ob : {out}"]
     else:
         raise AssertionError(op)
     body = "\n".join("    " + line for line in "\n".join(lines).splitlines())
@@ -227,6 +245,9 @@ def _random_args(text: str, function: str, rng):
     types = [t.split("x") for t in re.findall(r"(?<!v)tensor<([^>]*)>", sig[1])]
     types += [[*dims.split(","), elem] for dims, elem in re.findall(r"vtensor<\[([\d,]*)\],(\w+)>", sig[1])]
     for *dims, elem in types:
+        if elem == "si64":  # token ids (the GPT-2 layer models' vocabulary: 64)
+            args.append(rng.integers(0, 64, [int(d) for d in dims]).astype(np.int64))
+            continue
         dtype = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f64": np.float64}[elem]
         args.append(rng.standard_normal([3 if d == "?" else int(d) for d in dims]).astype(np.float32).astype(dtype))  # dynamic dims: 3
     return args
@@ -255,11 +276,14 @@ def _random_args(text: str, function: str, rng):
         # bf16 matmul + bias (addmm, and a Linear on 3-D input) fused, its bf16 bias widened, rounded once
         ("linear_bias_bf16.torch.mlir", "main", True, 3e-2),
         ("linear_bias_bf16.torch.mlir", "main", False, 1e-2),
+        # a GPT-2 layer (head_dim 64): its attention chain as one call (attention_bf16, computed in f32, rounded once)
+        ("gpt2_layer_bf16.torch.mlir", "main", True, 3e-2),
     ],
 )
 def test_rewritten_model_computes_the_same(tmp_path, model, function, wide, tol):
     kernels = [*ALL[:2], K / "gemm_padded.toml", *ALL[3:]] if function == "padded" else ALL
     kernels = [*kernels, K / "gemm_batched.toml"] if model == "attention_bf16.mlir" else kernels
+    kernels = [*kernels, K / "attention.toml"] if model.startswith("gpt2_layer") else kernels
     function = "main" if function == "padded" else function
     report, program = rewrite_model(MODELS / model, kernels, allow_wider_accumulation=wide)
     assert report.replaced
@@ -270,6 +294,8 @@ def test_rewritten_model_computes_the_same(tmp_path, model, function, wide, tol)
     new_vmfb = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
     rng = np.random.default_rng(0)
     args = _random_args(original, function, rng)
+    if model.startswith("gpt2_layer"):  # ids, mask, then the parameters: at GPT-2's scale (N(0, 1) weights saturate the bf16 softmax)
+        args = args[:2] + [(a.astype(np.float32) * 0.1).astype(a.dtype) for a in args[2:]]
     expected = _run(ref_vmfb, function, args)
     got = _run(new_vmfb, function, args)
     for e, g in zip(expected, got):

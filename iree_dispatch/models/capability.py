@@ -34,11 +34,13 @@ OP_KINDS: dict[str, tuple[tuple[int, ...], int, int]] = {
     "softmax": ((2,), 2, 0),  # x [rows, cols] → softmax over cols (a model's last dim)
     "layernorm": ((2, 1, 1), 2, 1),  # x [rows, cols], weight [cols], bias [cols], eps → per row
     "rmsnorm": ((2, 1), 2, 1),  # x [rows, cols], weight [cols], eps → x * rsqrt(mean(x^2) + eps) * weight per row
+    # q [Z, S, D], kt [Z, D, S], v [Z, S, D], mask [B, S, S] → softmax(q @ kt / sqrt(D) + mask[z // (Z / B)]) @ v
+    "attention": ((3, 3, 3, 3), 3, 0),
 }
 _KEYS = {"op", "accumulate", "divisible", "max", "eps", "priority", "pad"}
 # What the kernel computes in, unless `accumulate` says otherwise: matmuls accumulate in their
 # output's type; the row kernels of the library compute in float32 whatever they store.
-_DEFAULT_ACCUMULATE = {"softmax": "f32", "layernorm": "f32", "rmsnorm": "f32"}
+_DEFAULT_ACCUMULATE = {"softmax": "f32", "layernorm": "f32", "rmsnorm": "f32", "attention": "f32"}
 _FLOAT_RANK = {"f16": 1, "bf16": 1, "f32": 2, "f64": 3}
 
 
@@ -259,6 +261,9 @@ def _check_shapes(kernel: KernelSpec, op: str, label: str) -> None:
     elif op == "batch_matmul":
         (b, m, k), (b2, k2, n) = ins
         want_out, same = (b, m, n), [(b, b2), (k, k2)]
+    elif op == "attention":
+        (z, s, d), (z2, d2, s2), (z3, s3, d3), (_, s4, s5) = ins
+        want_out, same = (z, s, d), [(z, z2), (z, z3), (d, d2), (d, d3), (s, s2), (s, s3), (s, s4), (s, s5)]
     else:
         rows, cols = ins[0]
         want_out, same = (rows, cols), [(v[0], cols) for v in ins[1:]]

@@ -43,6 +43,10 @@ class Form:
     widen: tuple[int, ...] = ()
     # For the numerics refusal: what the model computes in `compute`, when it is more than one step
     steps: str = ""
+    # attention: the factor the model scales the scores by (in its type)
+    scale: float | None = None
+    # Roots of other candidates this form computes too (attention: the scores batch matmul, the softmax)
+    covers: tuple = ()
 
 
 @dataclass
@@ -53,6 +57,7 @@ class Candidate:
     order: int
     forms: list[Form] = field(default_factory=list)
     refusal: tuple[str, str] | None = None  # (category, reason) that no kernel can overcome
+    root: object = None  # the value the candidate was found at (its root op's first result)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -315,6 +320,7 @@ def find_candidates(module) -> list[Candidate]:
             cand = _softmax(op, i) or _norm(op, i)
         if cand is not None and _key(op.results[0]) not in claimed:
             claimed.add(_key(op.results[0]))
+            cand.root = op.results[0]
             cand.order = len(found) + 1
             found.append(cand)
     return found
@@ -371,6 +377,7 @@ def _matmul(op, order: int) -> Candidate | None:
         note = "the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows"
         forms.append(Form("matmul", [lhs, rhs], op.results[0], (rows, n), ic[1], compute, op, notes=[note], result_dims=((0, 0), (0, 1), (1, 1))))
     if batch:
+        forms += _attention_forms(op)
         forms.append(Form("batch_matmul", [Operand(a, ia[0], ia[1]), Operand(b, ib[0], ib[1])], op.results[0], ic[0], ic[1], compute, op, result_dims=((0, 0), (0, 1), (1, 2))))
     else:
         lhs, rhs = Operand(a, ia[0], ia[1]), Operand(b, ib[0], ib[1])
@@ -630,6 +637,20 @@ def _named_softmax(op, order: int) -> Candidate | None:
 
 def _softmax(op, order: int) -> Candidate | None:
     """exp(x - max(x)) / sum(exp(x - max(x))) along the last dim, as torch decomposes it."""
+    parts = _softmax_parts(op)
+    if parts is None:
+        return None
+    x, e, rank = parts
+    ix = tensor_info(x)
+    narrow = _extf_source(x)
+    io = f"{tensor_info(narrow)[1]}, computed in {ix[1]}" if narrow is not None else ix[1]
+    cand = Candidate("softmax", f"{shape_text(ix[0])} {io} over dim {rank - 1}", location(op), order)
+    cand.forms = _io_forms("softmax", x, op.results[0], op, tensor_info(e)[1], [])
+    return cand
+
+
+def _softmax_parts(op):
+    """(x, exp(x - max), rank) when `op` is the division of torch's softmax decomposition of x over the last dim, else None."""
     div = as_generic(op)
     if div is None or not div.parallel or len(div.inputs) != 2 or len(div.exprs) != 1 or div.exprs[0] != ("divf", ("in", 0), ("in", 1)) or not _identity_outputs(div):
         return None
@@ -653,12 +674,7 @@ def _softmax(op, order: int) -> Candidate | None:
         return None
     if mx_op.results[0] != source(m) or not _fill_of(mx.outputs[0], float("-inf")):  # max from -inf, its first result
         return None
-    ix = tensor_info(x)
-    narrow = _extf_source(x)
-    io = f"{tensor_info(narrow)[1]}, computed in {ix[1]}" if narrow is not None else ix[1]
-    cand = Candidate("softmax", f"{shape_text(ix[0])} {io} over dim {rank - 1}", location(op), order)
-    cand.forms = _io_forms("softmax", x, op.results[0], op, tensor_info(e)[1], [])
-    return cand
+    return x, e, rank
 
 
 def _norm(op, order: int) -> Candidate | None:
@@ -811,3 +827,121 @@ def _centered(value, x, mean) -> bool:
         return False
     rank = len(sub.iterators)
     return elementwise_input(sub, 0, rank) and (elementwise_input(sub, 1, rank) or row_broadcast(sub, 1, rank))
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention: the chain of eager attention, as one form of its context batch matmul
+# ----------------------------------------------------------------------------------------------
+
+
+def _reshaped_from(value, op_name: str, rank: int):
+    """The [B, H, ...] value a [B*H, ...] `value` collapses (op_name tensor.collapse_shape), or the
+    [B*H, ...] value a [B, H, ...] `value` expands (tensor.expand_shape): only the two leading
+    dims merged or split; `rank` is the value's own rank. None otherwise."""
+    op = producer(value)
+    if op is None or op.name != op_name:
+        return None
+    groups = [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+    if op_name == "tensor.collapse_shape":
+        want = [[0, 1]] + [[i] for i in range(2, rank + 1)]
+    else:
+        want = [[0, 1]] + [[i] for i in range(2, rank)]
+    return op.operands[0] if groups == want else None
+
+
+def _narrowed_from(value):
+    """(the wider value, its generic) when `value` is an elementwise truncf of it, else (value, None)."""
+    g = as_generic(producer(value))
+    if g is not None and g.parallel and len(g.inputs) == 1 and g.exprs and g.exprs[0] == ("truncf", ("in", 0), tensor_info(value)[1]) \
+            and elementwise_input(g, 0, len(g.iterators)) and _identity_outputs(g):
+        return g.inputs[0], g
+    return value, None
+
+
+def _plain_batch_matmul(op) -> bool:
+    if op is None or op.name != "linalg.batch_matmul" or not is_zero_fill(op.operands[2]):
+        return False
+    maps = [str(ir.AffineMapAttr(m).value) for m in ir.ArrayAttr(op.attributes["indexing_maps"])] if "indexing_maps" in op.attributes else _DEFAULT_MAPS[op.name]
+    return maps == _DEFAULT_MAPS[op.name]
+
+
+def _one_use(*values) -> bool:
+    return all(len(users(v)) == 1 for v in values)
+
+
+def _attention_forms(ctx) -> list[Form]:
+    """The context batch matmul `ctx` with the chain that makes its lhs, when that is eager
+    attention as transformers exports it (GPT-2, at IREE's input level):
+
+        s  = batch_matmul(q [Z, S, D], kt [Z, D, S]) (zero init)      [truncf]
+        s4 = expand_shape s to [B, H, S, S]
+        x  = s4 * c (or s4 / c)                                       the scale, a constant
+        y  = x + mask [B, 1, S, S] (read as (d0, 0, d2, d3))
+        p  = softmax(y) over the last dim (torch's decomposition)     [extf before, truncf after]
+        o  = batch_matmul(collapse_shape p to [Z, S, S], v [Z, S, D])  [truncf]
+
+    each value the only use of the one before (the probabilities must not be needed elsewhere):
+    one form, attention, whose result is o's (or its truncf's), computed in the narrowest type
+    the model rounds to on the way. Its operands: q, kt, v and the mask as [B, S, S]."""
+    ictx = tensor_info(ctx.results[0])
+    if not _plain_batch_matmul(ctx) or ictx is None or len(ictx[0]) != 3:
+        return []
+    p3, v = ctx.operands[0], ctx.operands[1]
+    p4 = _reshaped_from(p3, "tensor.collapse_shape", 3)
+    if p4 is None or not _one_use(p3, p4):
+        return []
+    p_wide, p_narrow = _narrowed_from(p4)
+    div = producer(p_wide)
+    parts = _softmax_parts(div) if div is not None else None
+    if parts is None or parts[2] != 4 or not _one_use(p_wide):
+        return []
+    x = parts[0]
+    y = _extf_source(x)
+    if y is not None and not _one_use(y):
+        return []
+    y = x if y is None else y
+    add = single_op_generic(y, "addf")
+    if add is None or len(add.inputs) != 2 or sorted(add.exprs[0][1:]) != [("in", 0), ("in", 1)]:
+        return []
+    found = [(add.inputs[i], add.inputs[1 - i]) for i in (0, 1) if elementwise_input(add, i, 4) and add.map_of(1 - i) == ("d0", "0", "d2", "d3")]
+    if len(found) != 1:
+        return []
+    scaled, mask = found[0]
+    mul = as_generic(producer(scaled))
+    if mul is None or not mul.parallel or len(mul.inputs) != 1 or len(mul.exprs) != 1 or not elementwise_input(mul, 0, 4) or not _identity_outputs(mul):
+        return []
+    e = mul.exprs[0]
+    consts = [a[1] for a in e[1:] if a[0] == "const" and isinstance(a[1], float)]
+    if e[0] == "mulf" and len(consts) == 1 and ("in", 0) in e[1:]:
+        scale = consts[0]
+    elif e[0] == "divf" and e[1] == ("in", 0) and e[2][0] == "const" and e[2][1]:
+        scale = round_to(1.0 / e[2][1], tensor_info(scaled)[1])
+    else:
+        return []
+    s4 = mul.inputs[0]
+    s3 = _reshaped_from(s4, "tensor.expand_shape", 4)
+    if s3 is None or not _one_use(scaled, s4, s3):
+        return []
+    s_wide, s_narrow = _narrowed_from(s3)
+    scores = producer(s_wide)
+    if not _plain_batch_matmul(scores) or not _one_use(s_wide):
+        return []
+    q, kt = scores.operands[0], scores.operands[1]
+    iq, ikt, iv, imask, i4 = tensor_info(q), tensor_info(kt), tensor_info(v), tensor_info(mask), tensor_info(s4)
+    if not (iq and ikt and iv and imask and i4) or len(imask[0]) != 4 or imask[0][1] != 1 or imask[0][0] != i4[0][0]:
+        return []
+    # The types the model holds the chain in: scores, scaled, masked, softmax, probabilities, context.
+    result_value, anchor = ctx.results[0], ctx
+    narrowed_out = _truncf_user(result_value)
+    if narrowed_out is not None and len(narrowed_out.iterators) == 3 and elementwise_input(narrowed_out, 0, 3) and _identity_outputs(narrowed_out):
+        result_value, anchor = narrowed_out.op.results[0], narrowed_out.op
+    steps = [tensor_info(v_)[1] for v_ in (s_wide, s3, scaled, y, x, p_wide, p4, ctx.results[0], result_value)]
+    compute = min(steps, key=lambda t: _FLOAT_WIDTH.get(t, 0))
+    narrow_steps = [what for what, v_ in (("the scores", s3), ("the scale", scaled), ("the mask add", y), ("the softmax", p4), ("the context", result_value))
+                    if tensor_info(v_)[1] == compute]
+    rounds = f"rounds to {compute} after {', '.join(narrow_steps[:-1])} and {narrow_steps[-1]}" if len(narrow_steps) > 1 else ""
+    bsz, _, s_, s2_ = imask[0]
+    operands = [Operand(q, iq[0], iq[1]), Operand(kt, ikt[0], ikt[1]), Operand(v, iv[0], iv[1]), Operand(mask, (bsz, s_, s2_), imask[1])]
+    covers = (scores.results[0], div.results[0])
+    return [Form("attention", operands, result_value, ictx[0], tensor_info(result_value)[1], compute, anchor, result_dims=((0, 0), (0, 1), (0, 2)),
+                 steps=rounds if compute != tensor_info(ctx.results[0])[1] else "", scale=scale, covers=covers)]

@@ -25,7 +25,16 @@ class Decision:
 
 
 def decide(candidates: list[Candidate], kernels: KernelSet, *, allow_wider_accumulation: bool = False) -> list[Decision]:
-    return [_decide(c, kernels, allow_wider_accumulation) for c in candidates]
+    decisions = [_decide(c, kernels, allow_wider_accumulation) for c in candidates]
+    # A fused form that takes in other candidates' ops (attention: the scores batch matmul and the
+    # softmax) replaces them too: they are no longer decisions of their own.
+    covered = {}
+    for d in decisions:
+        if d.replaced and d.form.covers:
+            inner = [c for c in candidates if c.root is not None and c.root in d.form.covers]
+            covered.update({id(c): d for c in inner})
+            d.notes.append("with " + " and ".join(f"#{c.order} {c.kind}" for c in inner) + ": one kernel call for the whole chain")
+    return [d for d in decisions if id(d.candidate) not in covered]
 
 
 def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
@@ -47,15 +56,16 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
                 d.notes = [*form.notes, *notes]
                 if form.kind == "matmul" and any(f.kind == "matmul+bias" for f in cand.forms) and not kernels.for_op("matmul+bias"):
                     d.notes.append("its bias add is left to IREE (no kernel declares matmul+bias for it)")
-                fused = [f"not as {kind}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if kind.startswith("matmul+")]
+                fused = [f"not as {kind}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if kind.startswith("matmul+") or kind == "attention"]
                 d.notes += fused
                 return d
             reason = (why[0], f"{cap.label}: {why[1]}")
             if reason not in d.reasons:
                 d.reasons.append(reason)
                 form_of_reason.append(form.kind)
+    tried_kinds = [k for k in tried_kinds if k != "attention" or kernels.for_op(k)]  # a fused form no kernel declares is no news
     missing = [k for k in tried_kinds if not kernels.for_op(k)]
-    if len(missing) == len(tried_kinds):
+    if missing and len(missing) == len(tried_kinds):
         d.reasons.insert(0, ("kernel", f"no kernel declares {' or '.join(repr(k) for k in missing)}"))
     return d
 
@@ -66,7 +76,14 @@ def _fits(form: Form, cap: Capability, allow_wider: bool):
     why, narrow, notes, extra = _fits_types(form, cap, allow_wider)
     if why is not None:
         return why, None, [], {}
-    return _fits_shapes(form, cap, narrow, notes, extra)
+    fits = _fits_shapes(form, cap, narrow, notes, extra)
+    if fits[0] is None and form.scale is not None:  # attention: the kernel scales the scores by 1/sqrt(D), its head dim
+        d = form.operands[0].shape[-1]
+        want = None if d is None else 1.0 / d**0.5
+        if want is None or round_to(want, form.compute) != form.scale:
+            kernel = "1/sqrt(D), D dynamic" if want is None else f"1/sqrt({d}) = {want:g}"
+            return ("numerics", f"scales the scores by {kernel}, the model by {form.scale:g}"), None, [], {}
+    return fits
 
 
 def _fits_types(form: Form, cap: Capability, allow_wider: bool):
