@@ -187,8 +187,12 @@ extern "C" __global__ void __launch_bounds__(128) attention_bf16(const __nv_bflo
         }
       }
     }
-    const bool row_live = live || __shfl_xor_sync(0xffffffffu, live, 1);
-    const bool row_dead = dead && __shfl_xor_sync(0xffffffffu, dead, 1);
+    // Both shuffles run in every lane (no short-circuit): a lane that skipped one would leave
+    // its partner waiting in it forever.
+    const bool partner_live = __shfl_xor_sync(0xffffffffu, live, 1);
+    const bool partner_dead = __shfl_xor_sync(0xffffffffu, dead, 1);
+    const bool row_live = live || partner_live;
+    const bool row_dead = dead && partner_dead;
     const bool skip = __syncthreads_and(row_dead && seen);
     seen = seen || row_live;
     if (skip) continue;  // uniform across the block
