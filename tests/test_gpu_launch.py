@@ -169,3 +169,16 @@ def test_repeated_calls_reuse_their_preparation_and_stay_right(both, artifacts, 
         direct.simple_mul(torch.ones(2000, device="cuda")[::2], tb)
     with pytest.raises(ValueError, match=r"alpha.*out of the range of float"):
         direct.axpby(da, db, 1e300, 1.0)
+
+
+def test_modules_loaded_and_dropped_again_and_again_keep_working(artifacts):  # noqa: F811
+    """Each load loads its kernels on the device and each dropped module unloads them."""
+    import gc
+
+    rng = np.random.default_rng()
+    a, b = fresh(rng, 1000), fresh(rng, 1000)
+    for _ in range(50):
+        module = runtime.load(artifacts["samples"], launch="direct")
+        np.testing.assert_array_equal(module.simple_mul(a, b), a * b)
+        del module
+        gc.collect()

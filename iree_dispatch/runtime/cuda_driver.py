@@ -111,7 +111,9 @@ class _DeviceStream:
         self._cuda = cuda
         self._context = ctypes.c_void_p()
         self._check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(self._context), device), "cuDevicePrimaryCtxRetain")
-        self._lock = threading.Lock()
+        # Reentrant: a module's finalizer (Launcher.unload) may run in a collection that starts
+        # while this thread holds it.
+        self._lock = threading.RLock()
         with self._current():
             self._stream = ctypes.c_void_p()
             self._check(cuda.cuStreamCreate(ctypes.byref(self._stream), _STREAM_NON_BLOCKING), "cuStreamCreate")
@@ -181,7 +183,6 @@ class Launcher(_DeviceStream):
 
     def __init__(self, ordinal: int):
         super().__init__(ordinal)
-        self._modules: list[ctypes.c_void_p] = []  # loaded images, kept for the process's lifetime
         cuda = self._cuda
         self._push, self._pop = cuda.cuCtxPushCurrent_v2, cuda.cuCtxPopCurrent_v2
         self._launch, self._synchronize = cuda.cuLaunchKernel, cuda.cuStreamSynchronize
@@ -192,15 +193,15 @@ class Launcher(_DeviceStream):
         """The handle of the launcher's own stream (non-blocking)."""
         return self._stream.value
 
-    def load(self, image: bytes, entry: str, shared_memory: int) -> ctypes.c_void_p:
-        """The CUfunction `entry` of a cubin, fatbin or PTX image (PTX is compiled by the driver),
-        allowed `shared_memory` bytes of dynamic shared memory."""
+    def load(self, image: bytes, entry: str, shared_memory: int) -> tuple[ctypes.c_void_p, ctypes.c_void_p]:
+        """The CUmodule of a cubin, fatbin or PTX image (PTX is compiled by the driver) and its
+        CUfunction `entry`, allowed `shared_memory` bytes of dynamic shared memory. The caller
+        unloads the module (`unload`) when it no longer launches the function."""
         if not image.startswith(b"\x7fELF") and not image.endswith(b"\0"):
             image += b"\0"  # PTX is read as a C string
         module, function = ctypes.c_void_p(), ctypes.c_void_p()
         with self._current():
             self._check(self._cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(image)), f"cuModuleLoadData (kernel {entry})")
-            self._modules.append(module)
             self._check(self._cuda.cuModuleGetFunction(ctypes.byref(function), module, entry.encode()), f"cuModuleGetFunction ({entry})")
             # Loaded now, not at its first launch (CUDA's lazy loading): loading can wait for
             # the device, and a call must never wait for work queued before it.
@@ -210,7 +211,12 @@ class Launcher(_DeviceStream):
             if shared_memory > _DEFAULT_SHARED_MEMORY_LIMIT:
                 rc = self._cuda.cuFuncSetAttribute(function, _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_memory)
                 self._check(rc, f"cuFuncSetAttribute ({entry}, {shared_memory} bytes of shared memory)")
-        return function
+        return module, function
+
+    def unload(self, module: ctypes.c_void_p) -> None:
+        """Unloads a module `load` returned (errors are ignored: it runs from finalizers)."""
+        with self._current():
+            self._cuda.cuModuleUnload(module)
 
     def launch(self, function: ctypes.c_void_p, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int | None,
                params: ctypes.Array, wait: bool = False) -> None:

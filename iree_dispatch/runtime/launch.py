@@ -30,6 +30,7 @@ import math
 import os
 import struct
 import threading
+import weakref
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -227,9 +228,13 @@ class DirectLaunch:
         self._lock = threading.Lock()
 
     def load(self) -> None:
-        """Loads the kernel on the device (when the module is loaded, as IREE loads its own)."""
+        """Loads the kernel on the device (when the module is loaded, as IREE loads its own);
+        it is unloaded when this launch is dropped (not at interpreter exit: the process's end
+        frees it)."""
         e = self._export
-        self._function = self._device.launcher.load(e.image, e.entry, e.shared_memory)
+        launcher = self._device.launcher
+        module, self._function = launcher.load(e.image, e.entry, e.shared_memory)
+        weakref.finalize(self, launcher.unload, module).atexit = False
 
     def constants_for(self, env: dict[str, int], scalars: dict[str, int | float]) -> list[int]:
         """The push constants, as IREE's generated function packs them. scalars: the call's
