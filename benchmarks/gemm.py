@@ -114,6 +114,97 @@ def sampled_error_batched(got, a, b, rows) -> float:
     return max(sampled_error(got[z], a[z], b[z], rows) for z in batches)
 
 
+def tflops(flop: float, us: dict) -> float:
+    """TFLOP/s of `flop` done in a summary's median µs."""
+    return flop / us["median"] / 1e6
+
+
+def calls_of(call):
+    """calls(count): `count` back-to-back call()s, for the CUPTI readers of benchmarks/common.py."""
+
+    def calls(count):
+        for _ in range(count):
+            call()
+
+    return calls
+
+
+def time_torch(torch, call, flop: float) -> dict:
+    """torch's fields of a row: `call` (one torch product) timed by CUDA events and by CUPTI."""
+    out = {"torch_us": summarize(event_times_us(torch, call))}
+    out["torch_tflops"] = tflops(flop, out["torch_us"])
+    # cuBLAS may launch more than one kernel per product: a call's duration is the sum
+    records = common.cupti_kernel_records(calls_of(call), CUPTI_CALLS)
+    per_call = len(records) // CUPTI_CALLS
+    out["torch_cupti_us"] = summarize([sum(r["dur"] for r in records[i * per_call : (i + 1) * per_call]) for i in range(CUPTI_CALLS)])
+    out["torch_cupti_tflops"] = tflops(flop, out["torch_cupti_us"])
+    return out
+
+
+def gemm_params(a, b, c, m: int, n: int, k: int) -> tuple:
+    """The kernels' arguments (a, b, c device pointers; M, N, K) for a CuPy launch."""
+    return (np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), np.uint64(c.data_ptr()), np.int32(m), np.int32(n), np.int32(k))
+
+
+def cupy_launch(fn, grid, params, shared_mem: int):
+    """One CuPy launch of `fn` on `grid`, THREADS threads a block."""
+    return lambda: fn(grid, (THREADS,), params, shared_mem=shared_mem)
+
+
+def time_object(torch, make_launch, c, error, flop: float, torch_tflops: float) -> dict:
+    """An object's fields of a row: make_launch() gives its launch, run once into c filled with NaN
+    (error(c): its max err/scale), then timed by CUDA events. A failure is recorded as `error`
+    (a failing configuration is recorded; the others still run)."""
+    row = {}
+    try:
+        launch = make_launch()
+        c.fill_(float("nan"))
+        launch()
+        torch.cuda.synchronize()
+        row["max_err_over_scale"] = error(c)
+        row["us"] = summarize(event_times_us(torch, launch))
+        row["tflops"] = tflops(flop, row["us"])
+        row["pct_torch"] = 100 * row["tflops"] / torch_tflops
+        row["correct"] = bool(row["max_err_over_scale"] <= RTOL)
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"
+    return row
+
+
+def time_iree(torch, call, kernel: str, error, flop: float, torch_cupti_tflops: float) -> dict:
+    """The `iree` fields of a row: `call` (the synchronous IREE call on device arrays) checked
+    (error(result on the GPU)), the kernel timed by CUPTI and the call by wall time. A failure is
+    recorded as `error`."""
+    iree = {}
+    try:
+        got = torch.from_numpy(call().to_host()).cuda()
+        iree["max_err_over_scale"] = error(got)
+        got = None
+        iree["cupti_us"] = summarize(cupti_times_us(calls_of(call), kernel, CUPTI_CALLS))
+        iree["cupti_tflops"] = tflops(flop, iree["cupti_us"])
+        iree["pct_torch"] = 100 * iree["cupti_tflops"] / torch_cupti_tflops
+        iree["wall_us"] = summarize(wall_times_us(call, WALL_CALLS, warmup=2))
+        iree["wall_tflops"] = tflops(flop, iree["wall_us"])
+    except Exception as exc:
+        iree["error"] = f"{type(exc).__name__}: {exc}"
+    return iree
+
+
+def to_iree(module, torch, t, np_dtype):
+    """A 16-bit torch tensor's bits as an IREE device array of np_dtype."""
+    return module.to_device(t.cpu().view(torch.int16).numpy().view(np_dtype))
+
+
+def print_progress(head: dict, fields: dict, keys: tuple[str, ...], under: str | None = None) -> None:
+    """One JSON line: head, then `fields`' values of `keys` (nested under `under` if given)."""
+    picked = {x: fields.get(x) for x in keys}
+    print(json.dumps({**head, under: picked} if under else {**head, **picked}), flush=True)
+
+
+OBJECT_KEYS = ("name", "tflops", "pct_torch", "max_err_over_scale", "error")
+IREE_KEYS = ("cupti_tflops", "pct_torch", "wall_tflops", "max_err_over_scale", "error")
+
+
 def measure(args) -> dict:
     import cupy as cp
     import ml_dtypes
@@ -168,63 +259,23 @@ def measure(args) -> dict:
             b = (torch.randn(k, n, device="cuda", generator=gen) - 0.25).to(tdtype)
             rows = torch.arange(0, m, 97, device="cuda")
             entry = {"size": [m, n, k], "dtype": dtype, "kernels": []}
-            entry["torch_us"] = summarize(event_times_us(torch, lambda: torch.matmul(a, b)))
-            entry["torch_tflops"] = flop / entry["torch_us"]["median"] / 1e6
-
-            def torch_calls(count):
-                for _ in range(count):
-                    torch.matmul(a, b)
-
-            # cuBLAS may launch more than one kernel per product: a call's duration is the sum
-            records = common.cupti_kernel_records(torch_calls, CUPTI_CALLS)
-            per_call = len(records) // CUPTI_CALLS
-            entry["torch_cupti_us"] = summarize([sum(r["dur"] for r in records[i * per_call : (i + 1) * per_call]) for i in range(CUPTI_CALLS)])
-            entry["torch_cupti_tflops"] = flop / entry["torch_cupti_us"]["median"] / 1e6
+            entry.update(time_torch(torch, lambda: torch.matmul(a, b), flop))
             c = torch.empty(m, n, device="cuda", dtype=torch.float32)
             for kut in kernels_under_test:
                 fn = loaded[kut["name"]][dtype]
                 grid = tuple(ex.evaluate(ex.parse(g, "grid"), {"M": m, "N": n, "K": k}) for g in kut["grid"])
-                params = (np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), np.uint64(c.data_ptr()), np.int32(m), np.int32(n), np.int32(k))
-                row = {"name": kut["name"], "object": kut["path"].name}
-                try:
-                    c.fill_(float("nan"))
-                    launch = lambda: fn(grid, (THREADS,), params, shared_mem=kut["shared_memory"])  # noqa: E731
-                    launch()
-                    torch.cuda.synchronize()
-                    row["max_err_over_scale"] = sampled_error(c, a, b, rows)
-                    row["us"] = summarize(event_times_us(torch, launch))
-                    row["tflops"] = flop / row["us"]["median"] / 1e6
-                    row["pct_torch"] = 100 * row["tflops"] / entry["torch_tflops"]
-                    row["correct"] = bool(row["max_err_over_scale"] <= RTOL)
-                except Exception as exc:  # a failing configuration is recorded; the others still run
-                    row["error"] = f"{type(exc).__name__}: {exc}"
-                print(json.dumps({"size": size, "dtype": dtype, **{x: row.get(x) for x in ("name", "tflops", "pct_torch", "max_err_over_scale", "error")}}), flush=True)
+                params = gemm_params(a, b, c, m, n, k)
+                row = {"name": kut["name"], "object": kut["path"].name,
+                       **time_object(torch, lambda: cupy_launch(fn, grid, params, kut["shared_memory"]), c,
+                                     lambda got: sampled_error(got, a, b, rows), flop, entry["torch_tflops"])}
+                print_progress({"size": size, "dtype": dtype}, row, OBJECT_KEYS)
                 entry["kernels"].append(row)
             # Through IREE, on device arrays (the bits of the same inputs).
             np_dtype = ml_dtypes.bfloat16 if dtype == "bf16" else np.float16
-            da = module.to_device(a.cpu().view(torch.int16).numpy().view(np_dtype))
-            db = module.to_device(b.cpu().view(torch.int16).numpy().view(np_dtype))
+            da, db = to_iree(module, torch, a, np_dtype), to_iree(module, torch, b, np_dtype)
             fn = module.functions[f"gemm_{dtype}"]
-            iree = {}
-            try:
-                got = torch.from_numpy(fn(da, db).to_host()).cuda()
-                iree["max_err_over_scale"] = sampled_error(got, a, b, rows)
-                got = None
-
-                def iree_calls(count):
-                    for _ in range(count):
-                        fn(da, db)
-
-                iree["cupti_us"] = summarize(cupti_times_us(iree_calls, f"gemm_{dtype}", CUPTI_CALLS))
-                iree["cupti_tflops"] = flop / iree["cupti_us"]["median"] / 1e6
-                iree["pct_torch"] = 100 * iree["cupti_tflops"] / entry["torch_cupti_tflops"]
-                iree["wall_us"] = summarize(wall_times_us(lambda: fn(da, db), WALL_CALLS, warmup=2))
-                iree["wall_tflops"] = flop / iree["wall_us"]["median"] / 1e6
-            except Exception as exc:
-                iree["error"] = f"{type(exc).__name__}: {exc}"
-            entry["iree"] = iree
-            summary = {x: iree.get(x) for x in ("cupti_tflops", "pct_torch", "wall_tflops", "max_err_over_scale", "error")}
-            print(json.dumps({"size": size, "dtype": dtype, "torch_tflops": entry["torch_tflops"], "iree": summary}), flush=True)
+            entry["iree"] = time_iree(torch, lambda: fn(da, db), f"gemm_{dtype}", lambda got: sampled_error(got, a, b, rows), flop, entry["torch_cupti_tflops"])
+            print_progress({"size": size, "dtype": dtype, "torch_tflops": entry["torch_tflops"]}, entry["iree"], IREE_KEYS, under="iree")
             result["rows"].append(entry)
             a = b = c = da = db = None
             torch.cuda.empty_cache()
@@ -249,65 +300,43 @@ def measure_batched(args, module, kernels_under_test: list[dict], gen) -> list[d
         b = (torch.randn(batch, k, n, device="cuda", generator=gen) - 0.25).to(torch.bfloat16)
         rows = torch.arange(0, m, 97, device="cuda")
         entry = {"name": label, "size": [batch, m, n, k], "dtype": "bf16", "kernels": []}
-        entry["torch_us"] = summarize(event_times_us(torch, lambda: torch.bmm(a, b)))
-        entry["torch_tflops"] = flop / entry["torch_us"]["median"] / 1e6
-
-        def torch_calls(count):
-            for _ in range(count):
-                torch.bmm(a, b)
-
-        records = common.cupti_kernel_records(torch_calls, CUPTI_CALLS)
-        per_call = len(records) // CUPTI_CALLS
-        entry["torch_cupti_us"] = summarize([sum(r["dur"] for r in records[i * per_call : (i + 1) * per_call]) for i in range(CUPTI_CALLS)])
-        entry["torch_cupti_tflops"] = flop / entry["torch_cupti_us"]["median"] / 1e6
+        entry.update(time_torch(torch, lambda: torch.bmm(a, b), flop))
         c = torch.empty(batch, m, n, device="cuda", dtype=torch.float32)
         for kut in kernels_under_test:
-            row = {"name": kut["name"], "object": kut["path"].name}
-            try:
+
+            def batched_launch():
                 fn = cp.RawModule(path=str(kut["path"])).get_function("gemm_batched_bf16")
                 fn.max_dynamic_shared_size_bytes = kut["shared_memory"]
                 grid_exprs = [*kut["grid"][:2], "B"]  # the batch along z
                 grid = tuple(ex.evaluate(ex.parse(g, "grid"), sizes) for g in grid_exprs)
-                params = (np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), np.uint64(c.data_ptr()), np.int32(m), np.int32(n), np.int32(k))
-                c.fill_(float("nan"))
-                launch = lambda: fn(grid, (THREADS,), params, shared_mem=kut["shared_memory"])  # noqa: E731
-                launch()
-                torch.cuda.synchronize()
-                row["max_err_over_scale"] = sampled_error_batched(c, a, b, rows)
-                row["us"] = summarize(event_times_us(torch, launch))
-                row["tflops"] = flop / row["us"]["median"] / 1e6
-                row["pct_torch"] = 100 * row["tflops"] / entry["torch_tflops"]
-                row["correct"] = bool(row["max_err_over_scale"] <= RTOL)
-            except Exception as exc:  # a failing configuration is recorded; the others still run
-                row["error"] = f"{type(exc).__name__}: {exc}"
-            print(json.dumps({"batched": label, **{x: row.get(x) for x in ("name", "tflops", "pct_torch", "max_err_over_scale", "error")}}), flush=True)
+                return cupy_launch(fn, grid, gemm_params(a, b, c, m, n, k), kut["shared_memory"])
+
+            row = {"name": kut["name"], "object": kut["path"].name,
+                   **time_object(torch, batched_launch, c, lambda got: sampled_error_batched(got, a, b, rows), flop, entry["torch_tflops"])}
+            print_progress({"batched": label}, row, OBJECT_KEYS)
             entry["kernels"].append(row)
-        da = module.to_device(a.cpu().view(torch.int16).numpy().view(ml_dtypes.bfloat16))
-        db = module.to_device(b.cpu().view(torch.int16).numpy().view(ml_dtypes.bfloat16))
-        iree = {}
-        try:
-            got = torch.from_numpy(fn_iree(da, db).to_host()).cuda()
-            iree["max_err_over_scale"] = sampled_error_batched(got, a, b, rows)
-            got = None
-
-            def iree_calls(count):
-                for _ in range(count):
-                    fn_iree(da, db)
-
-            iree["cupti_us"] = summarize(cupti_times_us(iree_calls, "gemm_batched_bf16", CUPTI_CALLS))
-            iree["cupti_tflops"] = flop / iree["cupti_us"]["median"] / 1e6
-            iree["pct_torch"] = 100 * iree["cupti_tflops"] / entry["torch_cupti_tflops"]
-            iree["wall_us"] = summarize(wall_times_us(lambda: fn_iree(da, db), WALL_CALLS, warmup=2))
-            iree["wall_tflops"] = flop / iree["wall_us"]["median"] / 1e6
-        except Exception as exc:
-            iree["error"] = f"{type(exc).__name__}: {exc}"
-        entry["iree"] = iree
-        summary = {x: iree.get(x) for x in ("cupti_tflops", "pct_torch", "wall_tflops", "max_err_over_scale", "error")}
-        print(json.dumps({"batched": label, "torch_cupti_tflops": entry["torch_cupti_tflops"], "iree": summary}), flush=True)
+        da, db = to_iree(module, torch, a, ml_dtypes.bfloat16), to_iree(module, torch, b, ml_dtypes.bfloat16)
+        entry["iree"] = time_iree(torch, lambda: fn_iree(da, db), "gemm_batched_bf16", lambda got: sampled_error_batched(got, a, b, rows), flop,
+                                  entry["torch_cupti_tflops"])
+        print_progress({"batched": label, "torch_cupti_tflops": entry["torch_cupti_tflops"]}, entry["iree"], IREE_KEYS, under="iree")
         rows_out.append(entry)
         a = b = c = da = db = None
         torch.cuda.empty_cache()
     return rows_out
+
+
+def object_lines(cells: str, kernels: list[dict]) -> list[str]:
+    """The objects table's lines of one row's `kernels`, each starting with `cells`."""
+    lines = []
+    for kr in kernels:
+        if "error" in kr:
+            lines.append(f"| {cells} | {kr['name']} | error: {kr['error']} | | | |")
+            continue
+        lines.append(
+            f"| {cells} | {kr['name']} | {kr['tflops']:.0f} | {kr['pct_torch']:.0f}% | {kr['max_err_over_scale']:.1e} "
+            f"| {'yes' if kr['correct'] else 'NO'} |"
+        )
+    return lines
 
 
 def table(result: dict) -> str:
@@ -345,24 +374,10 @@ def table(result: dict) -> str:
     lines += ["", "Objects launched by CuPy (CUDA events):", "",
               "| M=N=K | dtype | object | TFLOP/s | % torch | max err/scale | correct |", "|---:|---|---|---:|---:|---:|---|"]
     for r in result["rows"]:
-        for kr in r["kernels"]:
-            if "error" in kr:
-                lines.append(f"| {r['size'][0]} | {r['dtype']} | {kr['name']} | error: {kr['error']} | | | |")
-                continue
-            lines.append(
-                f"| {r['size'][0]} | {r['dtype']} | {kr['name']} | {kr['tflops']:.0f} | {kr['pct_torch']:.0f}% | {kr['max_err_over_scale']:.1e} "
-                f"| {'yes' if kr['correct'] else 'NO'} |"
-            )
+        lines += object_lines(f"{r['size'][0]} | {r['dtype']}", r["kernels"])
     for r in batched:
         size = "x".join(str(x) for x in r["size"])
-        for kr in r["kernels"]:
-            if "error" in kr:
-                lines.append(f"| {r['name']} {size} | bf16 batched | {kr['name']} | error: {kr['error']} | | | |")
-                continue
-            lines.append(
-                f"| {r['name']} {size} | bf16 batched | {kr['name']} | {kr['tflops']:.0f} | {kr['pct_torch']:.0f}% | {kr['max_err_over_scale']:.1e} "
-                f"| {'yes' if kr['correct'] else 'NO'} |"
-            )
+        lines += object_lines(f"{r['name']} {size} | bf16 batched", r["kernels"])
     return "\n".join(lines) + "\n"
 
 
