@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
+
+from .three_ways import build_three_ways
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "kernels" / "attention.toml"
@@ -22,16 +23,8 @@ LAYOUT = {
 
 
 def build_all(out: Path) -> dict[str, Path]:
-    from iree_dispatch.backend.pipeline import build
-    from iree_dispatch.core.archs import parse_archs
-    from iree_dispatch.frontend.spec_file import load_spec
-
-    spec = load_spec(SPEC)
     paths = {name: out / rel for name, rel in LAYOUT.items()}
-    build(spec, paths["attention"], emit_mlir=paths["attention"].with_suffix(".mlir"))
-    in_place = dataclasses.replace(spec, kernels=tuple(k.with_outputs_in_place() for k in spec.kernels))
-    build(in_place, paths["attention_poisonable"])
-    build(dataclasses.replace(in_place, archs=tuple(parse_archs(["sm_80"])), objects="ptx"), paths["attention_sm80_ptx_poisonable"])
+    build_three_ways(SPEC, paths["attention"], paths["attention_poisonable"], paths["attention_sm80_ptx_poisonable"])
     return paths
 
 

@@ -5,10 +5,11 @@ built on a CPU machine:
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+
+from .three_ways import build_three_ways
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "kernels" / "gemm.toml"
@@ -28,16 +29,8 @@ TENSOR_MAPS = "tensor_maps.sm_90a.cubin"
 
 
 def build_all(out: Path) -> dict[str, Path]:
-    from iree_dispatch.backend.pipeline import build
-    from iree_dispatch.core.archs import parse_archs
-    from iree_dispatch.frontend.spec_file import load_spec
-
-    spec = load_spec(SPEC)
     paths = {name: out / rel for name, rel in LAYOUT.items()}
-    build(spec, paths["gemm"], emit_mlir=paths["gemm"].with_suffix(".mlir"))
-    in_place = dataclasses.replace(spec, kernels=tuple(k.with_outputs_in_place() for k in spec.kernels))
-    build(in_place, paths["gemm_poisonable"])
-    build(dataclasses.replace(in_place, archs=tuple(parse_archs(["sm_80"])), objects="ptx"), paths["gemm_sm80_ptx_poisonable"])
+    build_three_ways(SPEC, paths["gemm"], paths["gemm_poisonable"], paths["gemm_sm80_ptx_poisonable"])
     build_tensor_maps_cubin(out / TENSOR_MAPS)
     return paths
 

@@ -37,6 +37,14 @@ def prebuilt_dir(subdir: str = "") -> Path:
     return Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests")) / subdir
 
 
+def load_references():
+    """kernels/references.py (the kernels' float64 references), loaded by path as a fresh module."""
+    loader = importlib.util.spec_from_file_location("references", ROOT / "kernels" / "references.py")
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    return module
+
+
 def module_paths(tmp_path_factory, subdir: str, layout: Mapping[str, str], build_all: Callable[[Path], dict[str, Path]],
                  keep: Callable[[str, Path], bool] = lambda name, path: True) -> dict[str, Path]:
     """name → module path for a GPU test: built into a fresh folder where the compiler is

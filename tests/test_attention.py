@@ -5,7 +5,6 @@ tests/test_gpu_attention.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 
@@ -15,20 +14,13 @@ from iree_dispatch.backend.pipeline import build
 from iree_dispatch.cli import main
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import ROOT, needs_build_tools
+from .conftest import ROOT, load_references, needs_build_tools
 
 SPEC = ROOT / "kernels" / "attention.toml"
 
 
-def _references():
-    loader = importlib.util.spec_from_file_location("attention_references", ROOT / "kernels" / "references.py")
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
-    return module
-
-
 def test_reference_against_a_loop():
-    references = _references()
+    references = load_references()
     rng = np.random.default_rng(0)
     z, batch, s = 4, 2, 5
     q, kt, v = rng.standard_normal((z, s, 64)), rng.standard_normal((z, 64, s)), rng.standard_normal((z, s, 64))

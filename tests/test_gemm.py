@@ -6,7 +6,6 @@ body. Runs on a GPU: tests/test_gpu_gemm.py."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 
 import pytest
@@ -17,7 +16,7 @@ from iree_dispatch.core.archs import parse_arch
 from iree_dispatch.core.errors import SpecError
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import ROOT, needs_build_tools
+from .conftest import ROOT, load_references, needs_build_tools
 
 SPEC = ROOT / "kernels" / "gemm.toml"
 KERNELS = ["gemm_bf16", "gemm_f16", "gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_residual_f32", "gemm_batched_bf16"]
@@ -60,9 +59,7 @@ def test_spec_declares_shapes_block_grid_and_shared_memory():
 
 
 def test_every_kernel_has_a_float64_reference():
-    loader = importlib.util.spec_from_file_location("gemm_references", ROOT / "kernels" / "references.py")
-    references = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(references)
+    references = load_references()
     assert all(callable(getattr(references, name, None)) for name in KERNELS)
 
 

@@ -27,15 +27,13 @@ memory through IREE (the sm_90a export's workgroup_local_memory, 193 KB, above t
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
 from artifacts.gemm import LAYOUT, TENSOR_MAPS, build_all, build_tensor_maps_cubin
 from iree_dispatch import runtime
 
-from .conftest import ROOT, have_compiler, module_paths, prebuilt_dir
+from .conftest import have_compiler, load_references, module_paths, prebuilt_dir
 
 pytestmark = pytest.mark.gpu
 
@@ -52,14 +50,7 @@ RTOL = 1e-5
 DTYPES = {"gemm_bf16": "bfloat16", "gemm_f16": "float16"}
 
 
-def _references():
-    loader = importlib.util.spec_from_file_location("gemm_references", ROOT / "kernels" / "references.py")
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
-    return module
-
-
-REFERENCES = _references()
+REFERENCES = load_references()
 
 
 @pytest.fixture(scope="module")

@@ -35,15 +35,13 @@ except for row sums (scale = sum |x| of the row, the sum's condition):
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
 from artifacts.library import LAYOUT, build_all
 from iree_dispatch import runtime
 
-from .conftest import ROOT, module_paths
+from .conftest import load_references, module_paths
 
 pytestmark = pytest.mark.gpu
 
@@ -79,14 +77,7 @@ BOUNDS = {
 }
 
 
-def _references():
-    loader = importlib.util.spec_from_file_location("library_references", ROOT / "kernels" / "references.py")
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
-    return module
-
-
-REFERENCES = _references()
+REFERENCES = load_references()
 
 
 def bfloat16() -> np.dtype:

@@ -4,13 +4,11 @@ has a float64 reference. Runs on a GPU: tests/test_gpu_library.py."""
 
 from __future__ import annotations
 
-import importlib.util
-
 from iree_dispatch.backend.pipeline import build
 from iree_dispatch.cli import main
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import ROOT, needs_build_tools
+from .conftest import ROOT, load_references, needs_build_tools
 
 SPEC = ROOT / "kernels" / "library.toml"
 KERNELS = ["bias_gelu_f32", "bias_gelu_f16", "bias_gelu_bf16", "bias_gelu_f32_bf16", "row_sum_f32", "row_max_f32", "softmax_f32", "layernorm_f32",
@@ -22,9 +20,7 @@ KERNELS = ["bias_gelu_f32", "bias_gelu_f16", "bias_gelu_bf16", "bias_gelu_f32_bf
 def test_every_kernel_has_a_reference():
     spec = load_spec(SPEC)
     assert [k.function for k in spec.kernels] == KERNELS
-    loader = importlib.util.spec_from_file_location("library_references", ROOT / "kernels" / "references.py")
-    references = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(references)
+    references = load_references()
     assert all(callable(getattr(references, name, None)) for name in KERNELS)
 
 
