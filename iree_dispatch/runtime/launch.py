@@ -42,7 +42,7 @@ import numpy as np
 
 from ..core import expr as ex
 from ..core.contract import LAUNCH_KEY
-from ..core.dtypes import ELEMENT_TYPES
+from ..core.dtypes import ELEMENT_TYPES, SCALAR_TYPES, ScalarType
 from ..core.variants import rule_holds
 from . import cuda_driver, dlpack
 from .devices import Device
@@ -156,17 +156,8 @@ def read_export(vmfb: zipfile.ZipFile, executable: str, variant: str, entry: str
 @dataclass(frozen=True)
 class _Constant:
     name: str
-    kind: str
-    nbytes: int
-    ctype: str
+    stype: ScalarType  # its C type, and how it travels in 32-bit words
     value: ex.Expr | None  # None: the call's argument of that name
-
-    @property
-    def int_range(self) -> tuple[int, int]:
-        bits = 8 * self.nbytes
-        if self.kind == "bool":
-            return 0, 1
-        return (0, 2**bits - 1) if self.kind == "uint" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
 
 
 @dataclass(frozen=True)
@@ -193,7 +184,7 @@ class DirectLaunch:
         self.grid = tuple(ex.parse(g, "grid") for g in description["grid"])
         self.bindings = tuple(plan["bindings"])
         self.constants = tuple(
-            _Constant(c["name"], c["kind"], c["bytes"], c["ctype"], None if c["value"] is None else ex.parse(c["value"], "scalar")) for c in plan["constants"]
+            _Constant(c["name"], SCALAR_TYPES[c["ctype"]], None if c["value"] is None else ex.parse(c["value"], "scalar")) for c in plan["constants"]
         )
         self._scalar_names = [s["name"] for s in description["scalars"]]
         self._input_names = [t["name"] for t in description["inputs"]]
@@ -216,10 +207,10 @@ class DirectLaunch:
         words, slot_of = 0, {}
         for c in self.constants:
             slot_of[c.name] = words
-            words += 2 if c.nbytes == 8 else 1
+            words += c.stype.slots
         self._float_slots = [slot_of[s["name"]] for s in description["scalars"] if s["kind"] == "float"]
         self._prepared: dict[tuple, _Prepared] = {}
-        slots = len(self.bindings) + sum(2 if c.nbytes == 8 else 1 for c in self.constants)
+        slots = len(self.bindings) + sum(c.stype.slots for c in self.constants)
         # One 8-byte cell per kernel parameter and a pointer to each, filled per call under a
         # lock: cuLaunchKernel copies the values, so the cells are free again once it returns.
         self._values = (ctypes.c_uint64 * slots)()
@@ -241,26 +232,25 @@ class DirectLaunch:
         scalar arguments as the generated function takes them (contract.scalar_argument)."""
         words: list[int] = []
         for c in self.constants:
+            st = c.stype
             if c.value is None:
                 value = scalars[c.name]
-                if c.kind == "float":
+                if st.kind == "float":
                     words.append(int(np.array(value, np.float32).view(np.uint32)))
-                elif c.nbytes == 8:
-                    words += [value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF]
                 else:
-                    words.append(value & 0xFFFFFFFF)
+                    words += _words(value, st.slots)
                 continue
             number = self._evaluate(c.value, env, f"scalar {c.name} = {c.value}")
-            if c.kind == "float":
+            if st.kind == "float":
                 words.append(int(np.array(float(number), np.float32).view(np.uint32)))
                 continue
-            lo, hi = c.int_range
+            lo, hi = st.int_range()
             label = f"scalar {c.name}" if c.value == ex.Sym(c.name) else f"scalar {c.name} = {c.value}"
             if number < lo:
-                raise ValueError(f"{self.name}(): {label} is below the range of {c.ctype}")
+                raise ValueError(f"{self.name}(): {label} is below the range of {st.ctype}")
             if number > hi:
-                raise ValueError(f"{self.name}(): {label} exceeds the range of {c.ctype}")
-            words += [number & 0xFFFFFFFF, (number >> 32) & 0xFFFFFFFF] if c.nbytes == 8 else [number & 0xFFFFFFFF]
+                raise ValueError(f"{self.name}(): {label} exceeds the range of {st.ctype}")
+            words += _words(number, st.slots)
         return words
 
     def grid_for(self, env: dict[str, int]) -> tuple[int, int, int]:
@@ -284,8 +274,9 @@ class DirectLaunch:
     def call(self, inputs: Sequence, scalars: Sequence[int | float], env: dict[str, int], args: Sequence = ()) -> list | None:
         """Runs the kernel on checked inputs (numpy, IREE or other frameworks' arrays, in the
         description's order) and the call's converted scalars; the results in the description's
-        order: fresh outputs as DeviceArrays, in-place ones as the caller's own array. None
-        where IREE must run the call instead (an empty grid or output). args: the call's
+        order: fresh outputs as our DeviceArrays, in-place ones as the caller's own array. None
+        where IREE must run the call instead (an empty grid or output). Fresh outputs are
+        torch tensors or CuPy arrays for a call on theirs (`_fresh_output`). args: the call's
         positional arguments as given, to prepare later calls with the same signature."""
         device = self._device
         grid = self.grid_for(env)
@@ -428,6 +419,11 @@ class _Prepared:
     outputs: tuple[tuple[_Output, tuple[int, ...], int], ...]  # each fresh output, its shape and bytes
 
 
+def _words(value: int, slots: int) -> list[int]:
+    """An integer as its 32-bit words, low word first (two's complement)."""
+    return [value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF] if slots == 2 else [value & 0xFFFFFFFF]
+
+
 def _remember(array: rt.DeviceArray, device: Device, dtype: np.dtype, shape: tuple[int, ...]) -> None:
     """Records what a direct call needs of one of our device arrays (none of it ever changes)."""
     if type(array) is dlpack.DeviceArray and "_direct_launch" not in array.__dict__:
@@ -471,7 +467,9 @@ def plan_for(description: dict, device: Device, output_dtypes: Sequence[np.dtype
     if variant is None:
         return None
     export = read_export(archive, plan["executable"], variant["name"], plan["entry"])
-    slots = sum(2 if c["bytes"] == 8 else 1 for c in plan["constants"])
+    if any(c["ctype"] not in SCALAR_TYPES for c in plan["constants"]):
+        return None  # a scalar type this runtime doesn't know (a newer build's)
+    slots = sum(SCALAR_TYPES[c["ctype"]].slots for c in plan["constants"])
     if export is None or export.constant_count != slots or export.binding_count != len(plan["bindings"]):
         return None
     direct = DirectLaunch(description, export, device, output_dtypes)
