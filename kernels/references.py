@@ -130,6 +130,15 @@ def gemm_batched_bf16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a.astype(np.float64), b.astype(np.float64))
 
 
+# kernels/gemm_nt.toml
+
+
+def gemm_nt_bf16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """c = a @ b^T in float64: a [M, K], b [N, K] (a Linear's weight as stored) -> [M, N] (the
+    kernel rounds it to bf16)."""
+    return a.astype(np.float64) @ b.astype(np.float64).T
+
+
 # kernels/attention.toml
 
 

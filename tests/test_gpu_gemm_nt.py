@@ -1,0 +1,112 @@
+"""On a CUDA device: the NT GEMM (kernels/gemm_nt.toml, gemm_nt_bf16) against its float64
+reference, through IREE (iree_dispatch.runtime).
+
+c[M, N] = bf16(a[M, K] @ b[N, K]^T), f32 accumulation, one rounding. Sizes: 1 x 1 x 1, sizes
+that are not multiples of the 128 x 128 x 32 tile, N odd (rows of c not 4-byte aligned every other
+row: the element stores), K not a multiple of 8 (the element loads of a and b), multiples of the
+tile, and GPT-2 small's LM head (8192 x 50257 x 768) and a short batch of it (64 x 50257 x 768).
+
+Each case runs three ways: the module as built (IREE allocates c; an H100 runs the sm_90 cubin),
+the copy whose output is declared in place called with c filled with NaN (an element the kernel
+fails to write stays NaN and fails), and the sm_80-PTX-only copy, poisoned the same way.
+
+Error bound, element by element: |c - c64| <= 2^-8 |c64| + RTOL * (|a| @ |b|^T), with c64 the
+float64 product of the same (rounded) bf16 inputs. Products of two bf16 values are exact in
+float32; float32 accumulation over K terms stays below RTOL = 1e-5 of |a| @ |b|^T (as for
+gemm_bf16, tests/test_gpu_gemm.py), and the one rounding to bf16 adds at most 2^-9 of |c|
+(round to nearest even; 2^-8 leaves room for the accumulation error inside the rounding). Inputs
+have per-row means (a) and per-column means (b), so a value taken from another row or column
+of c is off by far more than the bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from artifacts.gemm_nt import LAYOUT, build_all
+from iree_dispatch import runtime
+
+from .conftest import load_references, module_paths
+
+pytestmark = pytest.mark.gpu
+
+NAME = "gemm_nt_bf16"
+RTOL = 1e-5
+ROUNDING = 2.0**-8
+CHUNK = 1024  # rows of c checked at a time (the float64 product of the LM head is 3.3 GB)
+
+REFERENCES = load_references()
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory) -> dict[str, runtime.Module]:
+    paths = module_paths(tmp_path_factory, "gemm_nt", LAYOUT, build_all)
+    return {name: runtime.load(path) for name, path in paths.items() if path.suffix == ".vmfb"}
+
+
+def _bf16():
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
+
+
+def inputs(m: int, n: int, k: int, seed=None):
+    rng = np.random.default_rng(seed)
+    bf16 = _bf16()
+    a = (rng.normal(0.0, 1.0, (m, k)) + rng.normal(0.0, 0.5, (m, 1))).astype(np.float32).astype(bf16)
+    b = (rng.normal(0.0, 1.0, (n, k)) + rng.normal(0.0, 0.5, (n, 1))).astype(np.float32).astype(bf16)
+    return a, b
+
+
+def check(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
+    m, n = a.shape[0], b.shape[0]
+    assert got.shape == (m, n) and got.dtype == _bf16(), (got.shape, got.dtype)
+    abs_b64 = np.abs(b.astype(np.float64))
+    worst = 0.0
+    for r0 in range(0, m, CHUNK):
+        a64 = a[r0 : r0 + CHUNK].astype(np.float64)
+        want = REFERENCES.gemm_nt_bf16(a[r0 : r0 + CHUNK], b)
+        bound = ROUNDING * np.abs(want) + RTOL * (np.abs(a64) @ abs_b64.T)
+        err = np.abs(got[r0 : r0 + CHUNK].astype(np.float64) - want)
+        bad = ~(err <= bound)  # NaN fails
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            pytest.fail(f"{int(bad.sum())} elements off in rows {r0}..{r0 + a64.shape[0] - 1}, first at [{r0 + i}, {j}]: got {got[r0 + i, j]}, want {want[i, j]}")
+        worst = max(worst, float(np.max(err / np.maximum(bound, 1e-300))))
+    return f"max err/bound {worst:.2f}"
+
+
+def run_three_ways(modules, a, b) -> list[str]:
+    reports = [check(getattr(modules["gemm_nt"], NAME)(a, b), a, b)]
+    for module in ("gemm_nt_poisonable", "gemm_nt_sm80_ptx_poisonable"):
+        poisoned = np.full((a.shape[0], b.shape[0]), np.nan, _bf16())
+        reports.append(check(getattr(modules[module], NAME)(a, b, poisoned), a, b))
+    return reports
+
+
+def test_reference_is_a_times_b_transposed():
+    a = np.arange(6.0).reshape(2, 3)
+    b = np.arange(12.0).reshape(4, 3)
+    np.testing.assert_array_equal(REFERENCES.gemm_nt_bf16(a, b), a @ b.T)
+
+
+# (M, N, K): K = 1, 5, 9, 13, 17, 100 are not multiples of 8 (element loads); N = 1, 77, 101,
+# 257, 1001, 50257 are odd (element stores on every other row).
+SIZES = [(1, 1, 1), (1, 77, 5), (3, 8, 8), (37, 101, 13), (130, 257, 72), (200, 1001, 9), (128, 128, 32), (129, 129, 33),
+         (256, 384, 768), (1000, 77, 100), (517, 1000, 17), (1024, 1024, 1024), (300, 2048, 4096)]
+
+
+@pytest.mark.parametrize("m, n, k", SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in SIZES])
+def test_gemm_nt_matches_float64(modules, m, n, k):
+    a, b = inputs(m, n, k)
+    reports = run_three_ways(modules, a, b)
+    print(f"\n{NAME} {m}x{n}x{k}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
+@pytest.mark.parametrize("m", [64, 8192])
+def test_gpt2_lm_head(modules, m):
+    """GPT-2 small's LM head: hidden 768, vocabulary 50257 (odd), m = batch x tokens (8 x 1024)."""
+    a, b = inputs(m, 50257, 768)
+    reports = run_three_ways(modules, a, b)
+    print(f"\n{NAME} LM head {m}x50257x768: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
