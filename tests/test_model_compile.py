@@ -469,7 +469,8 @@ def _spec(tmp_path, replaces: str, shapes='{ a = ["M", "K"], b = ["K", "N"], c =
 @pytest.mark.parametrize(
     "replaces, message",
     [
-        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'matmul+bias+gelu', 'batch_matmul', 'softmax', 'layernorm', 'rmsnorm', 'attention', got 'conv'"),
+        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'matmul+bias+gelu', 'matmul_nt', 'batch_matmul', 'softmax', 'layernorm', "
+         "'rmsnorm', 'attention', got 'conv'"),
         ('{ op = "batch_matmul" }', "replaces 'batch_matmul' needs input tensors of ranks [3, 3] in parameter order; the kernel's inputs have ranks [2, 2]"),
         ('{ op = "matmul", blocks = 2 }', "replaces: unknown keys ['blocks']"),
         ('{ op = "matmul", divisible = { Q = 8 } }', "replaces.divisible names ['Q'], which are not shape symbols of the kernel's inputs (K, M, N)"),
@@ -600,3 +601,58 @@ def test_dynamic_sizes():
         ("?x4x48 f32 over dim 2", "library.softmax_warp_f32"),
     ]
     assert r.left[0].reasons == [("shape", "naive.matmul_f32: needs K % 4 == 0, the model's K is dynamic")]
+
+
+GEMM_NT = MODELS / "kernels" / "gemm_nt.toml"
+
+
+def test_lm_head_as_matmul_nt():
+    """torch's linear(x, w) without bias in bf16: the matmul of x with w transposed (broadcast over
+    the batch on 3-D input), accumulated in f32 and rounded to bf16, is one call of the NT GEMM,
+    which reads w as stored and writes the rounded result: any N (77) and K (13), no
+    --allow-wider-accumulation (the model's own numerics)."""
+    r = _dry("lm_head_bf16.torch.mlir", kernels=[GEMM, GEMM_NT])
+    assert _by_kernel(r) == [("batch_matmul", "matmul_nt", "gemm_nt.gemm_nt_bf16"), ("matmul", "matmul_nt", "gemm_nt.gemm_nt_bf16")]
+    head, proj = r.replaced
+    assert head.form.operands[0].shape == (10, 32) and head.form.operands[1].shape == (77, 32) and head.form.result_shape == (10, 77)
+    assert proj.form.operands[1].shape == (77, 13) and proj.form.result_dtype == "bf16" and proj.narrow_to is None
+    assert "its rhs is a transposed [N, K] matrix, read as it is stored (the transpose is not computed)" in head.notes
+    assert "with the bf16 rounding of its f32 result: one rounding, as the model's truncf" in head.notes
+    text = r.text()
+    assert "#1 batch_matmul 2x5x32 @ 2x32x77 bf16 x bf16 -> 2x5x77 f32 at lm_head_bf16.torch.mlir:4 -> gemm_nt.gemm_nt_bf16 (as matmul_nt)" in text
+    # Without the NT kernel: gemm_bf16 needs N and K multiples of 8.
+    r = _dry("lm_head_bf16.torch.mlir", kernels=[GEMM])
+    assert _reasons(r)[0][0] == ("shape", "gemm.gemm_bf16: needs N % 8 == 0, the model's N = 77")
+    _, program = rewrite_model(MODELS / "lm_head_bf16.torch.mlir", [GEMM_NT])
+    assert program.count("func.call @gemm_nt.gemm_nt_bf16(") == 2
+    assert "(tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>" in program
+
+
+def test_matmul_nt_refusals_say_why():
+    r = _dry("matmul_nt.mlir", kernels=[GEMM_NT])
+    assert _by_kernel(r) == [("batch_matmul", "matmul_nt", "gemm_nt.gemm_nt_bf16")]
+    assert _reasons(r) == [
+        [("dtype", "gemm_nt.gemm_nt_bf16: writes bf16, the model's result is f32 (the model keeps it: its only use is not one rounding to bf16)")],
+        [("dtype", "gemm_nt.gemm_nt_bf16: takes bf16, bf16, the model has f32, f32")],
+        [("numerics", "gemm_nt.gemm_nt_bf16: accumulates in f32, the model in bf16 (--allow-wider-accumulation accepts a wider one)")],
+    ]
+    wide = _dry("matmul_nt.mlir", kernels=[GEMM_NT], allow_wider_accumulation=True)
+    assert [d.candidate.order for d in wide.replaced] == [1, 4]
+    assert "computes in f32 where the model computes in bf16 (--allow-wider-accumulation)" in wide.replaced[1].notes
+    # An untransposed rhs is no matmul_nt form: no kernel declares what it is.
+    r = _dry("mlp_f32.mlir", kernels=[GEMM_NT])
+    assert all(reasons[0][0] == "kernel" for reasons in _reasons(r))
+
+
+def test_matmul_nt_shapes_must_say_it(tmp_path):
+    with pytest.raises(SpecError, match="replaces 'matmul_nt', but the kernel's shapes"):
+        compile_model(MODELS / "matmul_nt.mlir", [_spec(tmp_path, '{ op = "matmul_nt", accumulate = "f32" }')], dry_run=True)
+
+
+@needs_build_tools
+def test_compiled_lm_head_dispatches_the_nt_gemm(tmp_path):
+    compile_model(MODELS / "lm_head_bf16.torch.mlir", [GEMM_NT], tmp_path / "h.vmfb", emit_mlir=tmp_path / "h.linked.mlir")
+    dispatches = _flow_dispatches(tmp_path / "h.linked.mlir")
+    assert sum("gemm_nt_bf16" in d for d in dispatches) == 2
+    # What IREE still generates: the f32 cast of the logits, no matmul, transpose or rounding of ours.
+    assert not [d for d in dispatches if "gemm_nt" not in d and ("matmul" in d or "transpose" in d)], dispatches

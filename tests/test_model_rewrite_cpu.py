@@ -104,6 +104,16 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
             lines.append(f"return %rb : {out}")
         else:
             lines.append(f"return %r : {out}")
+    elif op == "matmul_nt":  # a @ b^T, b [N, K]: f32 accumulation, rounded once to the result's type
+        lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a1, %c0 : {ins[1]}", f"%k = tensor.dim %a1, %c1 : {ins[1]}"]
+        bt = f"tensor<?x?x{_elem(ins[1])}>"
+        lines += [f"%eb = tensor.empty(%k, %n) : {bt}", f"%bt = linalg.transpose ins(%a1 : {ins[1]}) outs(%eb : {bt}) permutation = [1, 0]"]
+        lines += ["%z = arith.constant 0.0 : f32", "%e = tensor.empty(%m, %n) : tensor<?x?xf32>", "%f = linalg.fill ins(%z : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>"]
+        lines.append(f"%r = linalg.matmul ins(%a0, %bt : {ins[0]}, {bt}) outs(%f : tensor<?x?xf32>) -> tensor<?x?xf32>")
+        if acc == "f32":
+            lines.append("return %r : tensor<?x?xf32>")
+        else:
+            lines += [f"%rt = arith.truncf %r : tensor<?x?xf32> to {out}", f"return %rt : {out}"]
     elif op == "matmul+bias+gelu":  # f32 accumulation, bias and GELU (tanh) in f32, rounded once
         lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a1, %c1 : {ins[1]}"]
         lines += ["%z = arith.constant 0.0 : f32", "%e = tensor.empty(%m, %n) : tensor<?x?xf32>", "%f = linalg.fill ins(%z : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>"]
@@ -276,6 +286,10 @@ def _random_args(text: str, function: str, rng):
         # bf16 matmul + bias (addmm, and a Linear on 3-D input) fused, its bf16 bias widened, rounded once
         ("linear_bias_bf16.torch.mlir", "main", True, 3e-2),
         ("linear_bias_bf16.torch.mlir", "main", False, 1e-2),
+        # torch's linear(x, w) in bf16 (f32 accumulation, rounded to bf16) as matmul_nt, w read as stored: a tied LM head on
+        # 3-D input (N = 77) and a Linear on 2-D input (K = 13); the same numerics as the model's
+        ("lm_head_bf16.torch.mlir", "main", False, 1e-2),
+        ("matmul_nt.mlir", "lm_head", False, 1e-2),
         # a GPT-2 layer (head_dim 64): its attention chain as one call (attention_bf16, computed in f32, rounded once)
         ("gpt2_layer_bf16.torch.mlir", "main", True, 3e-2),
     ],
@@ -284,6 +298,7 @@ def test_rewritten_model_computes_the_same(tmp_path, model, function, wide, tol)
     kernels = [*ALL[:2], K / "gemm_padded.toml", *ALL[3:]] if function == "padded" else ALL
     kernels = [*kernels, K / "gemm_batched.toml"] if model == "attention_bf16.mlir" else kernels
     kernels = [*kernels, K / "attention.toml"] if model.startswith("gpt2_layer") else kernels
+    kernels = [*kernels, K / "gemm_nt.toml"] if model in ("lm_head_bf16.torch.mlir", "matmul_nt.mlir") else kernels
     function = "main" if function == "padded" else function
     report, program = rewrite_model(MODELS / model, kernels, allow_wider_accumulation=wide)
     assert report.replaced

@@ -20,6 +20,7 @@ from .test_model_rewrite_cpu import _compile_cpu, _run, with_reference_kernels  
 KERNELS = Path(__file__).parent / "models" / "kernels"
 ALL = [KERNELS / "naive.toml", KERNELS / "library.toml", KERNELS / "gemm.toml"]
 BATCHED = KERNELS / "gemm_batched.toml"  # the batched GEMM as a batch_matmul replacement (not in GPT-2's specs)
+GEMM_NT = KERNELS / "gemm_nt.toml"  # the NT GEMM as the LM head (matmul_nt)
 
 
 class Block(torch.nn.Module):
@@ -90,12 +91,12 @@ def test_parameters_as_inputs_keep_the_weights_out(tmp_path):
     assert parameter_names(block) == ["proj.weight", "proj.bias", "norm.weight", "norm.bias"]
 
 
-def _tiny_gpt2(tmp_path, dtype=torch.float32):
+def _tiny_gpt2(tmp_path, dtype=torch.float32, vocab=256):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64, use_cache=False, attn_implementation="eager")
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=vocab, n_positions=64, use_cache=False, attn_implementation="eager")
     model = transformers.GPT2LMHeadModel(config).eval().to(dtype)
-    ids = torch.randint(0, 256, (2, 32))
+    ids = torch.randint(0, vocab, (2, 32))
     causal = torch.tril(torch.ones(32, 32, dtype=torch.bool))
     mask = torch.zeros(2, 1, 32, 32, dtype=dtype).masked_fill(~causal, torch.finfo(dtype).min)
     mlir = export_mlir(model, (ids,), tmp_path / "gpt2.mlir", kwargs={"attention_mask": mask}, params_as_inputs=True, output=lambda o: o.logits.float())
@@ -142,3 +143,28 @@ def test_tiny_gpt2_rewritten_computes_the_same(tmp_path, dtype, wide, tol):
     scale = float(abs(eager).max())
     assert abs(got - expected).max() <= tol * scale
     assert abs(got - eager).max() <= tol * scale
+
+
+def test_tiny_gpt2_lm_head_as_matmul_nt(tmp_path):
+    """A bf16 GPT-2 whose vocabulary (77) is not a multiple of 8: its LM head (the tied embedding,
+    transposed and broadcast, accumulated in f32 and rounded to bf16) is one call of the NT GEMM,
+    in the strict build (the model's own numerics), and the rewritten model, kernels given
+    reference bodies, computes what IREE alone computes on the CPU."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    model, ids, mask, mlir = _tiny_gpt2(tmp_path, torch.bfloat16, vocab=77)
+    report, program = rewrite_model(mlir, [*ALL, GEMM_NT])
+    head = [d for d in report.replaced if d.capability.label == "gemm_nt.gemm_nt_bf16"]
+    assert len(head) == 1 and head[0].candidate.kind == "batch_matmul" and head[0].form.result_shape == (64, 77)
+    assert head[0].form.operands[1].shape == (77, 64)  # the embedding as stored
+    original = _compile_cpu(mlir.read_text(), tmp_path / "original.vmfb")
+    rewritten = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
+
+    def host(t):
+        t = t.detach().contiguous()
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+
+    args = [host(ids), host(mask), *(host(p) for p in model.parameters())]
+    (expected,) = _run(original, "main", args)
+    (got,) = _run(rewritten, "main", args)
+    assert got.shape == (2, 32, 77)
+    assert abs(got - expected).max() <= 1e-2 * float(abs(expected).max())

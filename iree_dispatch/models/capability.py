@@ -30,6 +30,7 @@ OP_KINDS: dict[str, tuple[tuple[int, ...], int, int]] = {
     "matmul": ((2, 2), 2, 0),  # lhs [M, K], rhs [K, N] → [M, N]
     "matmul+bias": ((2, 2, 1), 2, 0),  # lhs [M, K], rhs [K, N], bias [N] → lhs @ rhs + bias
     "matmul+bias+gelu": ((2, 2, 1), 2, 0),  # lhs [M, K], rhs [K, N], bias [N] → gelu_tanh(lhs @ rhs + bias)
+    "matmul_nt": ((2, 2), 2, 0),  # lhs [M, K], rhs [N, K] (a Linear's weight as stored) → lhs @ rhs^T [M, N]
     "batch_matmul": ((3, 3), 3, 0),  # lhs [B, M, K], rhs [B, K, N] → [B, M, N]
     "softmax": ((2,), 2, 0),  # x [rows, cols] → softmax over cols (a model's last dim)
     "layernorm": ((2, 1, 1), 2, 1),  # x [rows, cols], weight [cols], bias [cols], eps → per row
@@ -258,6 +259,9 @@ def _check_shapes(kernel: KernelSpec, op: str, label: str) -> None:
     if op in ("matmul", "matmul+bias", "matmul+bias+gelu"):
         (m, k), (k2, n) = ins[0], ins[1]
         want_out, same = (m, n), [(k, k2)] + ([(ins[2][0], n)] if "bias" in op else [])
+    elif op == "matmul_nt":
+        (m, k), (n, k2) = ins[0], ins[1]
+        want_out, same = (m, n), [(k, k2)]
     elif op == "batch_matmul":
         (b, m, k), (b2, k2, n) = ins
         want_out, same = (b, m, n), [(b, b2), (k, k2)]

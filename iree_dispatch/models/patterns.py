@@ -375,6 +375,7 @@ def _matmul(op, order: int) -> Candidate | None:
         else:
             forms += _narrowed_bias_forms(op, lhs, rhs, (rows, n), forms_rank, ((0, 0), (0, 1), (1, 1)))
         note = "the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows"
+        forms += _nt_forms(op, lhs, rhs_2d, (rows, n), forms_rank, ((0, 0), (0, 1), (1, 0)), [note])
         forms.append(Form("matmul", [lhs, rhs], op.results[0], (rows, n), ic[1], compute, op, notes=[note], result_dims=((0, 0), (0, 1), (1, 1))))
     if batch:
         forms += _attention_forms(op)
@@ -389,9 +390,45 @@ def _matmul(op, order: int) -> Candidate | None:
                               result_dims=((0, 0), (1, 1)), widen=(2,)))
         else:
             forms += _narrowed_bias_forms(op, lhs, rhs, ic[0], forms_rank, ((0, 0), (1, 1)))
+        forms += _nt_forms(op, lhs, b, ic[0], forms_rank, ((0, 0), (1, 0)))
         forms.append(Form("matmul", [lhs, rhs], op.results[0], ic[0], ic[1], compute, op, result_dims=((0, 0), (1, 1))))
     cand.forms = forms
     return cand
+
+
+def _transposed_matrix(value):
+    """The [N, K] matrix whose transpose (linalg.transpose, permutation [1, 0]) is `value`, or None:
+    torch's `linear(x, w)` imports as x @ transpose(w)."""
+    op = producer(value)
+    if op is None or op.name != "linalg.transpose" or "permutation" not in op.attributes:
+        return None
+    if list(ir.DenseI64ArrayAttr(op.attributes["permutation"])) != [1, 0]:
+        return None
+    info = tensor_info(op.operands[0])
+    return op.operands[0] if info and len(info[0]) == 2 else None
+
+
+def _nt_forms(op, lhs: Operand, rhs_value, shape, rank: int, result_dims, notes=()) -> list[Form]:
+    """The matmul `op` as lhs [M, K] @ w[N, K]^T, when its rhs (the [K, N] matrix) is a transpose of
+    a 2-D w (a Linear's weight, an LM head's embedding), read as it is stored: one form, matmul_nt.
+    Its result is the truncf that narrows the matmul's result, when that is the result's only use
+    (a bf16 Linear: f32 accumulation, one rounding, the model's own numerics); otherwise the
+    matmul's own result (a kernel writing the narrow type is then refused for `dtype`)."""
+    w = _transposed_matrix(rhs_value)
+    if w is None:
+        return []
+    iw = tensor_info(w)
+    rhs = Operand(w, iw[0], iw[1])
+    acc = tensor_info(op.results[0])[1]
+    notes = [*notes, "its rhs is a transposed [N, K] matrix, read as it is stored (the transpose is not computed)"]
+    narrowed = _truncf_user(op.results[0])
+    if narrowed is not None and len(narrowed.iterators) == rank and elementwise_input(narrowed, 0, rank) and _identity_outputs(narrowed):
+        out = narrowed.op.results[0]
+        out_dtype = tensor_info(out)[1]
+        if _FLOAT_WIDTH.get(out_dtype, 0) < _FLOAT_WIDTH.get(acc, 0):
+            notes.append(f"with the {out_dtype} rounding of its {acc} result: one rounding, as the model's truncf")
+            return [Form("matmul_nt", [lhs, rhs], out, shape, out_dtype, acc, narrowed.op, notes=notes, result_dims=result_dims)]
+    return [Form("matmul_nt", [lhs, rhs], op.results[0], shape, acc, acc, op, notes=notes, result_dims=result_dims)]
 
 
 def _batch_broadcast(value):

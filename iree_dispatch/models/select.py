@@ -56,7 +56,7 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
                 d.notes = [*form.notes, *notes]
                 if form.kind == "matmul" and any(f.kind == "matmul+bias" for f in cand.forms) and not kernels.for_op("matmul+bias"):
                     d.notes.append("its bias add is left to IREE (no kernel declares matmul+bias for it)")
-                fused = [f"not as {kind}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if kind.startswith("matmul+") or kind == "attention"]
+                fused = [f"not as {kind}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if kind.startswith("matmul+") or kind in ("matmul_nt", "attention")]
                 d.notes += fused
                 return d
             reason = (why[0], f"{cap.label}: {why[1]}")
@@ -107,7 +107,10 @@ def _fits_types(form: Form, cap: Capability, allow_wider: bool):
         if allow_wider and form.kind.startswith("matmul") and cap.output_dtype == cap.accumulate and form.result_dtype == form.compute and notes:
             narrow = form.result_dtype
         else:
-            return ("dtype", f"writes {cap.output_dtype}, the model's result is {form.result_dtype}"), None, [], {}
+            why = f"writes {cap.output_dtype}, the model's result is {form.result_dtype}"
+            if form.kind == "matmul_nt" and form.result_dtype == form.compute and wider(form.compute, cap.output_dtype):
+                why += f" (the model keeps it: its only use is not one rounding to {cap.output_dtype})"
+            return ("dtype", why), None, [], {}
     if form.eps is not None and cap.eps is not None:
         model_eps = round_to(form.eps, form.compute)
         if abs(round_to(cap.eps, form.compute) - model_eps) > 1e-12 * max(1.0, abs(model_eps)):
