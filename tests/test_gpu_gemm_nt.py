@@ -13,8 +13,9 @@ fails to write stays NaN and fails), and the sm_80-PTX-only copy, poisoned the s
 Error bound, element by element: |c - c64| <= 2^-8 |c64| + RTOL * (|a| @ |b|^T), with c64 the
 float64 product of the same (rounded) bf16 inputs. Products of two bf16 values are exact in
 float32; float32 accumulation over K terms stays below RTOL = 1e-5 of |a| @ |b|^T (as for
-gemm_bf16, tests/test_gpu_gemm.py), and the one rounding to bf16 adds at most 2^-9 of |c|
-(round to nearest even; 2^-8 leaves room for the accumulation error inside the rounding). Inputs
+gemm_bf16, tests/test_gpu_gemm.py), and the one rounding to bf16 adds at most half a bf16 ulp,
+2^-8 of |c| (reached just above a power of two: the ratio err/bound comes close to 1 on large
+random sizes, and the RTOL term covers the accumulation error on top of it). Inputs
 have per-row means (a) and per-column means (b), so a value taken from another row or column
 of c is off by far more than the bound.
 """
