@@ -38,6 +38,8 @@
 #include <cstdint>
 #include <cuda_bf16.h>
 
+#include "mma_bf16.cuh"
+
 namespace attention {
 
 constexpr int D = 64;        // head dim
@@ -49,35 +51,12 @@ constexpr float SCALE = 0.125f;  // 1 / sqrt(D)
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float DEAD = -1e30f;   // a mask value at or below this masks its key out
 
-using bf16 = __nv_bfloat16;
-
-__device__ __forceinline__ unsigned smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem(p)));
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem(p)));
-}
-
-// c += a (16 x 16, row) @ b (16 x 8, col), bf16 in, f32 accumulators.
-__device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using namespace mma_bf16;  // bf16, smem, ldmatrix, mma
 
 __device__ __forceinline__ unsigned pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
   return *reinterpret_cast<unsigned*>(&v);
 }
-
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // tile[r][c] = src[r * stride + c] for r < rows, c < cols; 0 elsewhere. 64 x 64 elements, 128 threads.
 __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int rows, int cols, long stride, bool vec) {

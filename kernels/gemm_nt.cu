@@ -30,6 +30,8 @@
 #include <cstdint>
 #include <cuda_bf16.h>
 
+#include "mma_bf16.cuh"
+
 namespace gemm_nt {
 
 constexpr int BM = 128;
@@ -38,22 +40,7 @@ constexpr int BK = 32;
 constexpr int PITCH = 40;  // shared-memory row pitch in elements (80 bytes)
 constexpr int THREADS = 256;
 
-using bf16 = __nv_bfloat16;
-
-__device__ __forceinline__ unsigned smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem(p)));
-}
-
-// c += a (16 x 16, row) @ b (16 x 8, col), bf16 in, f32 accumulators.
-__device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using namespace mma_bf16;  // bf16, smem, ldmatrix, mma
 
 // 16 bytes from global to shared, or 16 zero bytes when !valid (src-size 0: nothing is read).
 __device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src, bool valid) {
@@ -62,8 +49,6 @@ __device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src, bool vali
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // tile[r][c] = src[(r0 + r) * K + k0 + c] for r0 + r < rows, k0 + c < K; 0 elsewhere.
 // 128 x 32 elements: 512 chunks of 8, two per thread.
