@@ -116,18 +116,10 @@ def test_tiny_gpt2_report(tmp_path):
     assert ("softmax", "softmax", "library.softmax_warp_f32") in kinds
 
 
-@pytest.mark.parametrize("dtype, wide, tol", [(torch.float32, False, 1e-4), (torch.bfloat16, True, 3e-2)])
-def test_tiny_gpt2_rewritten_computes_the_same(tmp_path, dtype, wide, tol):
-    """The rewritten GPT-2, kernels given reference bodies, against IREE alone and PyTorch on the CPU."""
+def _original_and_rewritten(tmp_path, mlir, program, report, model, ids, mask):
+    """The logits of the imported model and of its rewrite (kernels given reference bodies),
+    both compiled for and run on the CPU with the model's parameters."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
-    model, ids, mask, mlir = _tiny_gpt2(tmp_path, dtype)
-    report, program = rewrite_model(mlir, [*ALL, BATCHED], allow_wider_accumulation=wide)
-    # bf16: the 4 attention batch matmuls (K and N 16 or 32) by gemm_batched_bf16, the LM head (N = 256) as one matmul
-    assert {k: c["replaced"] for k, c in report.counts().items()} == {"batch_matmul": 5, "layernorm": 5, "matmul": 8, "softmax": 2}
-    if dtype == torch.bfloat16:  # each MLP's matmul + bias + gelu_new, and the qkv and output projections' matmul + bias, fused
-        assert report.kernel_counts()["gemm.gemm_bias_gelu_bf16"] == 2  # (computed in f32, rounded once)
-        assert report.kernel_counts()["gemm.gemm_bias_bf16"] == 6
-        assert report.kernel_counts()["gemm_batched.gemm_batched_bf16"] == 4
     original = _compile_cpu(mlir.read_text(), tmp_path / "original.vmfb")
     rewritten = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
 
@@ -138,6 +130,21 @@ def test_tiny_gpt2_rewritten_computes_the_same(tmp_path, dtype, wide, tol):
     args = [host(ids), host(mask), *(host(p) for p in model.parameters())]
     (expected,) = _run(original, "main", args)
     (got,) = _run(rewritten, "main", args)
+    return expected, got
+
+
+@pytest.mark.parametrize("dtype, wide, tol", [(torch.float32, False, 1e-4), (torch.bfloat16, True, 3e-2)])
+def test_tiny_gpt2_rewritten_computes_the_same(tmp_path, dtype, wide, tol):
+    """The rewritten GPT-2, kernels given reference bodies, against IREE alone and PyTorch on the CPU."""
+    model, ids, mask, mlir = _tiny_gpt2(tmp_path, dtype)
+    report, program = rewrite_model(mlir, [*ALL, BATCHED], allow_wider_accumulation=wide)
+    # bf16: the 4 attention batch matmuls (K and N 16 or 32) by gemm_batched_bf16, the LM head (N = 256) as one matmul
+    assert {k: c["replaced"] for k, c in report.counts().items()} == {"batch_matmul": 5, "layernorm": 5, "matmul": 8, "softmax": 2}
+    if dtype == torch.bfloat16:  # each MLP's matmul + bias + gelu_new, and the qkv and output projections' matmul + bias, fused
+        assert report.kernel_counts()["gemm.gemm_bias_gelu_bf16"] == 2  # (computed in f32, rounded once)
+        assert report.kernel_counts()["gemm.gemm_bias_bf16"] == 6
+        assert report.kernel_counts()["gemm_batched.gemm_batched_bf16"] == 4
+    expected, got = _original_and_rewritten(tmp_path, mlir, program, report, model, ids, mask)
     with torch.no_grad():
         eager = model(ids, attention_mask=mask).logits.float().numpy()
     scale = float(abs(eager).max())
@@ -150,21 +157,11 @@ def test_tiny_gpt2_lm_head_as_matmul_nt(tmp_path):
     transposed and broadcast, accumulated in f32 and rounded to bf16) is one call of the NT GEMM,
     in the strict build (the model's own numerics), and the rewritten model, kernels given
     reference bodies, computes what IREE alone computes on the CPU."""
-    ml_dtypes = pytest.importorskip("ml_dtypes")
     model, ids, mask, mlir = _tiny_gpt2(tmp_path, torch.bfloat16, vocab=77)
     report, program = rewrite_model(mlir, [*ALL, GEMM_NT])
     head = [d for d in report.replaced if d.capability.label == "gemm_nt.gemm_nt_bf16"]
     assert len(head) == 1 and head[0].candidate.kind == "batch_matmul" and head[0].form.result_shape == (64, 77)
     assert head[0].form.operands[1].shape == (77, 64)  # the embedding as stored
-    original = _compile_cpu(mlir.read_text(), tmp_path / "original.vmfb")
-    rewritten = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
-
-    def host(t):
-        t = t.detach().contiguous()
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
-
-    args = [host(ids), host(mask), *(host(p) for p in model.parameters())]
-    (expected,) = _run(original, "main", args)
-    (got,) = _run(rewritten, "main", args)
+    expected, got = _original_and_rewritten(tmp_path, mlir, program, report, model, ids, mask)
     assert got.shape == (2, 32, 77)
     assert abs(got - expected).max() <= 1e-2 * float(abs(expected).max())
