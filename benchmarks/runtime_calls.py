@@ -109,8 +109,7 @@ def worker(out: Path) -> None:
         constants = direct.constants_for({"n": N}, {})
 
         def launch_and_wait():
-            direct.launch(pointers, constants, direct.grid_for({"n": N}), None)
-            mod.gpu.launcher.synchronize()
+            direct.launch(pointers, constants, direct.grid_for({"n": N}), None, wait=True)
 
         rows["  of which launch + synchronize (ctypes)"] = summarize(wall_times_us(launch_and_wait, REPS, 50))
     invoker = mod.simple_mul._invoke

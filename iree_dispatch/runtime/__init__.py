@@ -406,13 +406,14 @@ class AsyncArray:
 
 
 def _push_arguments(name: str, device: Device, args: Sequence, arguments: rt.VmVariantList, keep: list) -> None:
-    """Pushes a call's converted arguments; numpy arrays are copied to the device."""
+    """Pushes a call's converted arguments; numpy arrays are copied to the device (after the
+    call's Device.before_call)."""
     for value in args:
         if isinstance(value, AsyncArray):
             keep.append(value)
             value = value._array
         elif isinstance(value, np.ndarray):
-            value = rt.asdevicearray(device.hal, np.ascontiguousarray(value))
+            value = dlpack.upload(device, value)
         if isinstance(value, rt.DeviceArray):
             keep.append(value)
             arguments.push_ref(value._buffer_view)
@@ -605,8 +606,7 @@ class Module:
     def to_device(self, array: np.ndarray) -> DeviceArray:
         """Copies `array` to this module's device; pass the result to keep data there."""
         self.gpu.before_call()  # the copy may land in a pooled buffer another stream still reads
-        copy = rt.asdevicearray(self.device, np.ascontiguousarray(array))
-        return DeviceArray(self.gpu, copy._buffer_view, override_dtype=copy.dtype)
+        return dlpack.upload(self.gpu, array)
 
     def wait(self) -> None:
         """Waits until every call made so far through this module has completed."""

@@ -236,7 +236,3 @@ class Launcher(_DeviceStream):
         if waited:
             self._check(waited, "cuStreamSynchronize (a kernel failed on the device)")
 
-    def synchronize(self) -> None:
-        """Waits until the work queued on the launcher's own stream has completed."""
-        with self._current():
-            self._check(self._synchronize(self._stream), "cuStreamSynchronize (a kernel failed on the device)")

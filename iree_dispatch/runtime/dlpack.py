@@ -251,6 +251,14 @@ class DeviceArray(rt.DeviceArray):
         return self._dispatch_device.hal.create_dlpack_capsule(self._buffer_view, KDL_CUDA, self._dispatch_device.ordinal)
 
 
+def upload(device: Device, array: np.ndarray) -> DeviceArray:
+    """A copy of a numpy array on the device (IREE's synchronous transfer). The caller waits for
+    the streams our memory may be in use on first (Device.before_call): the copy may land in a
+    pooled buffer."""
+    copy = rt.asdevicearray(device.hal, np.ascontiguousarray(array))
+    return DeviceArray(device, copy._buffer_view, override_dtype=copy.dtype)
+
+
 def device_pointer(device: Device, array: rt.DeviceArray) -> int:
     """The CUDA address of an IREE device array's data, read once through DLPack and kept on
     the array (its buffer never moves)."""

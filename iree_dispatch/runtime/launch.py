@@ -298,7 +298,7 @@ class DirectLaunch:
             device.before_call()  # their copies may land in pooled buffers other streams still read
         for i, (name, value) in enumerate(zip(self._input_names, inputs)):
             if isinstance(value, np.ndarray):
-                value = dlpack.DeviceArray(device, rt.asdevicearray(device.hal, value)._buffer_view, override_dtype=value.dtype)
+                value = dlpack.upload(device, value)
             if isinstance(value, rt.DeviceArray):
                 pointers.append(dlpack.device_pointer(device, value))
                 _remember(value, device, np.dtype(value.dtype), tuple(value.shape))
@@ -448,10 +448,8 @@ def _fresh_output(device: Device, output: _Output, shape: tuple[int, ...], size:
         device.trim()
         buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
     array = dlpack.DeviceArray(device, rt.HalBufferView(buffer, shape, output.element_type), output.dtype)
-    pointer = dlpack.capsule_data(device.hal.create_dlpack_capsule(array._buffer_view, dlpack.KDL_CUDA, device.ordinal))
-    array._device_pointer = pointer
-    array._direct_launch = (device, output.dtype, shape, pointer)
-    return array, pointer
+    _remember(array, device, output.dtype, shape)
+    return array, array._device_pointer
 
 
 def plan_for(description: dict, device: Device, output_dtypes: Sequence[np.dtype | None], archive: zipfile.ZipFile | None) -> DirectLaunch | None:
