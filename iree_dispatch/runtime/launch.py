@@ -310,10 +310,11 @@ class DirectLaunch:
         for other in set(streams.values()) - {None, stream}:
             device.bridge.wait_for(other)
         results = self._run(prepared, pointers, arrays, stream, dlpack.framework_of(inputs))
-        if len(args) == self._arity and len(self._prepared) < _PREPARED_SIGNATURES:
-            signature = self._signature(args)
-            if signature is not None:
-                self._prepared[signature[0]] = prepared
+        signature = self._signature(args) if len(args) == self._arity else None
+        if signature is not None:
+            if len(self._prepared) >= _PREPARED_SIGNATURES:
+                self._prepared.clear()  # bounded: the signatures in use now get prepared again
+            self._prepared[signature[0]] = prepared
         return results
 
     def fast_call(self, args: Sequence) -> list | None:
