@@ -2,12 +2,15 @@
 //
 //     out[z] = softmax(q[z] @ kt[z] / 8 + mask[z / H]) @ v[z]      (H = Z / B heads per mask)
 //
-// q [Z, S, 64], kt [Z, 64, S] (the keys already transposed: the operand a model's scores batch
-// matmul takes), v [Z, S, 64], mask [B, S, S] (added to the scaled scores, shared by the H heads
-// of one batch entry), out [Z, S, 64]. Z = batch * heads; S any size >= 1. The scale is
-// 1/sqrt(64) = 0.125, built in. This is eager attention as transformers' GPT-2 exports it:
-// batch matmul, * 0.125, + the [B, 1, S, S] attention mask (its causal part included), softmax
-// over the keys, batch matmul with v.
+// attention_bf16: q [Z, S, 64], kt [Z, 64, S] (the keys already transposed: the operand a
+// model's scores batch matmul takes), v [Z, S, 64], mask [B, S, S] (added to the scaled scores,
+// shared by the H heads of one batch entry), out [Z, S, 64]. Z = batch * heads; S any size >= 1.
+// attention_qkv_bf16: the same on the layouts a transformer has around attention, so that no
+// transpose is computed: qkv [B, S, 3, H, 64] (the qkv projection's [B, S, 3 * H * 64] result;
+// head h of entry b reads q, k, v at [b, s, 0..2, h]), mask [B, S, S], out [B, S, H, 64] (the
+// output projection's [B * S, H * 64] input). The scale is 1/sqrt(64) = 0.125, built in. This is
+// eager attention as transformers' GPT-2 exports it: batch matmul, * 0.125, + the [B, 1, S, S]
+// attention mask (its causal part included), softmax over the keys, batch matmul with v.
 //
 // Numerics: scores are accumulated in f32 (bf16 tensor cores, mma.sync m16n8k16), scaled and
 // masked in f32, the softmax is an online softmax in f32 (running row max and sum, the output
@@ -20,7 +23,8 @@
 // Layout of the work: one block of 4 warps per 64 query rows of one z (grid x: z, grid y: the
 // query tile, heaviest first), each warp owns 16 rows. Key tiles of 64: the block stages the
 // mask tile, kt tile and v tile in shared memory (rows padded to 72 elements: 16-byte aligned,
-// ldmatrix without bank conflicts); each warp computes its 16 x 64 scores with 32 mma.sync,
+// ldmatrix without bank conflicts; the key tile as [d][key] from kt, as [key][d] from qkv, each
+// read by ldmatrix into the same B fragments); each warp computes its 16 x 64 scores with 32 mma.sync,
 // updates its running max and sum, and adds p @ v with 32 more (p stays in registers: the
 // score accumulators' layout is the A operand's). Keys and rows past S are zero-filled (keys
 // get a -inf mask, so they weigh nothing); out-of-range rows are not stored.
@@ -33,7 +37,8 @@
 // A fully masked row is never skipped, so it still averages v as above.
 //
 // Loads are 16-byte vectors where the pointer is 16-byte aligned (IREE bindings are only
-// element-aligned) and, for kt and mask, S is a multiple of 8; otherwise element by element.
+// element-aligned) and, for kt and mask, S is a multiple of 8 (for qkv rows, always: a row is a
+// multiple of 192 elements); otherwise element by element.
 
 #include <cstdint>
 #include <cuda_bf16.h>
@@ -77,36 +82,29 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int rows,
   }
 }
 
-}  // namespace attention
-
-extern "C" __global__ void __launch_bounds__(128) attention_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kt,
-                                                                 const __nv_bfloat16* __restrict__ v, const __nv_bfloat16* __restrict__ mask,
-                                                                 __nv_bfloat16* __restrict__ out, int Z, int S, int B) {
-  using namespace attention;
+// One block's work: query rows q0 .. q0 + 63 of one head. Row s of the head's q, v (and k when
+// the keys are not transposed) starts at qz/vz/kz + s * stride, 64 contiguous elements; with
+// KEYS_TRANSPOSED the keys are kt [64, S] at kz (row d at kz + d * S). Row s of the output starts
+// at oz + s * out_stride; mb is the head's [S, S] mask.
+template <bool KEYS_TRANSPOSED>
+__device__ __forceinline__ void attend(const bf16* __restrict__ qz, const bf16* __restrict__ kz, const bf16* __restrict__ vz,
+                                       const bf16* __restrict__ mb, bf16* __restrict__ oz, long stride, long out_stride, int S) {
   __shared__ __align__(16) bf16 sQ[BQ * PITCH];
-  __shared__ __align__(16) bf16 sK[D * PITCH];   // kt tile: [d][key]
+  __shared__ __align__(16) bf16 sK[D * PITCH];   // key tile: [d][key] (transposed keys) or [key][d]
   __shared__ __align__(16) bf16 sV[BK * PITCH];  // v tile: [key][d]
   __shared__ __align__(16) bf16 sM[BQ * PITCH];  // mask tile: [row][key]
 
-  const int z = blockIdx.x;
-  if (z >= Z) return;
   const int tiles = (S + BQ - 1) / BQ;
   const int q0 = (tiles - 1 - static_cast<int>(blockIdx.y)) * BQ;  // the longest rows (most keys to a causal mask) first
-  const int heads = B > 0 ? Z / B : 1;
-  const int b = z / heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
 
-  const bf16* qz = q + static_cast<long>(z) * S * D;
-  const bf16* ktz = kt + static_cast<long>(z) * D * S;
-  const bf16* vz = v + static_cast<long>(z) * S * D;
-  const bf16* mb = mask + static_cast<long>(b) * S * S;
-  const bool rows_vec_q = aligned16(q), rows_vec_v = aligned16(v);
-  const bool cols_vec_k = aligned16(kt) && (S & 7) == 0;
-  const bool cols_vec_m = aligned16(mask) && (S & 7) == 0;
+  const bool rows_vec_q = aligned16(qz) && (stride & 7) == 0, rows_vec_v = aligned16(vz) && (stride & 7) == 0;
+  const bool vec_k = KEYS_TRANSPOSED ? aligned16(kz) && (S & 7) == 0 : aligned16(kz) && (stride & 7) == 0;
+  const bool cols_vec_m = aligned16(mb) && (S & 7) == 0;
 
   // Q: this warp's 16 rows as A fragments, 4 chunks of 16 along d.
-  load_tile(sQ, qz + static_cast<long>(q0) * D, S - q0, D, D, rows_vec_q);
+  load_tile(sQ, qz + q0 * stride, S - q0, D, stride, rows_vec_q);
   __syncthreads();
   unsigned qa[4][4];
 #pragma unroll
@@ -176,8 +174,12 @@ extern "C" __global__ void __launch_bounds__(128) attention_bf16(const __nv_bflo
     seen = seen || row_live;
     if (skip) continue;  // uniform across the block
 
-    load_tile(sK, ktz + k0, D, S - k0, S, cols_vec_k);
-    load_tile(sV, vz + static_cast<long>(k0) * D, S - k0, D, D, rows_vec_v);
+    if (KEYS_TRANSPOSED) {
+      load_tile(sK, kz + k0, D, S - k0, S, vec_k);  // [d][key]
+    } else {
+      load_tile(sK, kz + k0 * stride, S - k0, D, stride, vec_k);  // [key][d]
+    }
+    load_tile(sV, vz + k0 * stride, S - k0, D, stride, rows_vec_v);
     __syncthreads();
 
     // Scores: 16 rows x 64 keys per warp, 8 accumulators of 16 x 8.
@@ -188,8 +190,14 @@ extern "C" __global__ void __launch_bounds__(128) attention_bf16(const __nv_bflo
     for (int kc = 0; kc < 4; ++kc) {
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
+        // B fragments of keys 16np .. 16np + 15 (two n8 tiles), d 16kc .. 16kc + 15: from [d][key]
+        // transposed by ldmatrix; from [key][d] as stored, lanes 8-15 and 24-31 giving d + 8.
         unsigned bk[4];
-        ldsm_x4_trans(bk, sK + (kc * 16 + (lane & 15)) * PITCH + np * 16 + (lane >> 4) * 8);
+        if (KEYS_TRANSPOSED) {
+          ldsm_x4_trans(bk, sK + (kc * 16 + (lane & 15)) * PITCH + np * 16 + (lane >> 4) * 8);
+        } else {
+          ldsm_x4(bk, sK + (np * 16 + (lane & 7) + (lane >> 4) * 8) * PITCH + kc * 16 + ((lane >> 3) & 1) * 8);
+        }
         mma(s[2 * np], qa[kc], bk[0], bk[1]);
         mma(s[2 * np + 1], qa[kc], bk[2], bk[3]);
       }
@@ -260,14 +268,13 @@ extern "C" __global__ void __launch_bounds__(128) attention_bf16(const __nv_bflo
   }
   const float i0 = 1.0f / l0, i1 = 1.0f / l1;  // a row of only -inf: 0 / 0, NaN as in torch
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
-  const bool vec_out = (reinterpret_cast<uintptr_t>(out) & 3) == 0;
-  bf16* oz = out + static_cast<long>(z) * S * D;
+  const bool vec_out = (reinterpret_cast<uintptr_t>(oz) & 3) == 0 && (out_stride & 1) == 0;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int col = 8 * i + 2 * c;
     const float v00 = o[i][0] * i0, v01 = o[i][1] * i0, v10 = o[i][2] * i1, v11 = o[i][3] * i1;
     if (row0 < S) {
-      bf16* p = oz + static_cast<long>(row0) * D + col;
+      bf16* p = oz + row0 * out_stride + col;
       if (vec_out) {
         *reinterpret_cast<unsigned*>(p) = pack(v00, v01);
       } else {
@@ -276,7 +283,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_bf16(const __nv_bflo
       }
     }
     if (row1 < S) {
-      bf16* p = oz + static_cast<long>(row1) * D + col;
+      bf16* p = oz + row1 * out_stride + col;
       if (vec_out) {
         *reinterpret_cast<unsigned*>(p) = pack(v10, v11);
       } else {
@@ -285,4 +292,35 @@ extern "C" __global__ void __launch_bounds__(128) attention_bf16(const __nv_bflo
       }
     }
   }
+}
+
+}  // namespace attention
+
+// Both kernels: __launch_bounds__(128, 2) gives ptxas the registers of two blocks per SM; with
+// its default it spills on sm_80 or sm_90 (the fragments, accumulators and running sums take
+// ~190).
+
+// q [Z, S, 64], kt [Z, 64, S], v [Z, S, 64], mask [B, S, S] -> out [Z, S, 64]: head z uses mask z / (Z / B).
+extern "C" __global__ void __launch_bounds__(128, 2) attention_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kt,
+                                                                 const __nv_bfloat16* __restrict__ v, const __nv_bfloat16* __restrict__ mask,
+                                                                 __nv_bfloat16* __restrict__ out, int Z, int S, int B) {
+  const int z = blockIdx.x;
+  if (z >= Z) return;
+  const int heads = B > 0 ? Z / B : 1;
+  const long head = static_cast<long>(z) * S * attention::D;
+  attention::attend<true>(q + head, kt + head, v + head, mask + static_cast<long>(z / heads) * S * S, out + head, attention::D, attention::D, S);
+}
+
+// qkv [B, S, 3, H, 64] (a projection's [B, S, 3 * H * 64] result: q, k, v side by side in each
+// row), mask [B, S, S] -> out [B, S, H, 64]: the layouts around attention in a transformer, read
+// and written in place of the [B * H, S, 64] operands (no transposes). Block x: b * H + h.
+extern "C" __global__ void __launch_bounds__(128, 2) attention_qkv_bf16(const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ mask,
+                                                                     __nv_bfloat16* __restrict__ out, int B, int S, int H) {
+  const int z = blockIdx.x;
+  if (z >= B * H) return;
+  const int b = z / H, h = z % H;
+  const long width = static_cast<long>(H) * attention::D;  // E: one of q, k, v in a row
+  const __nv_bfloat16* head = qkv + static_cast<long>(b) * S * 3 * width + static_cast<long>(h) * attention::D;
+  attention::attend<false>(head, head + width, head + 2 * width, mask + static_cast<long>(b) * S * S,
+                           out + static_cast<long>(b) * S * width + static_cast<long>(h) * attention::D, 3 * width, width, S);
 }

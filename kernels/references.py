@@ -157,3 +157,13 @@ def attention_bf16(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarra
         p = e / e.sum(axis=2, keepdims=True)
     assert p.shape == (z, s, s)
     return np.matmul(p, v.astype(np.float64))
+
+
+def attention_qkv_bf16(qkv: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """attention_bf16 on the heads of a [B, S, 3, H, 64] projection result (q, k, v side by side
+    in each row) -> [B, S, H, 64]: head h of batch entry b reads q = qkv[b, :, 0, h], k =
+    qkv[b, :, 1, h], v = qkv[b, :, 2, h] and uses mask[b]."""
+    b, s, _, h, d = qkv.shape
+    heads = np.transpose(qkv, (2, 0, 3, 1, 4)).reshape(3, b * h, s, d)  # [3, B * H, S, 64]
+    out = attention_bf16(heads[0], np.transpose(heads[1], (0, 2, 1)), heads[2], mask)
+    return np.transpose(out.reshape(b, h, s, d), (0, 2, 1, 3))

@@ -1,5 +1,5 @@
-"""On a CUDA device: the fused attention kernel (kernels/attention.toml, attention_bf16) against
-its float64 reference, through IREE (iree_dispatch.runtime).
+"""On a CUDA device: the fused attention kernels (kernels/attention.toml, attention_bf16 and
+attention_qkv_bf16) against their float64 reference, through IREE (iree_dispatch.runtime).
 
 out[z] = softmax(q[z] @ kt[z] / 8 + mask[z // H]) @ v[z], q [Z, S, 64], kt [Z, 64, S], v [Z, S, 64],
 mask [B, S, S], H = Z // B. Sequence lengths not multiples of the 64-row and 64-key tiles (1, 37,
@@ -10,6 +10,11 @@ with -inf, causal with keys padded out on the left (rows whose keys are all mask
 is then uniform, every score equal to the mask value, as in the model and the reference), random
 additive values with some keys masked (no causal structure: no tile can be skipped but by the
 mask), and rows masked entirely with -inf (NaN in the output, as torch's softmax).
+
+attention_qkv_bf16 computes the same from a [B, S, 3, H, 64] projection result into [B, S, H, 64]:
+its result, brought to the [B * H, S, 64] layout, is checked against attention_bf16's reference
+on q, kt and v taken from the same tensor (a head reading another head's columns, or k where v
+belongs, fails: every head's v has its own mean).
 
 Each case runs three ways: the module as built (IREE allocates the output; an H100 runs the
 sm_90 cubin), the copy whose output is declared in place called with the output filled with NaN
@@ -150,3 +155,44 @@ def test_gpt2_small_shapes(modules):
     q, kt, v, mask = inputs(96, 8, 1024, "causal")
     got = getattr(modules["attention"], NAME)(q, kt, v, mask)
     print(f"\n{NAME} GPT-2 small: {check(got, q, kt, v, mask)}")
+
+
+QKV_NAME = "attention_qkv_bf16"
+# (B, H, S): several heads per batch entry, sequence lengths off and on the tiles
+QKV_SIZES = [(1, 1, 1), (2, 1, 37), (1, 3, 129), (2, 12, 200), (3, 2, 1000)]
+
+
+def qkv_inputs(batch: int, heads: int, s: int, kind: str, seed=None):
+    """qkv [B, S, 3, H, 64] (v of each head with its own mean) and a mask [B, S, S]."""
+    rng = np.random.default_rng(seed)
+    qkv = rng.normal(0.0, 1.5, (batch, s, 3, heads, 64)).astype(np.float32)
+    qkv[:, :, 2] = rng.normal(0.0, 1.0, (batch, s, heads, 64)) + 0.25 * np.arange(batch * heads, dtype=np.float32).reshape(batch, 1, heads, 1)
+    return qkv.astype(_bf16()), make_mask(kind, batch, s, rng)
+
+
+def check_qkv(got: np.ndarray, qkv, mask) -> str:
+    """got [B, S, H, 64] against attention_bf16's reference on the heads of qkv."""
+    b, s, _, h, d = qkv.shape
+    assert got.shape == (b, s, h, d), got.shape
+    heads = np.transpose(qkv, (2, 0, 3, 1, 4)).reshape(3, b * h, s, d)
+    q, kt, v = heads[0], np.ascontiguousarray(np.transpose(heads[1], (0, 2, 1))), heads[2]
+    return check(np.transpose(got, (0, 2, 1, 3)).reshape(b * h, s, d), q, kt, v, mask)
+
+
+@pytest.mark.parametrize("mask_kind", MASKS)
+@pytest.mark.parametrize("batch, heads, s", QKV_SIZES, ids=[f"{b}x{h}x{s}" for b, h, s in QKV_SIZES])
+def test_attention_qkv_matches_float64(modules, batch, heads, s, mask_kind):
+    qkv, mask = qkv_inputs(batch, heads, s, mask_kind)
+    reports = [check_qkv(getattr(modules["attention"], QKV_NAME)(qkv, mask), qkv, mask)]
+    for module in ("attention_poisonable", "attention_sm80_ptx_poisonable"):
+        poisoned = np.full((batch, s, heads, 64), np.nan, _bf16())
+        reports.append(check_qkv(getattr(modules[module], QKV_NAME)(qkv, mask, poisoned), qkv, mask))
+    print(f"\n{QKV_NAME} B={batch} H={heads} S={s} {mask_kind}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
+def test_attention_qkv_gpt2_small_shapes(modules):
+    """GPT-2 small at batch 8 x 1024 tokens: the [8, 1024, 2304] projection result, 12 heads."""
+    qkv, mask = qkv_inputs(8, 12, 1024, "causal")
+    poisoned = np.full((8, 1024, 12, 64), np.nan, _bf16())
+    got = getattr(modules["attention_poisonable"], QKV_NAME)(qkv, mask, poisoned)
+    print(f"\n{QKV_NAME} GPT-2 small: {check_qkv(got, qkv, mask)}")
