@@ -168,6 +168,7 @@ def run(args) -> int:
 
         ireert.flags.parse_flags(*args.iree_flags.split())
         results["meta"]["iree_flags"] = args.iree_flags
+    results["meta"]["iree_device"] = "IREE's defaults" if args.iree_device else "iree_dispatch's (runtime/devices.py)"
     wanted = set(args.dtypes.split(",")) if args.dtypes else None
     for dtype, entry in meta["dtypes"].items():
         if wanted is not None and dtype not in wanted:
@@ -213,7 +214,8 @@ def run(args) -> int:
                 continue
             try:
                 ours = [k.split(".", 1)[1] for k in variant.get("kernels", {})]
-                out[name] = _time_iree(folder / dtype / variant["vmfb"], variant["device"], host_args, ref, args.iters, not args.no_profile, ours)
+                trace = Path(args.out) / f"trace_{dtype}_{name}.json.gz" if args.traces else None
+                out[name] = _time_iree(folder / dtype / variant["vmfb"], variant["device"], host_args, ref, args.iters, not args.no_profile, ours, trace, args.iree_device)
             except Exception as exc:  # noqa: BLE001 - one variant failing must not hide the others
                 out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
             out[name]["what"] = variant["what"]
@@ -255,11 +257,20 @@ def _time_torch(fn, ref, iters: int, dev: str) -> dict:
     return {"ms": _median(times), "ms_min": min(times), **errors}
 
 
-def _time_iree(vmfb: Path, device: str, host_args, ref, iters: int, profile: bool = False, ours: list[str] = ()) -> dict:
+def _time_iree(vmfb: Path, device: str, host_args, ref, iters: int, profile: bool = False, ours: list[str] = (), trace: Path | None = None,
+               iree_device: bool = False) -> dict:
+    """One IREE variant's forward. On CUDA the module runs on iree_dispatch's device (its driver
+    flags and output pool, docs/runtime.md), or with iree_device on one IREE creates with its
+    own defaults."""
     import iree.runtime as ireert
     import torch
 
-    config = ireert.Config(device)
+    if device == "cuda" and not iree_device:
+        from iree_dispatch.runtime import devices
+
+        config = ireert.Config(device=devices.device("cuda").hal)
+    else:
+        config = ireert.Config(device)
     module = ireert.load_vm_module(ireert.VmModule.mmap(config.vm_instance, str(vmfb)), config)
     args = [ireert.asdevicearray(config.device, a) for a in host_args]
     started = time.perf_counter()
@@ -278,20 +289,27 @@ def _time_iree(vmfb: Path, device: str, host_args, ref, iters: int, profile: boo
     result = {"ms": _median(times), "ms_min": min(times), "first_call_ms": first * 1e3, **errors}
     if profile and device == "cuda":
         try:
-            result["gpu_kernels"] = _kernel_breakdown(lambda: module.main(*args), ours)
+            result["gpu_kernels"] = _kernel_breakdown(lambda: module.main(*args), ours, trace)
         except Exception as exc:  # noqa: BLE001 - the breakdown is extra; the timing stands
             result["gpu_kernels_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     return result
 
 
-def _kernel_breakdown(call, ours: list[str]) -> dict:
+def _kernel_breakdown(call, ours: list[str], trace: Path | None = None) -> dict:
     """GPU time of one call by kernel (CUPTI through torch.profiler): ours (by entry name) and
-    IREE's own dispatches, in ms, with the eight longest kernels."""
-    from torch.profiler import ProfilerActivity, profile
+    IREE's own dispatches, in ms, with the eight longest kernels; and where the forward's wall
+    time goes besides kernels: the span from the call to its last kernel's end, the idle time
+    between kernels (gaps), the host time before the first kernel, the largest gaps with the
+    kernels around them. `trace`: also write the chrome trace there (gzip)."""
+    import gzip
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     call()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        call()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function(_FORWARD):
+            call()
     totals: dict[str, float] = {}
     for e in prof.key_averages():
         t = getattr(e, "device_time_total", None)
@@ -300,11 +318,55 @@ def _kernel_breakdown(call, ours: list[str]) -> dict:
         if t:
             totals[e.key] = totals.get(e.key, 0.0) + t / 1e3
     mine = {k: v for k, v in totals.items() if any(k == name or k.startswith(name + "(") for name in ours)}
-    return {
+    result = {
         "total_ms": sum(totals.values()),
         "ours_ms": sum(mine.values()),
         "iree_ms": sum(totals.values()) - sum(mine.values()),
         "top": dict(sorted(totals.items(), key=lambda kv: -kv[1])[:8]),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text()).get("traceEvents", [])
+        if trace is not None:
+            trace.parent.mkdir(parents=True, exist_ok=True)
+            with gzip.open(trace, "wt") as f:
+                json.dump(events, f)
+    result["timeline"] = _timeline(events)
+    return result
+
+
+_FORWARD = "forward"  # the profiled call's range in the trace
+
+
+def _timeline(events: list) -> dict:
+    """Where the wall time of one profiled call goes, in ms: GPU activities (kernels, copies,
+    fills), the gaps between them, and the host time before the first and after the last."""
+    gpu = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    if not gpu:
+        return {}
+    launches = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cuda_driver", "cuda_runtime")]
+    gaps = []
+    end = gpu[0]["ts"] + gpu[0]["dur"]
+    for prev, e in zip(gpu, gpu[1:]):
+        if e["ts"] > end:
+            gaps.append((e["ts"] - end, prev["name"][:60], e["name"][:60]))
+        end = max(end, e["ts"] + e["dur"])
+    forward = next((e for e in events if e.get("ph") == "X" and e.get("name") == _FORWARD and e.get("cat") == "user_annotation"), None)
+    by_api: dict[str, list] = {}
+    for e in launches:
+        by_api.setdefault(e["name"], []).append(e["dur"])
+    return {
+        "gpu_activities": len(gpu),
+        "busy_ms": sum(e["dur"] for e in gpu) / 1e3,
+        "span_ms": (end - gpu[0]["ts"]) / 1e3,
+        "gaps_ms": sum(g[0] for g in gaps) / 1e3,
+        "gaps_over_10us": sum(1 for g in gaps if g[0] > 10),
+        "call_ms": forward["dur"] / 1e3 if forward else None,
+        "before_first_gpu_ms": (gpu[0]["ts"] - forward["ts"]) / 1e3 if forward else None,
+        "after_last_gpu_ms": (forward["ts"] + forward["dur"] - end) / 1e3 if forward else None,
+        "largest_gaps": [{"us": round(g[0], 1), "after": g[1], "before": g[2]} for g in sorted(gaps, reverse=True)[:12]],
+        "host_api": {k: {"calls": len(v), "ms": round(sum(v) / 1e3, 3)} for k, v in sorted(by_api.items(), key=lambda kv: -sum(kv[1]))[:8]},
     }
 
 
@@ -348,6 +410,9 @@ def main(argv=None) -> int:
     r.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     r.add_argument("--no-profile", action="store_true", help="skip the per-kernel GPU time breakdown of the IREE variants (CUPTI)")
     r.add_argument("--dtypes", help="only these of the prepared dtypes (e.g. bf16)")
+    r.add_argument("--traces", action="store_true", help="also write each IREE variant's profiled forward as a chrome trace (OUT/trace_DTYPE_VARIANT.json.gz)")
+    r.add_argument("--iree-device", action="store_true",
+                   help="run the IREE variants on a device IREE creates with its defaults instead of iree_dispatch's (its driver flags and output pool)")
     r.add_argument("--iree-flags", default="", help="IREE runtime flags for every IREE variant, e.g. '--cuda_use_streams=false'")
     r.set_defaults(func=run)
     args = p.parse_args(argv)
