@@ -187,6 +187,7 @@ class Launcher(_DeviceStream):
         self._push, self._pop = cuda.cuCtxPushCurrent_v2, cuda.cuCtxPopCurrent_v2
         self._launch, self._synchronize = cuda.cuLaunchKernel, cuda.cuStreamSynchronize
         self._popped = ctypes.c_void_p()
+        self._threads = threading.local()  # .current: the primary context was current on this thread at its last launch
 
     @property
     def stream(self) -> int:
@@ -221,11 +222,25 @@ class Launcher(_DeviceStream):
     def launch(self, function: ctypes.c_void_p, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int | None,
                params: ctypes.Array, wait: bool = False) -> None:
         """Queues `function` on `stream` (None: the launcher's own); params: a void* per
-        parameter. wait: also waits until the stream's work has completed."""
+        parameter. wait: also waits until the stream's work has completed.
+
+        The primary context is usually current on the calling thread already (IREE, torch and
+        CuPy make it current and leave it so): a thread where it was found current launches
+        without pushing it. A launch that fails there (the thread's context changed: the
+        function and stream don't belong to it) is made again the safe way, the context pushed
+        for the launch and popped after."""
+        target = self._stream if stream is None else ctypes.c_void_p(stream)
+        threads = self._threads
+        if getattr(threads, "current", False):
+            rc = self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory, target, params, None)
+            if not rc:
+                if wait:
+                    self._check(self._synchronize(target), "cuStreamSynchronize (a kernel failed on the device)")
+                return
+            threads.current = False
         waited = 0
         self._push(self._context)
         try:
-            target = self._stream if stream is None else ctypes.c_void_p(stream)
             rc = self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory, target, params, None)
             if wait and not rc:
                 waited = self._synchronize(target)
@@ -235,4 +250,6 @@ class Launcher(_DeviceStream):
             self._check(rc, f"cuLaunchKernel (grid {list(grid)}, block {list(block)}, {shared_memory} bytes of shared memory)")
         if waited:
             self._check(waited, "cuStreamSynchronize (a kernel failed on the device)")
+        current = ctypes.c_void_p()
+        threads.current = not self._cuda.cuCtxGetCurrent(ctypes.byref(current)) and current.value == self._context.value
 
