@@ -37,11 +37,14 @@ OP_KINDS: dict[str, tuple[tuple[int, ...], int, int]] = {
     "rmsnorm": ((2, 1), 2, 1),  # x [rows, cols], weight [cols], eps → x * rsqrt(mean(x^2) + eps) * weight per row
     # q [Z, S, D], kt [Z, D, S], v [Z, S, D], mask [B, S, S] → softmax(q @ kt / sqrt(D) + mask[z // (Z / B)]) @ v
     "attention": ((3, 3, 3, 3), 3, 0),
+    # qkv [B, S, 3, H, D] (the qkv projection's result as it is stored), mask [B, S, S] → out [B, S, H, D]:
+    # the same per batch b and head h, with q = qkv[b, :, 0, h], k = qkv[b, :, 1, h], v = qkv[b, :, 2, h]
+    "attention_qkv": ((5, 3), 4, 0),
 }
 _KEYS = {"op", "accumulate", "divisible", "max", "eps", "priority", "pad"}
 # What the kernel computes in, unless `accumulate` says otherwise: matmuls accumulate in their
 # output's type; the row kernels of the library compute in float32 whatever they store.
-_DEFAULT_ACCUMULATE = {"softmax": "f32", "layernorm": "f32", "rmsnorm": "f32", "attention": "f32"}
+_DEFAULT_ACCUMULATE = {"softmax": "f32", "layernorm": "f32", "rmsnorm": "f32", "attention": "f32", "attention_qkv": "f32"}
 _FLOAT_RANK = {"f16": 1, "bf16": 1, "f32": 2, "f64": 3}
 
 
@@ -268,6 +271,9 @@ def _check_shapes(kernel: KernelSpec, op: str, label: str) -> None:
     elif op == "attention":
         (z, s, d), (z2, d2, s2), (z3, s3, d3), (_, s4, s5) = ins
         want_out, same = (z, s, d), [(z, z2), (z, z3), (d, d2), (d, d3), (s, s2), (s, s3), (s, s4), (s, s5)]
+    elif op == "attention_qkv":
+        (b, s, three, h, d), (b2, s2, s3) = ins
+        want_out, same = (b, s, h, d), [(three, "3"), (b, b2), (s, s2), (s, s3)]
     else:
         rows, cols = ins[0]
         want_out, same = (rows, cols), [(v[0], cols) for v in ins[1:]]

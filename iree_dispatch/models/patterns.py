@@ -47,6 +47,9 @@ class Form:
     scale: float | None = None
     # Roots of other candidates this form computes too (attention: the scores batch matmul, the softmax)
     covers: tuple = ()
+    # (category, reason) when the model's ops around the form's core don't have the form's structure
+    # (attention_qkv: q, k, v not sliced from one projection): every kernel of its kind is refused so
+    refusal: tuple[str, str] | None = None
 
 
 @dataclass
@@ -980,5 +983,141 @@ def _attention_forms(ctx) -> list[Form]:
     bsz, _, s_, s2_ = imask[0]
     operands = [Operand(q, iq[0], iq[1]), Operand(kt, ikt[0], ikt[1]), Operand(v, iv[0], iv[1]), Operand(mask, (bsz, s_, s2_), imask[1])]
     covers = (scores.results[0], div.results[0])
-    return [Form("attention", operands, result_value, ictx[0], tensor_info(result_value)[1], compute, anchor, result_dims=((0, 0), (0, 1), (0, 2)),
-                 steps=rounds if compute != tensor_info(ctx.results[0])[1] else "", scale=scale, covers=covers)]
+    att = Form("attention", operands, result_value, ictx[0], tensor_info(result_value)[1], compute, anchor, result_dims=((0, 0), (0, 1), (0, 2)),
+               steps=rounds if compute != tensor_info(ctx.results[0])[1] else "", scale=scale, covers=covers)
+    return [_attention_qkv_form(att), att]
+
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention on the projection's layouts: q, k, v sliced from one [B, S, 3E] tensor, the result in [B, S, E]
+# ----------------------------------------------------------------------------------------------
+
+QKV_NOTE = "q, k and v are read from the projection's [B, S, 3E] result and the result is written in [B, S, E] layout (the transposes are not computed)"
+
+
+def _reassociation(op) -> list[list[int]]:
+    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def _permutation(op) -> list[int] | None:
+    if op is None or op.name != "linalg.transpose" or "permutation" not in op.attributes:
+        return None
+    return list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+
+
+def _heads_source(value, permutation: list[int]):
+    """(the [B, S, E] value, the transposed [B, H, ., .] value, its [B, S, H, D] heads) when `value`
+    is collapse_shape [[0, 1], [2], [3]] of linalg.transpose (`permutation`) of expand_shape
+    [[0], [1], [2, 3]] of a [B, S, E] value (torch's view as heads, then transpose), else None."""
+    t = _reshaped_from(value, "tensor.collapse_shape", 3)
+    op = producer(t) if t is not None else None
+    if _permutation(op) != permutation or op.results[0] != t:
+        return None
+    heads = op.operands[0]
+    e = producer(heads)
+    if e is None or e.name != "tensor.expand_shape" or _reassociation(e) != [[0], [1], [2, 3]]:
+        return None
+    return e.operands[0], t, heads
+
+
+def _slice_of(value):
+    """(the sliced tensor, last-dim offset) when `value` is a static, unit-stride tensor.extract_slice of
+    a rank-3 tensor that keeps its first two dims whole and takes a part of the last, else None."""
+    op = producer(value)
+    if op is None or op.name != "tensor.extract_slice" or len(op.operands) != 1:
+        return None
+    src, mine = tensor_info(op.operands[0]), tensor_info(value)
+    if not src or not mine or len(src[0]) != 3 or len(mine[0]) != 3 or None in src[0] or None in mine[0]:
+        return None
+    offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+    sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+    strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
+    if strides != [1, 1, 1] or offsets[:2] != [0, 0] or sizes != list(mine[0]) or sizes[:2] != list(src[0][:2]):
+        return None
+    return op.operands[0], offsets[2]
+
+
+def _only_use(value, name: str):
+    """(the op, None) when `value`'s only use is an op `name`; (None, True) when one of several
+    uses is; (None, False) when none is."""
+    us = users(value)
+    mine = [u for u in us if u.name == name]
+    if len(us) == 1 and mine:
+        return mine[0], None
+    return None, bool(mine)
+
+
+def _heads_back(value):
+    """(the [B*S, E] or [B, S, E] value, None) when `value` [Z, S, D]'s only use is expand_shape to
+    [B, H, S, D], its only use linalg.transpose [0, 2, 1, 3] to [B, S, H, D], its only use
+    collapse_shape to [B*S, H*D] or [B, S, H*D]; else (None, (category, reason))."""
+    not_back = ("layout", "the result is not transposed back to [B, S, E]")
+    other = ("layout", "the result has other uses than its transpose back to [B, S, E]")
+    e, more = _only_use(value, "tensor.expand_shape")
+    if e is None:
+        return None, other if more else not_back
+    if _reassociation(e) != [[0, 1], [2], [3]]:
+        return None, not_back
+    t, more = _only_use(e.results[0], "linalg.transpose")
+    if t is None:
+        return None, other if more else not_back
+    if _permutation(t) != [0, 2, 1, 3] or t.operands[0] != e.results[0]:
+        return None, not_back
+    c, more = _only_use(t.results[0], "tensor.collapse_shape")
+    if c is None:
+        return None, other if more else not_back
+    if _reassociation(c) not in ([[0, 1], [2, 3]], [[0], [1], [2, 3]]):
+        return None, not_back
+    return c.results[0], None
+
+
+def _attention_qkv_form(att: Form) -> Form:
+    """The attention form `att` on the layouts the model holds q, k, v and the result in, as
+    transformers' GPT-2 exports it:
+
+        x   = the qkv projection's result, [B, S, 3E] (E = H*D)
+        q   = collapse(transpose [0, 2, 1, 3] (expand x[:, :, 0:E] to [B, S, H, D]))    [B*H, S, D]
+        kt  = collapse(transpose [0, 2, 3, 1] (expand x[:, :, E:2E] to [B, S, H, D]))   [B*H, D, S]
+        v   = collapse(transpose [0, 2, 1, 3] (expand x[:, :, 2E:3E] to [B, S, H, D]))  [B*H, S, D]
+        out = collapse(transpose [0, 2, 1, 3] (expand the chain's result to [B, H, S, D]))  [B*S, E] or [B, S, E]
+
+    each reshape and transpose the only use of the value before it: one form, attention_qkv, whose
+    operands are x seen as [B, S, 3, H, D] (a free expand) and the mask, whose result is `out` seen
+    as [B, S, H, D]. When the structure is not there, the form carries the reason (`refusal`), so
+    the report can say why the chain is taken as plain attention."""
+    form = Form("attention_qkv", list(att.operands), att.result, att.result_shape, att.result_dtype, att.compute, att.anchor,
+                steps=att.steps, scale=att.scale, covers=att.covers)
+
+    def refuse(category: str, reason: str) -> Form:
+        form.refusal = (category, reason)
+        return form
+
+    q, kt, v, mask = att.operands
+    found = [_heads_source(q.value, [0, 2, 1, 3]), _heads_source(kt.value, [0, 2, 3, 1]), _heads_source(v.value, [0, 2, 1, 3])]
+    if None in found:
+        return refuse("layout", "q, k and v are not heads of [B, S, E] tensors transposed to [B*H, S, D] (k: [B*H, D, S])")
+    if not _one_use(q.value, kt.value, v.value, *(f[1] for f in found), *(f[2] for f in found)):
+        return refuse("layout", "the transposed q, k or v has other uses (the transposes would still be computed)")
+    infos = [tensor_info(f[2]) for f in found]
+    if any(None in i[0] for i in infos) or len({i[0] for i in infos}) != 1:
+        return refuse("shape", "q, k and v need the same static [B, S, H, D] heads")
+    slices = [_slice_of(f[0]) for f in found]
+    if None in slices or len({_key(s[0]) for s in slices}) != 1:
+        return refuse("layout", "q, k and v are not slices of one [B, S, 3E] tensor")
+    x = slices[0][0]
+    ix = tensor_info(x)
+    bsz, s_, h, d = infos[0][0]
+    e = h * d
+    if [s[1] for s in slices] != [0, e, 2 * e] or ix[0] != (bsz, s_, 3 * e):
+        return refuse("layout", "q, k and v are not the slices at 0, E and 2E of the last dim of one [B, S, 3E] tensor")
+    if bsz * h != q.shape[0]:  # (the mask's B and S are checked against the kernel's symbols by the selection)
+        return refuse("shape", f"the heads' B*H = {bsz}*{h} is not the chain's batch {shape_text(q.shape[:1])}")
+    out, why = _heads_back(att.result)
+    if out is None:
+        return refuse(*why)
+    form.operands = [Operand(x, (bsz, s_, 3, h, d), ix[1]), mask]
+    form.result, form.result_shape = out, (bsz, s_, h, d)
+    form.result_dtype = tensor_info(out)[1]
+    form.notes = [QKV_NOTE]
+    return form

@@ -147,6 +147,35 @@ def _dim(value, index: int):
     return ir.Operation.create("tensor.dim", results=[ir.IndexType.get()], operands=[value, c.results[0]]).results[0]
 
 
+def _groups(small, big) -> list[list[int]]:
+    """The dims of `big` that make each dim of `small`: the leading ones merged into the first
+    (a batch seen as rows), or, where the sizes are static and say otherwise, each dim of `small`
+    the product of consecutive dims of `big` ([B, S, 3E] as [B, S, 3, H, D], [B, S, H, D] as [B*S, H*D])."""
+    lead = len(big) - len(small) + 1
+    groups = [list(range(lead))] + [[i] for i in range(lead, len(big))]
+    if None in small or None in big or all(_product(big[i] for i in g) == n for g, n in zip(groups, small)):
+        return groups
+    groups, i = [], 0
+    for n in small:
+        group = [i]
+        i += 1
+        while i < len(big) and _product(big[j] for j in group) < n:
+            group.append(i)
+            i += 1
+        groups.append(group)
+    groups[-1] += list(range(i, len(big)))  # trailing unit dims
+    if any(g[-1] >= len(big) or _product(big[j] for j in g) != n for g, n in zip(groups, small)):
+        raise AssertionError(f"{tuple(big)} and {tuple(small)} are no reshape of each other")
+    return groups
+
+
+def _product(sizes) -> int:
+    n = 1
+    for d in sizes:
+        n *= d
+    return n
+
+
 _DYNAMIC = -9223372036854775808  # ShapedType::kDynamic in static_output_shape
 
 
@@ -161,8 +190,7 @@ def _reshape(value, shape, dims=None):
         return _cast(value, ir.Type.parse(tensor_type(dtype, list(shape))))
     target = ir.Type.parse(tensor_type(dtype, list(shape)))
     small, big = (shape, have) if len(shape) < len(have) else (have, shape)
-    lead = len(big) - len(small) + 1
-    groups = [list(range(lead))] + [[i] for i in range(lead, len(big))]
+    groups = _groups(small, big)
     reassociation = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i) for i in g]) for g in groups])
     if len(shape) < len(have):
         return ir.Operation.create("tensor.collapse_shape", results=[target], operands=[value], attributes={"reassociation": reassociation}).results[0]

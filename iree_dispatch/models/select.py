@@ -37,6 +37,9 @@ def decide(candidates: list[Candidate], kernels: KernelSet, *, allow_wider_accum
     return [d for d in decisions if id(d.candidate) not in covered]
 
 
+_FUSED = ("matmul_nt", "attention", "attention_qkv")  # forms whose refusal the report notes when a plainer form is taken
+
+
 def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
     d = Decision(cand)
     if cand.refusal is not None:
@@ -48,6 +51,13 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
         caps = kernels.for_op(form.kind)
         if form.kind not in tried_kinds:
             tried_kinds.append(form.kind)
+        if form.refusal is not None:  # the model's ops lack the form's structure: no kernel of its kind can take it
+            for cap in caps:
+                reason = (form.refusal[0], f"{cap.label}: {form.refusal[1]}")
+                if reason not in d.reasons:
+                    d.reasons.append(reason)
+                    form_of_reason.append(form.kind)
+            continue
         for cap in caps:
             why, narrow, notes, extra = _fits(form, cap, allow_wider)
             if why is None:
@@ -56,14 +66,14 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
                 d.notes = [*form.notes, *notes]
                 if form.kind == "matmul" and any(f.kind == "matmul+bias" for f in cand.forms) and not kernels.for_op("matmul+bias"):
                     d.notes.append("its bias add is left to IREE (no kernel declares matmul+bias for it)")
-                fused = [f"not as {kind}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if kind.startswith("matmul+") or kind in ("matmul_nt", "attention")]
+                fused = [f"not as {kind}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if kind.startswith("matmul+") or kind in _FUSED]
                 d.notes += fused
                 return d
             reason = (why[0], f"{cap.label}: {why[1]}")
             if reason not in d.reasons:
                 d.reasons.append(reason)
                 form_of_reason.append(form.kind)
-    tried_kinds = [k for k in tried_kinds if k != "attention" or kernels.for_op(k)]  # a fused form no kernel declares is no news
+    tried_kinds = [k for k in tried_kinds if k not in ("attention", "attention_qkv") or kernels.for_op(k)]  # a fused form no kernel declares is no news
     missing = [k for k in tried_kinds if not kernels.for_op(k)]
     if missing and len(missing) == len(tried_kinds):
         d.reasons.insert(0, ("kernel", f"no kernel declares {' or '.join(repr(k) for k in missing)}"))
