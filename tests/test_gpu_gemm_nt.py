@@ -2,13 +2,18 @@
 reference, through IREE (iree_dispatch.runtime).
 
 c[M, N] = bf16(a[M, K] @ b[N, K]^T), f32 accumulation, one rounding. Sizes: 1 x 1 x 1, sizes
-that are not multiples of the 128 x 128 x 32 tile, N odd (rows of c not 4-byte aligned every other
-row: the element stores), K not a multiple of 8 (the element loads of a and b), multiples of the
-tile, and GPT-2 small's LM head (8192 x 50257 x 768) and a short batch of it (64 x 50257 x 768).
+that are not multiples of the tiles (sm_90a 128 x 256 x 64, sm_80 128 x 128 x 32), N odd (rows of
+c not 4-byte aligned every other row), K not a multiple of 8 (the element loads of a and b),
+multiples of the tiles, and GPT-2 small's LM head (8192 x 50257 x 768) and a short batch of it
+(64 x 50257 x 768). On sm_90a they reach both of its paths: TMA (K % 8 == 0; with odd N, with
+M leaving the second block of a cluster past M, with a narrow last column of tiles that can't hold
+the tensor maps, with several tiles per block) and the element-by-element fallback (K % 8 != 0,
+or no room in c for the tensor maps: 1 x 77 x 8, 3 x 8 x 8).
 
-Each case runs three ways: the module as built (IREE allocates c; an H100 runs the sm_90 cubin),
+Each case runs three ways: the module as built (IREE allocates c; an H100 runs the sm_90a cubin),
 the copy whose output is declared in place called with c filled with NaN (an element the kernel
-fails to write stays NaN and fails), and the sm_80-PTX-only copy, poisoned the same way.
+fails to write stays NaN and fails; the tensor maps the sm_90a body keeps in c must be
+overwritten), and the sm_80-PTX-only copy, poisoned the same way.
 
 Error bound, element by element: |c - c64| <= 2^-8 |c64| + RTOL * (|a| @ |b|^T), with c64 the
 float64 product of the same (rounded) bf16 inputs. Products of two bf16 values are exact in
@@ -93,9 +98,14 @@ def test_reference_is_a_times_b_transposed():
 
 
 # (M, N, K): K = 1, 5, 9, 13, 17, 100 are not multiples of 8 (element loads); N = 1, 77, 101,
-# 257, 1001, 50257 are odd (element stores on every other row).
+# 257, 1001, 50257 are odd (element stores on every other row). With K % 8 == 0 (sm_90a's TMA
+# path): 100 x 1001 x 64 and 300 x 50257 x 200 (the second block of a cluster wholly past M;
+# K not a multiple of 64), 130 x 257 x 72 (a one-column last tile), 70000 x 300 x 64 (a 44-column
+# last tile, too narrow for the maps, and 3 tiles per block), 1 x 77 x 8 (no room for the maps:
+# the fallback).
 SIZES = [(1, 1, 1), (1, 77, 5), (3, 8, 8), (37, 101, 13), (130, 257, 72), (200, 1001, 9), (128, 128, 32), (129, 129, 33),
-         (256, 384, 768), (1000, 77, 100), (517, 1000, 17), (1024, 1024, 1024), (300, 2048, 4096)]
+         (256, 384, 768), (1000, 77, 100), (517, 1000, 17), (1024, 1024, 1024), (300, 2048, 4096),
+         (1, 77, 8), (100, 1001, 64), (300, 50257, 200), (70000, 300, 64), (257, 513, 136)]
 
 
 @pytest.mark.parametrize("m, n, k", SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in SIZES])
