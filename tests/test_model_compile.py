@@ -208,16 +208,30 @@ def test_gpt2_attention_shapes_report():
 
 
 GPT2_LAYER = [LIBRARY, GEMM, ATTENTION]
+QKV_STRICT = ("numerics", "attention.attention_qkv_bf16: computes in f32, the model in bf16; the model rounds to bf16 after the scores, the scale, "
+                          "the mask add, the softmax and the context (--allow-wider-accumulation accepts a wider one)")
+
+
+def _attention_alone(tmp_path) -> Path:
+    """attention.toml without attention_qkv_bf16: the chain as plain attention."""
+    head, sep, _ = ATTENTION.read_text().partition('\n[[kernel]]\nname = "attention_qkv_bf16"')
+    assert sep
+    path = tmp_path / "attention.toml"
+    path.write_text(head.replace("../../../kernels/", f"{(MODELS.parent.parent / 'kernels').resolve()}/") + "\n")
+    return path
+
+
 ATTENTION_NOTE = ("computes in f32 and rounds once, where the model rounds to bf16 after the scores, the scale, the mask add, the softmax and the context"
                   " (--allow-wider-accumulation)")
 
 
-def test_gpt2_attention_chain_as_one_kernel():
+def test_gpt2_attention_chain_as_one_kernel(tmp_path):
     """A GPT-2 layer as benchmarks/model.py exports it (bf16, 2 heads of 64, batch 2 x 40 tokens):
     scores batch matmul, * 0.125, + the [2, 1, 40, 40] mask, softmax, context batch matmul, one
-    call to attention_bf16 with --allow-wider-accumulation; the scores batch matmul (#3) and the
-    softmax (#4) are no candidates of their own then."""
-    r = _dry("gpt2_layer_bf16.torch.mlir", kernels=GPT2_LAYER, allow_wider_accumulation=True)
+    call to attention_bf16 with --allow-wider-accumulation (a spec without attention_qkv_bf16,
+    which would take it with its layouts: tests/test_model_attention_qkv.py); the scores batch
+    matmul (#3) and the softmax (#4) are no candidates of their own then."""
+    r = _dry("gpt2_layer_bf16.torch.mlir", kernels=[LIBRARY, GEMM, _attention_alone(tmp_path)], allow_wider_accumulation=True)
     (d,) = [d for d in r.replaced if d.capability.label == "attention.attention_bf16"]
     assert (d.candidate.kind, d.form.kind, d.candidate.order) == ("batch_matmul", "attention", 5)
     assert d.notes == [ATTENTION_NOTE, "with #3 batch_matmul and #4 softmax: one kernel call for the whole chain"]
@@ -240,25 +254,28 @@ def test_gpt2_attention_refusals(tmp_path):
     attention in the report."""
     strict = _dry("gpt2_layer_bf16.torch.mlir", kernels=GPT2_LAYER)
     (ctx,) = [d for d in strict.left if d.candidate.order == 5]
-    assert ctx.reasons == [("numerics", "attention.attention_bf16: computes in f32, the model in bf16; the model rounds to bf16 after the scores, the scale, "
-                                        "the mask add, the softmax and the context (--allow-wider-accumulation accepts a wider one)")]
+    assert ctx.reasons == [QKV_STRICT, ("numerics", "attention.attention_bf16: computes in f32, the model in bf16; the model rounds to bf16 after the scores, the scale, "
+                                                    "the mask add, the softmax and the context (--allow-wider-accumulation accepts a wider one)")]
     assert [d.capability.label for d in strict.replaced if d.candidate.kind == "softmax"] == ["library.softmax_warp_bf16"]
     assert [d.candidate.order for d in strict.left if d.candidate.kind == "batch_matmul"] == [3, 5]
 
     f32 = _dry("gpt2_layer_f32.torch.mlir", kernels=GPT2_LAYER, allow_wider_accumulation=True)
     (ctx,) = [d for d in f32.left if d.candidate.order == 5]
-    assert ctx.reasons == [("dtype", "attention.attention_bf16: takes bf16, bf16, bf16, bf16, the model has f32, f32, f32, f32")]
+    assert ctx.reasons == [("dtype", "attention.attention_qkv_bf16: takes bf16, bf16, the model has f32, f32"),
+                           ("dtype", "attention.attention_bf16: takes bf16, bf16, bf16, bf16, the model has f32, f32, f32, f32")]
 
     hd32 = _dry("gpt2_layer_hd32_bf16.torch.mlir", kernels=GPT2_LAYER, allow_wider_accumulation=True)
     (ctx,) = [d for d in hd32.left if d.candidate.order == 5]
-    assert ctx.reasons == [("shape", "attention.attention_bf16: q dim must be 64, the model's is 32")]
+    assert ctx.reasons == [("shape", "attention.attention_qkv_bf16: qkv dim must be 64, the model's is 32"),
+                           ("shape", "attention.attention_bf16: q dim must be 64, the model's is 32")]
 
     text = (MODELS / "gpt2_layer_bf16.torch.mlir").read_text()
     assert text.count("torch.constant.float 1.250000e-01") == 1
     (tmp_path / "scale.mlir").write_text(text.replace("torch.constant.float 1.250000e-01", "torch.constant.float 2.500000e-01"))
     scaled = compile_model(tmp_path / "scale.mlir", GPT2_LAYER, dry_run=True, allow_wider_accumulation=True)
     (ctx,) = [d for d in scaled.left if d.candidate.order == 5]
-    assert ctx.reasons == [("numerics", "attention.attention_bf16: scales the scores by 1/sqrt(64) = 0.125, the model by 0.25")]
+    assert ctx.reasons == [("numerics", "attention.attention_qkv_bf16: scales the scores by 1/sqrt(64) = 0.125, the model by 0.25"),
+                           ("numerics", "attention.attention_bf16: scales the scores by 1/sqrt(64) = 0.125, the model by 0.25")]
 
     plain = _dry("gpt2_layer_bf16.torch.mlir", kernels=[LIBRARY, GEMM], allow_wider_accumulation=True)
     assert "attention" not in plain.text()
@@ -276,7 +293,7 @@ def test_attention_probabilities_used_elsewhere_stay_iree(tmp_path):
     changed = re.sub(r"(func.func @main\([^)]*\) -> )(!torch.vtensor<[^>]+>)", lambda m: f"{m[1]}({m[2]}, {probs_type})", changed, count=1)
     (tmp_path / "probs.mlir").write_text(changed)
     r = compile_model(tmp_path / "probs.mlir", GPT2_LAYER, dry_run=True, allow_wider_accumulation=True)
-    assert "attention.attention_bf16" not in r.kernel_counts()
+    assert "attention.attention_bf16" not in r.kernel_counts() and "attention.attention_qkv_bf16" not in r.kernel_counts()
     assert r.kernel_counts()["library.softmax_warp_bf16"] == 1
 
 
@@ -397,9 +414,9 @@ def test_compiled_bf16_attention_dispatches_the_batched_gemm(tmp_path):
 def test_compiled_gpt2_layer_dispatches_the_attention_kernel(tmp_path):
     compile_model(MODELS / "gpt2_layer_bf16.torch.mlir", GPT2_LAYER, tmp_path / "g.vmfb", emit_mlir=tmp_path / "g.linked.mlir", allow_wider_accumulation=True)
     program = (tmp_path / "g.program.mlir").read_text()
-    assert program.count("func.call @attention.attention_bf16(") == 1
+    assert program.count("func.call @attention.attention_qkv_bf16(") == 1
     dispatches = _flow_dispatches(tmp_path / "g.linked.mlir")
-    assert sum("attention_bf16" in d for d in dispatches) == 1
+    assert sum("attention_qkv_bf16" in d for d in dispatches) == 1
     # What IREE still generates: no batch matmul, softmax, exp or max reduction of the chain.
     ours = ("attention_cu", "rows_cu", "gemm_cu")
     theirs = [d for d in dispatches if not any(o in d for o in ours)]
@@ -470,7 +487,7 @@ def _spec(tmp_path, replaces: str, shapes='{ a = ["M", "K"], b = ["K", "N"], c =
     "replaces, message",
     [
         ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'matmul+bias+gelu', 'matmul_nt', 'batch_matmul', 'softmax', 'layernorm', "
-         "'rmsnorm', 'attention', got 'conv'"),
+         "'rmsnorm', 'attention', 'attention_qkv', got 'conv'"),
         ('{ op = "batch_matmul" }', "replaces 'batch_matmul' needs input tensors of ranks [3, 3] in parameter order; the kernel's inputs have ranks [2, 2]"),
         ('{ op = "matmul", blocks = 2 }', "replaces: unknown keys ['blocks']"),
         ('{ op = "matmul", divisible = { Q = 8 } }', "replaces.divisible names ['Q'], which are not shape symbols of the kernel's inputs (K, M, N)"),

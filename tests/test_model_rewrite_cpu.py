@@ -204,6 +204,10 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
                   "%eo = tensor.empty(%z, %s) : tensor<?x?x64xf32>", "%fo = linalg.fill ins(%zero : f32) outs(%eo : tensor<?x?x64xf32>) -> tensor<?x?x64xf32>",
                   f"%o = linalg.batch_matmul ins(%pb, %a2 : tensor<?x?x?xbf16>, {v}) outs(%fo : tensor<?x?x64xf32>) -> tensor<?x?x64xf32>",
                   f"%ob = arith.truncf %o : tensor<?x?x64xf32> to {out}", f"return %ob : {out}"]
+    elif op == "attention_qkv":  # the same on q, k, v sliced and transposed from [B, S, 3, H, 64], the result transposed to [B, S, H, 64]
+        from .test_model_attention_qkv import attention_qkv_reference
+
+        return attention_qkv_reference(symbol, kernel)
     else:
         raise AssertionError(op)
     body = "\n".join("    " + line for line in "\n".join(lines).splitlines())
@@ -290,7 +294,7 @@ def _random_args(text: str, function: str, rng):
         # 3-D input (N = 77) and a Linear on 2-D input (K = 13); the same numerics as the model's
         ("lm_head_bf16.torch.mlir", "main", False, 1e-2),
         ("matmul_nt.mlir", "lm_head", False, 1e-2),
-        # a GPT-2 layer (head_dim 64): its attention chain as one call (attention_bf16, computed in f32, rounded once)
+        # a GPT-2 layer (head_dim 64): its attention chain as one call (attention_qkv_bf16, computed in f32, rounded once)
         ("gpt2_layer_bf16.torch.mlir", "main", True, 3e-2),
     ],
 )
