@@ -428,7 +428,7 @@ def os_error_message(exc: OSError) -> str:
     verb = "can't write" if exc.errno in _WRITE_ERRORS else "can't read" if exc.errno == errno.ENOENT else "can't access"
     text = f"{verb} {path}" + (f" (to {exc.filename2})" if exc.filename2 is not None and exc.filename is not None else "") + f": {reason}"
     try:
-        from .backend.cache import cache_dir
+        from .core.paths import cache_dir
 
         root = os.path.abspath(cache_dir())
         if os.path.abspath(path) == root or os.path.abspath(path).startswith(root + os.sep):

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..core.errors import DispatchError
+from ..core.paths import cache_dir
 
 ENTRY_FILES = "files"  # an entry's artifacts, by relative path
 ENTRY_META = "meta.json"
@@ -71,13 +72,6 @@ class CacheError(DispatchError):
 
 class CacheWarning(UserWarning):
     """A damaged cache entry was found and is being rebuilt."""
-
-
-def cache_dir() -> Path:
-    """$IREE_DISPATCH_CACHE_DIR, else $XDG_CACHE_HOME/iree_dispatch, else ~/.cache/iree_dispatch."""
-    if os.environ.get("IREE_DISPATCH_CACHE_DIR"):
-        return Path(os.environ["IREE_DISPATCH_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "iree_dispatch"
 
 
 def digest(*parts: str | bytes) -> str:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import cache
 
 from ..core.errors import DeviceError
+from .compiled import compiled_launch
 
 # CUdevice_attribute values (cuda.h)
 _COMPUTE_CAPABILITY_MAJOR = 75
@@ -178,7 +179,8 @@ class Launcher(_DeviceStream):
     """Loads kernel images into one device's primary context and launches them, on its own
     stream or on a stream the caller names.
 
-    `launch` is the hot path of a direct call: a handful of ctypes calls, no allocation.
+    `launch` is the hot path of a direct call: one call of the compiled launch (compiled.py),
+    or a handful of ctypes calls where there is none.
     """
 
     def __init__(self, ordinal: int):
@@ -188,6 +190,11 @@ class Launcher(_DeviceStream):
         self._launch, self._synchronize = cuda.cuLaunchKernel, cuda.cuStreamSynchronize
         self._popped = ctypes.c_void_p()
         self._threads = threading.local()  # .current: the primary context was current on this thread at its last launch
+        self._cells: dict[int, tuple[ctypes.Array, ctypes.Array]] = {}  # the ctypes path's parameter cells, by count
+        self._compiled = compiled_launch()
+        if self._compiled is not None:
+            address = ctypes.cast
+            self._compiled.set_driver(address(cuda.cuLaunchKernel, ctypes.c_void_p).value, address(cuda.cuStreamSynchronize, ctypes.c_void_p).value)
 
     @property
     def stream(self) -> int:
@@ -220,36 +227,60 @@ class Launcher(_DeviceStream):
             self._cuda.cuModuleUnload(module)
 
     def launch(self, function: ctypes.c_void_p, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int | None,
-               params: ctypes.Array, wait: bool = False) -> None:
-        """Queues `function` on `stream` (None: the launcher's own); params: a void* per
-        parameter. wait: also waits until the stream's work has completed.
+               values: Sequence[int], wait: bool = False) -> None:
+        """Queues `function` on `stream` (None: the launcher's own) with `values`, one int per
+        kernel parameter (addresses and 32-bit words). wait: also waits until the stream's work
+        has completed.
 
         The primary context is usually current on the calling thread already (IREE, torch and
         CuPy make it current and leave it so): a thread where it was found current launches
-        without pushing it. A launch that fails there (the thread's context changed: the
-        function and stream don't belong to it) is made again the safe way, the context pushed
-        for the launch and popped after."""
-        target = self._stream if stream is None else ctypes.c_void_p(stream)
+        without pushing it, through the compiled launch where there is one (compiled.py). A
+        launch that fails there (the thread's context changed: the function and stream don't
+        belong to it) is made again the safe way, the context pushed for the launch and popped
+        after."""
+        handle = self._stream.value if stream is None else stream
         threads = self._threads
         if getattr(threads, "current", False):
-            rc = self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory, target, params, None)
-            if not rc:
-                if wait:
-                    self._check(self._synchronize(target), "cuStreamSynchronize (a kernel failed on the device)")
-                return
+            if self._compiled is not None:
+                failed = self._compiled.launch(function.value, grid, block, shared_memory, handle, values, wait)
+                if failed is None:
+                    return
+                if not failed[0]:  # launched, then the stream's work failed: nothing to retry
+                    self._check(failed[1], "cuStreamSynchronize (a kernel failed on the device)")
+            else:
+                target = ctypes.c_void_p(handle)
+                with self._lock:
+                    rc = self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory, target, self._parameters(values), None)
+                if not rc:
+                    if wait:
+                        self._check(self._synchronize(target), "cuStreamSynchronize (a kernel failed on the device)")
+                    return
             threads.current = False
+        target = ctypes.c_void_p(handle)
         waited = 0
-        self._push(self._context)
-        try:
-            rc = self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory, target, params, None)
-            if wait and not rc:
-                waited = self._synchronize(target)
-        finally:
-            self._pop(ctypes.byref(self._popped))
+        with self._lock:
+            self._push(self._context)
+            try:
+                rc = self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory, target, self._parameters(values), None)
+                if wait and not rc:
+                    waited = self._synchronize(target)
+            finally:
+                self._pop(ctypes.byref(self._popped))
         if rc:
             self._check(rc, f"cuLaunchKernel (grid {list(grid)}, block {list(block)}, {shared_memory} bytes of shared memory)")
         if waited:
             self._check(waited, "cuStreamSynchronize (a kernel failed on the device)")
         current = ctypes.c_void_p()
         threads.current = not self._cuda.cuCtxGetCurrent(ctypes.byref(current)) and current.value == self._context.value
+
+    def _parameters(self, values: Sequence[int]) -> ctypes.Array:
+        """cuLaunchKernel's kernelParams for `values`: a pointer to an 8-byte cell per value,
+        cells reused between launches (the caller holds the lock; cuLaunchKernel copies them)."""
+        found = self._cells.get(len(values))
+        if found is None:
+            cells = (ctypes.c_uint64 * len(values))()
+            base = ctypes.addressof(cells)
+            found = self._cells[len(values)] = (cells, (ctypes.c_void_p * len(values))(*(base + 8 * i for i in range(len(values)))))
+        found[0][:] = values
+        return found[1]
 

@@ -25,11 +25,9 @@ launch="iree")`) sends every call through IREE.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import struct
-import threading
 import weakref
 import zipfile
 from collections.abc import Sequence
@@ -210,13 +208,6 @@ class DirectLaunch:
             words += c.stype.slots
         self._float_slots = [slot_of[s["name"]] for s in description["scalars"] if s["kind"] == "float"]
         self._prepared: dict[tuple, _Prepared] = {}
-        slots = len(self.bindings) + sum(c.stype.slots for c in self.constants)
-        # One 8-byte cell per kernel parameter and a pointer to each, filled per call under a
-        # lock: cuLaunchKernel copies the values, so the cells are free again once it returns.
-        self._values = (ctypes.c_uint64 * slots)()
-        base = ctypes.addressof(self._values)
-        self._params = (ctypes.c_void_p * slots)(*(base + 8 * i for i in range(slots)))
-        self._lock = threading.Lock()
 
     def load(self) -> None:
         """Loads the kernel on the device (when the module is loaded, as IREE loads its own);
@@ -406,9 +397,7 @@ class DirectLaunch:
     def launch(self, pointers: Sequence[int], constants: Sequence[int], grid: tuple[int, int, int], stream: int | None, wait: bool = False) -> None:
         """Queues the kernel on `stream` (None: the launch stream); wait: until it has run."""
         e = self._export
-        with self._lock:
-            self._values[:] = [*pointers, *constants]
-            self._device.launcher.launch(self._function, grid, e.block, e.shared_memory, stream, self._params, wait)
+        self._device.launcher.launch(self._function, grid, e.block, e.shared_memory, stream, [*pointers, *constants], wait)
 
 
 @dataclass(frozen=True)

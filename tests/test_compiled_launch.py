@@ -1,0 +1,131 @@
+"""The compiled launch path (iree_dispatch/runtime/_launch.c) on the CPU: it builds where a C
+compiler and Python's headers are, and it calls the driver functions it is given with the
+kernel's parameters packed as cuLaunchKernel reads them. Stand-ins for cuLaunchKernel and
+cuStreamSynchronize (ctypes callbacks) record their arguments; a private copy of the module is
+loaded so that its driver functions are not the process's."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import shutil
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from iree_dispatch.runtime import compiled
+
+LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+SYNCHRONIZE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+can_build = shutil.which("cc") or shutil.which("gcc")
+has_headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
+needs_compiler = pytest.mark.skipif(not (can_build and has_headers), reason="no C compiler or no Python.h")
+
+
+class FakeDriver:
+    """cuLaunchKernel and cuStreamSynchronize stand-ins with the results they return."""
+
+    def __init__(self, launch_rc: int = 0, synchronize_rc: int = 0):
+        self.launches: list[tuple] = []
+        self.synchronized: list[int] = []
+
+        def launch(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            count = self.expected
+            values = [ctypes.cast(params[i], ctypes.POINTER(ctypes.c_uint64))[0] for i in range(count)]
+            self.launches.append((function, (gx, gy, gz), (bx, by, bz), shared, stream, values, extra))
+            return launch_rc
+
+        def synchronize(stream):
+            self.synchronized.append(stream)
+            return synchronize_rc
+
+        self.expected = 0
+        self.launch, self.synchronize = LAUNCH(launch), SYNCHRONIZE(synchronize)
+
+    def addresses(self) -> tuple[int, int]:
+        return ctypes.cast(self.launch, ctypes.c_void_p).value, ctypes.cast(self.synchronize, ctypes.c_void_p).value
+
+
+@pytest.fixture
+def private_module(tmp_path, monkeypatch):
+    """A copy of the compiled launch module of its own (its own driver functions)."""
+    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(compiled.COMPILED_LAUNCH_ENV, raising=False)
+    compiled._load.cache_clear()
+    try:
+        module = compiled.compiled_launch()
+        status = compiled.compiled_launch_status()
+    finally:
+        compiled._load.cache_clear()
+    assert module is not None, status
+    assert status.startswith("compiled (") and str(tmp_path / "cache" / "launch") in status
+    copy = tmp_path / Path(module.__file__).name.replace("_launch_", "_launch_copy_")
+    shutil.copy(module.__file__, copy)
+    spec = importlib.util.spec_from_file_location(compiled._MODULE_NAME, copy)
+    private = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(private)
+    return private
+
+
+@needs_compiler
+def test_packs_every_parameter_in_its_own_cell(private_module):
+    driver = FakeDriver()
+    private_module.set_driver(*driver.addresses())
+    values = [0x7F12_3456_7000, 0x7F12_3456_8000, 1024, 0xFFFF_FFFF, 0]
+    driver.expected = len(values)
+    assert private_module.launch(0x1234, (16, 2, 1), (64, 1, 1), 4096, 0x5678, values, False) is None
+    (function, grid, block, shared, stream, got, extra), = driver.launches
+    assert (function, grid, block, shared, stream, got, extra) == (0x1234, (16, 2, 1), (64, 1, 1), 4096, 0x5678, values, None)
+    assert driver.synchronized == []
+
+
+@needs_compiler
+def test_waits_on_the_stream_and_reports_failures(private_module):
+    driver = FakeDriver()
+    private_module.set_driver(*driver.addresses())
+    driver.expected = 1
+    assert private_module.launch(1, (1, 1, 1), (1, 1, 1), 0, 0x99, (7,), True) is None
+    assert driver.synchronized == [0x99]
+    failing_sync = FakeDriver(synchronize_rc=719)  # CUDA_ERROR_LAUNCH_FAILED
+    private_module.set_driver(*failing_sync.addresses())
+    failing_sync.expected = 1
+    assert private_module.launch(1, (1, 1, 1), (1, 1, 1), 0, 0x99, [7], True) == (0, 719)
+    failing_launch = FakeDriver(launch_rc=201)  # CUDA_ERROR_INVALID_CONTEXT: not synchronized then
+    private_module.set_driver(*failing_launch.addresses())
+    failing_launch.expected = 1
+    assert private_module.launch(1, (1, 1, 1), (1, 1, 1), 0, 0x99, [7], True) == (201, 0)
+    assert failing_launch.synchronized == []
+
+
+@needs_compiler
+def test_refuses_bad_arguments_without_launching(private_module):
+    driver = FakeDriver()
+    private_module.set_driver(*driver.addresses())
+    with pytest.raises(OverflowError):
+        private_module.launch(1, (1, 1, 1), (1, 1, 1), 0, 0, [-1], False)  # a negative value is no address or word
+    with pytest.raises(TypeError, match="grid must be a tuple of 3 ints"):
+        private_module.launch(1, [1, 1, 1], (1, 1, 1), 0, 0, [], False)
+    with pytest.raises(OverflowError, match="does not fit 32 bits"):
+        private_module.launch(1, (2**32, 1, 1), (1, 1, 1), 0, 0, [], False)
+    with pytest.raises(ValueError, match="at most 256"):
+        private_module.launch(1, (1, 1, 1), (1, 1, 1), 0, 0, [0] * 257, False)
+    with pytest.raises(TypeError, match="values must be a list or tuple"):
+        private_module.launch(1, (1, 1, 1), (1, 1, 1), 0, 0, iter([1]), False)
+    assert driver.launches == []
+
+
+def test_off_switch_and_missing_compiler(monkeypatch, tmp_path):
+    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(compiled.COMPILED_LAUNCH_ENV, "off")
+    compiled._load.cache_clear()
+    try:
+        assert compiled.compiled_launch() is None
+        assert compiled.compiled_launch_status() == f"ctypes ({compiled.COMPILED_LAUNCH_ENV}=off)"
+        monkeypatch.delenv(compiled.COMPILED_LAUNCH_ENV)
+        monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+        compiled._load.cache_clear()
+        assert compiled.compiled_launch() is None
+        assert compiled.compiled_launch_status().startswith("ctypes (")
+    finally:
+        compiled._load.cache_clear()
