@@ -97,6 +97,7 @@ def worker(out: Path) -> None:
     if direct is not None:  # the parts of a direct launch
         from iree_dispatch.runtime import dlpack as _dlp
         from iree_dispatch.runtime import launch as _launch
+        from iree_dispatch.runtime.compiled import compiled_launch
 
         output = direct.outputs["out"]
 
@@ -111,7 +112,8 @@ def worker(out: Path) -> None:
         def launch_and_wait():
             direct.launch(pointers, constants, direct.grid_for({"n": N}), None, wait=True)
 
-        rows["  of which launch + synchronize (ctypes)"] = summarize(wall_times_us(launch_and_wait, REPS, 50))
+        path = "compiled launch" if compiled_launch() is not None else "ctypes"
+        rows[f"  of which launch + synchronize ({path})"] = summarize(wall_times_us(launch_and_wait, REPS, 50))
     invoker = mod.simple_mul._invoke
     rows["  of which invoke + result wrap"] = summarize(wall_times_us(lambda: invoker(da, db), REPS, 50))
 
