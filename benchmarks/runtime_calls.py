@@ -12,7 +12,8 @@ durations come from torch.profiler):
     multiply + synchronize; against a CuPy launch without synchronize, the host cost of a call on
     CuPy arrays (launched directly it is queued on CuPy's stream and returns at once) and of one
     asynchronous call (async/samples.vmfb); the parts of a call (argument checks, VmContext.invoke).
-  * gemm_bf16 at 4096³ (gemm/gemm.vmfb): the synchronous call's wall time against its kernel's
+  * gemm_bf16 at 4096³ (gemm/gemm.vmfb): the synchronous call's wall time (in rounds alternating
+    with the same cubin launched by CuPy into a fresh output) against its kernel's
     CUPTI duration.
 
     python3 benchmarks/runtime_calls.py --out DIR        # GPU side: numpy, torch, cupy, iree-base-runtime
@@ -168,7 +169,12 @@ def worker(out: Path) -> None:
         torch.cuda.synchronize()
         return y
 
-    rows["torch in -> iree_dispatch -> torch out"] = summarize(wall_times_us(torch_call, REPS, 50))
+    # Side by side: alternating rounds, so that both see the same clocks and process state.
+    call_wall, op_wall = [], []
+    for _ in range(10):
+        call_wall += wall_times_us(torch_call, REPS // 10, 5)
+        op_wall += wall_times_us(torch_op, REPS // 10, 5)
+    rows["torch in -> iree_dispatch -> torch out"] = summarize(call_wall)
     torch.cuda.synchronize()
     held_torch = []
     samples = []
@@ -178,7 +184,7 @@ def worker(out: Path) -> None:
         held_torch.clear()
     rows["iree_dispatch call on torch tensors (host)"] = summarize(samples)
     rows["iree_dispatch call, device arrays (again, after the async module's calls)"] = summarize(wall_times_us(lambda: mod.simple_mul(da, db), REPS, 50))
-    rows["torch elementwise multiply + sync"] = summarize(wall_times_us(torch_op, REPS, 50))
+    rows["torch elementwise multiply + sync"] = summarize(op_wall)
     rows["  of which checks (2 tensors)"] = summarize(host_us(lambda: check(ta, tb), REPS))
     imported = mod.simple_mul._imported
     rows["  of which checks + IREE's DLPack import of 2 tensors"] = summarize(host_us(lambda: imported(check(ta, tb)), REPS))
@@ -203,7 +209,6 @@ def worker(out: Path) -> None:
 
     ga = gemm.to_device(rng.standard_normal((GEMM, GEMM)).astype(ml_dtypes.bfloat16))
     gb = gemm.to_device(rng.standard_normal((GEMM, GEMM)).astype(ml_dtypes.bfloat16))
-    wall = wall_times_us(lambda: gemm.gemm_bf16(ga, gb), 50, 5)
     # The same cubin launched by CuPy into a fresh output, + synchronize: the raw-launch floor.
     from iree_dispatch.runtime import dlpack as _dlpack
 
@@ -221,7 +226,13 @@ def worker(out: Path) -> None:
 
     want = gemm.gemm_bf16(ga, gb).to_host()
     np.testing.assert_allclose(cp.asnumpy(cupy_gemm()), want, rtol=0, atol=0)
-    rows["gemm_bf16 4096^3, CuPy: fresh output + launch + sync (wall)"] = summarize(wall_times_us(cupy_gemm, 50, 5))
+    # Side by side: alternating rounds of 10 calls each way, so that both see the same clocks
+    # and the same state of the process.
+    wall, cupy_wall = [], []
+    for _ in range(8):
+        wall += wall_times_us(lambda: gemm.gemm_bf16(ga, gb), 10, 2)
+        cupy_wall += wall_times_us(cupy_gemm, 10, 2)
+    rows["gemm_bf16 4096^3, CuPy: fresh output + launch + sync (wall)"] = summarize(cupy_wall)
 
     def gemm_calls(count):
         for _ in range(count):
