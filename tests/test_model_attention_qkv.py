@@ -20,7 +20,7 @@ from iree_dispatch.models.compiler import report_json, rewrite_model  # noqa: E4
 from iree_dispatch.models.rewrite import kernel_function_type  # noqa: E402
 
 from .conftest import needs_build_tools  # noqa: E402
-from .test_model_rewrite_cpu import _compile_cpu, _random_args, _run, reference_function  # noqa: E402
+from .test_model_rewrite_cpu import _compile_cpu, _random_args, _run, with_reference_kernels  # noqa: E402
 
 MODELS = Path(__file__).parent / "models"
 K = MODELS / "kernels"
@@ -78,20 +78,6 @@ def attention_qkv_reference(symbol: str, kernel) -> str:
               f"return %ot : {out}"]
     body = "\n".join("    " + line for line in "\n".join(lines).splitlines())
     return f"  func.func private @{symbol}(%a0: {qkv}, %a1: {mask}) -> {out} {{\n{body}\n  }}"
-
-
-def with_reference_kernels(program: str, report) -> str:
-    done = set()
-    for d in report.replaced:
-        cap = d.capability
-        if cap.label in done:
-            continue
-        done.add(cap.label)
-        pattern = re.compile(rf"^\s*func\.func private @{re.escape(cap.label)}\(.*\)\s*->.*$", re.M)
-        assert pattern.search(program), cap.label
-        body = attention_qkv_reference(cap.label, cap.kernel) if cap.op == "attention_qkv" else reference_function(cap.label, cap.op, cap.kernel, cap.eps)
-        program = pattern.sub(lambda _m, body=body: body, program, count=1)
-    return program
 
 
 def _same_on_cpu(tmp_path, model: Path, function: str, report, program: str, tol: float, scale_from: int | None = None):
