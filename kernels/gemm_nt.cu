@@ -46,10 +46,12 @@
 #include <cuda_bf16.h>
 
 #include "mma_bf16.cuh"
+#include "sm90_pipeline.cuh"
 
 namespace gemm_nt {
 
-using namespace mma_bf16;  // bf16, smem, ldmatrix, mma, aligned16
+using namespace mma_bf16;       // bf16, smem, ldmatrix, mma, aligned16
+using namespace sm90_pipeline;  // smem_addr, mbarriers, cluster, TMA loads, load_chunk_checked
 
 constexpr int THREADS = 384;
 
@@ -90,8 +92,6 @@ constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + BM * STG_PITCH + 1024;  // 220
 static_assert(THREADS == 3 * 128, "warpgroup 0 loads and stores, warpgroups 1 and 2 multiply");
 static_assert((BM / 2) * STG_CHUNKS % STORE_THREADS == 0, "a staged half divides among the store threads");
 static_assert(STG_PITCH % 16 == 0 && STG_PITCH >= 16 * (STG_CHUNKS + 1), "slots 0 .. STG_CHUNKS of a staged row");
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 // d[128] (+)= A(desc) * B(desc) for one m64n256k16 tile, both operands K-major (no transpose);
 // scale_d 0 overwrites d (a tile's first product). Generated operand lists.
@@ -137,25 +137,7 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr) {
 // 64 elements at r * 128 bytes, its 16-byte chunk c at chunk c ^ (r % 8), from a 1024-aligned base.
 __device__ __forceinline__ uint32_t tile_offset(int r, int chunk) { return r * 128 + ((chunk ^ (r & 7)) << 4); }
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrives and raises the transaction count the phase waits for by `bytes` (TMA copies to come).
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// The same with acquire at cluster scope: for maps_free, whose arrivals come from the peer block.
+// mbar_wait with acquire at cluster scope: for maps_free, whose arrivals come from the peer block.
 __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred done;\nwait_%=:\n"
@@ -164,45 +146,10 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
       "r"(parity)
       : "memory");
 }
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// The shared::cluster address of `addr` (a shared::cta address) in block `rank` of the cluster.
-__device__ __forceinline__ uint32_t peer_addr(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// Default semantics (release at CTA scope), as CUTLASS's ClusterBarrier: the stage's readers are
-// wgmmas already waited for; gemm.cu measured the .release.cluster form 2.3x slower in this loop.
-__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
-}
 // Once per block (maps_free): orders this block's observation of its last loads before the
 // first block overwrites the maps.
 __device__ __forceinline__ void mbar_arrive_remote_release_cluster(uint32_t cluster_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
-}
-
-// TMA: the box at (x, y) (x: K, the contiguous dimension) through the tensor map at `map`
-// (global) into shared memory at `dst`, its bytes completing a transaction on the mbarrier `bar`
-// (the whole box: parts past the matrix arrive as zeros); the multicast form writes the same
-// offsets, and completes the same barrier, in every block of `mask`.
-__device__ __forceinline__ void tma_load(uint32_t dst, const void* map, int x, int y, uint32_t bar) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-               "l"(map), "r"(x), "r"(y), "r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const void* map, int x, int y, uint32_t bar, uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask)
-      : "memory");
 }
 
 // A bf16 [rows, cols] row-major tensor map with 64 x 128 boxes (64 columns: one 128-byte swizzle
@@ -281,16 +228,6 @@ __device__ __forceinline__ void build_tensor_maps(uint64_t (&staging)[2][16], co
   asm volatile("tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.cluster.sync.aligned [%0], [%1], 128;\n" ::"l"(home.b),
                "r"(smem_addr(staging[1]))
                : "memory");
-}
-
-// 8 consecutive elements of a row from column `col`, zero where col + i >= cols or the row is
-// out of range: the element-by-element loads of the untuned path.
-__device__ __forceinline__ uint4 load_chunk_checked(const uint16_t* row, bool row_ok, int col, int cols) {
-  uint16_t v[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) v[i] = (row_ok && col + i < cols) ? row[col + i] : uint16_t(0);
-  return make_uint4(v[0] | (uint32_t(v[1]) << 16), v[2] | (uint32_t(v[3]) << 16), v[4] | (uint32_t(v[5]) << 16),
-                    v[6] | (uint32_t(v[7]) << 16));
 }
 
 // The work of a cluster: units first, first + stride, ... (count of them), unit u being rows
