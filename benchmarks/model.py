@@ -229,6 +229,7 @@ def run(args) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "model.json").write_text(json.dumps(results, indent=2) + "\n")
     (dest / "model.md").write_text(table(results))
+    plot(results, dest / "model.png")
     print(table(results))
     return 0
 
@@ -389,6 +390,59 @@ def table(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(results: dict, path: Path) -> None:
+    """Forward time per implementation and dtype, bars; the IREE variants' bars split into the
+    GPU time of our kernels, of IREE's own, and the rest of the call. Skipped without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no plot", flush=True)
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = results["runs"]
+    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 4.2), squeeze=False)
+    for ax, (dtype, variants) in zip(axes[0], runs.items()):
+        names = [n for n, r in variants.items() if "ms" in r]
+        labels = [variants[n].get("what", n).replace("IREE + our kernels (--allow-wider-accumulation)", "IREE + ours, wider")
+                  .replace("IREE + our kernels", "IREE + ours").replace("torch_eager", "PyTorch eager").replace("torch_compile", "torch.compile") for n in names]
+        labelled: set[str] = set()
+
+        def once(label: str) -> str | None:  # each legend entry once
+            if label in labelled:
+                return None
+            labelled.add(label)
+            return label
+
+        for i, n in enumerate(names):
+            r = variants[n]
+            k = r.get("gpu_kernels")
+            if k:
+                rest = max(r["ms"] - k["total_ms"], 0.0)
+                ax.barh(i, k["ours_ms"], color="tab:green", label=once("our kernels (GPU)"))
+                ax.barh(i, k["iree_ms"], left=k["ours_ms"], color="tab:blue", label=once("IREE's kernels (GPU)"))
+                ax.barh(i, rest, left=k["total_ms"], color="lightgray", label=once("rest of the call"))
+            else:
+                ax.barh(i, r["ms"], color="tab:orange", label=once("PyTorch (CUDA events)"))
+            ax.text(r["ms"], i, f" {r['ms']:.1f}", va="center", fontsize=8)
+        ax.set_yticks(range(len(names)), labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("forward, ms (median)")
+        m = results["meta"]
+        ax.set_title(f"GPT-2 small {dtype}, {m['batch']} x {m['seq']} tokens, {results['device']}", fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def replot(args) -> int:
+    results = json.loads(Path(args.json).read_text())
+    plot(results, Path(args.out))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -415,6 +469,10 @@ def main(argv=None) -> int:
                    help="run the IREE variants on a device IREE creates with its defaults instead of iree_dispatch's (its driver flags and output pool)")
     r.add_argument("--iree-flags", default="", help="IREE runtime flags for every IREE variant, e.g. '--cuda_use_streams=false'")
     r.set_defaults(func=run)
+    g = sub.add_parser("plot", help="the plot again from a model.json")
+    g.add_argument("json")
+    g.add_argument("--out", default="model.png")
+    g.set_defaults(func=replot)
     args = p.parse_args(argv)
     return args.func(args)
 
