@@ -431,7 +431,7 @@ def plot(results: dict, path: Path) -> None:
         ax.set_xlabel("forward, ms (median)")
         m = results["meta"]
         ax.set_title(f"GPT-2 small {dtype}, {m['batch']} x {m['seq']} tokens, {results['device']}", fontsize=9)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
