@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import shutil
+import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -127,5 +129,24 @@ def test_off_switch_and_missing_compiler(monkeypatch, tmp_path):
         compiled._load.cache_clear()
         assert compiled.compiled_launch() is None
         assert compiled.compiled_launch_status().startswith("ctypes (")
+    finally:
+        compiled._load.cache_clear()
+
+
+@needs_compiler
+def test_a_damaged_cached_module_is_built_again(monkeypatch, tmp_path):
+    """A cached file that doesn't load (here: truncated) is removed and built again, not kept."""
+    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(compiled.COMPILED_LAUNCH_ENV, raising=False)
+    # Built by another process: this one must not have the file mapped when it is damaged.
+    subprocess.run([sys.executable, "-c", "from iree_dispatch.runtime.compiled import compiled_launch; assert compiled_launch()"], check=True)
+    (built,) = (tmp_path / "launch").iterdir()
+    built.write_bytes(built.read_bytes()[:100])
+    compiled._load.cache_clear()
+    try:
+        module = compiled.compiled_launch()
+        assert module is not None, compiled.compiled_launch_status()
+        assert compiled.compiled_launch_status() == f"compiled ({built})"
+        assert built.stat().st_size > 100 and hasattr(module, "launch")
     finally:
         compiled._load.cache_clear()

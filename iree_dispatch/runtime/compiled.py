@@ -41,26 +41,41 @@ def _load() -> tuple[ModuleType | None, str]:
     source = SOURCE.read_bytes()
     key = hashlib.sha256(b"\0".join([source, sys.version.encode(), compiler.encode()])).hexdigest()[:16]
     target = cache_dir() / "launch" / f"_launch_{key}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
-    if not target.is_file():
+    for attempt in range(2):
+        if not target.is_file():
+            failure = _build(compiler, headers, target)
+            if failure is not None:
+                return None, failure
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            # Built under a temporary name and renamed: a process never loads a half-written file.
-            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-                built = Path(tmp) / target.name
-                result = subprocess.run([compiler, "-O2", "-shared", "-fPIC", f"-I{headers}", str(SOURCE), "-o", str(built)],
-                                        capture_output=True, text=True, timeout=120)
-                if result.returncode != 0:
-                    return None, f"ctypes ({compiler} failed on {SOURCE.name}: {(result.stderr or result.stdout).strip()[:300]})"
-                os.replace(built, target)
-        except (OSError, subprocess.SubprocessError) as exc:
-            return None, f"ctypes (building {SOURCE.name} failed: {exc})"
+            spec = importlib.util.spec_from_file_location(_MODULE_NAME, target)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module, f"compiled ({target})"
+        except ImportError as exc:
+            if attempt:
+                return None, f"ctypes (loading {target} failed: {exc})"
+            try:  # a damaged cached file (truncated, overwritten) is built again, once
+                target.unlink()
+            except OSError as unlink_error:
+                return None, f"ctypes (loading {target} failed: {exc}; it can't be removed: {unlink_error})"
+    raise AssertionError("unreachable")
+
+
+def _build(compiler: str, headers: Path, target: Path) -> str | None:
+    """Compiles _launch.c into `target`; None, or the reason it failed."""
     try:
-        spec = importlib.util.spec_from_file_location(_MODULE_NAME, target)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except ImportError as exc:
-        return None, f"ctypes (loading {target} failed: {exc})"
-    return module, f"compiled ({target})"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Built under a temporary name and renamed: a process never loads a half-written file.
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            built = Path(tmp) / target.name
+            result = subprocess.run([compiler, "-O2", "-shared", "-fPIC", f"-I{headers}", str(SOURCE), "-o", str(built)],
+                                    capture_output=True, text=True, timeout=120)
+            if result.returncode != 0:
+                return f"ctypes ({compiler} failed on {SOURCE.name}: {(result.stderr or result.stdout).strip()[:300]})"
+            os.replace(built, target)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"ctypes (building {SOURCE.name} failed: {exc})"
+    return None
 
 
 def compiled_launch() -> ModuleType | None:
