@@ -167,3 +167,16 @@ def attention_qkv_bf16(qkv: np.ndarray, mask: np.ndarray) -> np.ndarray:
     heads = np.transpose(qkv, (2, 0, 3, 1, 4)).reshape(3, b * h, s, d)  # [3, B * H, S, 64]
     out = attention_bf16(heads[0], np.transpose(heads[1], (0, 2, 1)), heads[2], mask)
     return np.transpose(out.reshape(b, h, s, d), (0, 2, 1, 3))
+
+
+# kernels/gemm_f32.toml: c in float64 from the f32 inputs (the kernels accumulate in f32).
+
+
+def gemm_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """c = a @ b in float64: a [M, K], b [K, N] -> [M, N]."""
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def gemm_nt_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """c = a @ b^T in float64: a [M, K], b [N, K] (a Linear's weight as stored) -> [M, N]."""
+    return a.astype(np.float64) @ b.astype(np.float64).T

@@ -1,0 +1,181 @@
+// f32 GEMMs on CUDA cores (FFMA; no tensor cores, no TF32), so that an f32 model keeps its own
+// numerics: f32 inputs, f32 products fused into f32 sums (fmaf), one f32 result per element.
+//   gemm_f32:    c[M, N] = a[M, K] @ b[K, N]     (all row-major)
+//   gemm_nt_f32: c[M, N] = a[M, K] @ b[N, K]^T   (b as a Linear stores its weight, or an LM head
+//                                                  its tied embedding [vocab, hidden])
+// Any M, N, K >= 1. Design and numerics: docs/gemm_f32.md.
+//
+// One block computes a 128 x 128 tile of c with 256 threads, each an 8 x 8 micro-tile held in
+// registers: rows ty*4 + {0..3} and 64 + ty*4 + {0..3}, columns tx*4 + {0..3} and 64 + tx*4 +
+// {0..3} (16 x 16 threads), so that every shared-memory read of the inner loop is a float4 and a
+// warp's reads of one k row of B cover 256 contiguous bytes. K advances 8 at a time. Each step's
+// A and B tiles are kept k-major in shared memory (A always transposed on the way in, B transposed
+// only for NT), in two buffers: the next step's global loads are issued into registers before the
+// current step's products, and stored into the other buffer after them, so one __syncthreads per
+// step suffices and the loads' latency hides behind 512 FFMAs per thread.
+//
+// IREE's bindings are only guaranteed 4-byte aligned, so float4 global loads and stores are taken
+// only where the base pointer is 16-byte aligned and the row length a multiple of 4 (then every
+// 4-element group starting at a multiple of 4 is aligned and wholly inside the row or wholly past
+// it); otherwise element by element. The choice is block-uniform, made once per launch.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sgemm {
+
+constexpr int BM = 128;
+constexpr int BN = 128;
+constexpr int BK = 8;
+constexpr int THREADS = 256;
+// Row padding of the k-major tiles: the transposed stores (thread t writes row t / 2 of k rows
+// (t % 2) * 4 + i) then hit 32 distinct banks per warp, and rows stay 16-byte aligned (132 * 4 =
+// 528 bytes) for the float4 reads.
+constexpr int PAD = 4;
+constexpr int LDS = BM + PAD;
+
+static_assert(BM == BN, "the loaders share one row mapping for A and NT's B");
+static_assert(BM * BK == 4 * THREADS && BN * BK == 4 * THREADS, "each thread loads one group of 4 of A and of B per step");
+
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Four consecutive elements k0..k0+3 of row `row` of a row-major [rows, cols] matrix, zeros past
+// its edges. vec: p is 16-byte aligned and cols % 4 == 0, so k0 < cols (k0 a multiple of 4) puts
+// all four in the row at an aligned address.
+__device__ __forceinline__ float4 load4(const float* __restrict__ p, int row, int rows, int k0, int cols, bool vec) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (row < rows && k0 < cols) {
+    const float* q = p + static_cast<size_t>(row) * static_cast<size_t>(cols) + k0;
+    if (vec) {
+      v = __ldg(reinterpret_cast<const float4*>(q));
+    } else {
+      v.x = __ldg(q);
+      if (k0 + 1 < cols) v.y = __ldg(q + 1);
+      if (k0 + 2 < cols) v.z = __ldg(q + 2);
+      if (k0 + 3 < cols) v.w = __ldg(q + 3);
+    }
+  }
+  return v;
+}
+
+template <bool kNT>
+__device__ __forceinline__ void gemm_body(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+  __shared__ __align__(16) float As[2][BK][LDS];
+  __shared__ __align__(16) float Bs[2][BK][LDS];
+
+  const int tid = threadIdx.x;
+  const int tx = tid % 16;
+  const int ty = tid / 16;
+  // Tiles of M along x (the grid's x has no 65535 limit, and the blocks of one wave then share
+  // a few column tiles of b: an LM head's b (vocab x hidden) is the larger operand).
+  const int m0 = blockIdx.x * BM;
+  const int n0 = blockIdx.y * BN;
+
+  const bool vec_a = aligned16(a) && (K % 4 == 0);
+  const bool vec_b = aligned16(b) && ((kNT ? K : N) % 4 == 0);
+  const bool vec_c = aligned16(c) && (N % 4 == 0);
+
+  // Row-major [rows, K] loader (A, and NT's B): thread t takes row t / 2, k (t % 2) * 4 .. + 3.
+  const int ld_row = tid / 2;
+  const int ld_k = (tid % 2) * 4;
+  // NN's B [K, N]: thread t takes k row t / 32, columns (t % 32) * 4 .. + 3.
+  const int ldb_k = tid / 32;
+  const int ldb_n = (tid % 32) * 4;
+
+  auto load_a = [&](int k_base) { return load4(a, m0 + ld_row, M, k_base + ld_k, K, vec_a); };
+  auto load_b = [&](int k_base) {
+    if constexpr (kNT) {
+      return load4(b, n0 + ld_row, N, k_base + ld_k, K, vec_b);
+    } else {
+      return load4(b, k_base + ldb_k, K, n0 + ldb_n, N, vec_b);
+    }
+  };
+  auto store_tiles = [&](int buf, float4 va, float4 vb) {
+    As[buf][ld_k + 0][ld_row] = va.x;
+    As[buf][ld_k + 1][ld_row] = va.y;
+    As[buf][ld_k + 2][ld_row] = va.z;
+    As[buf][ld_k + 3][ld_row] = va.w;
+    if constexpr (kNT) {
+      Bs[buf][ld_k + 0][ld_row] = vb.x;
+      Bs[buf][ld_k + 1][ld_row] = vb.y;
+      Bs[buf][ld_k + 2][ld_row] = vb.z;
+      Bs[buf][ld_k + 3][ld_row] = vb.w;
+    } else {
+      *reinterpret_cast<float4*>(&Bs[buf][ldb_k][ldb_n]) = vb;
+    }
+  };
+
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+
+  // Every thread runs the same number of steps and reaches every __syncthreads: no thread
+  // returns early (threads past M or N load zeros and skip only their stores).
+  const int steps = (K + BK - 1) / BK;
+  store_tiles(0, load_a(0), load_b(0));
+  __syncthreads();
+
+  int buf = 0;
+  for (int step = 0; step < steps; ++step) {
+    const bool more = step + 1 < steps;  // block-uniform
+    float4 next_a = make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 next_b = next_a;
+    if (more) {
+      next_a = load_a((step + 1) * BK);
+      next_b = load_b((step + 1) * BK);
+    }
+#pragma unroll
+    for (int k = 0; k < BK; ++k) {
+      const float4 a_lo = *reinterpret_cast<const float4*>(&As[buf][k][ty * 4]);
+      const float4 a_hi = *reinterpret_cast<const float4*>(&As[buf][k][64 + ty * 4]);
+      const float4 b_lo = *reinterpret_cast<const float4*>(&Bs[buf][k][tx * 4]);
+      const float4 b_hi = *reinterpret_cast<const float4*>(&Bs[buf][k][64 + tx * 4]);
+      const float ar[8] = {a_lo.x, a_lo.y, a_lo.z, a_lo.w, a_hi.x, a_hi.y, a_hi.z, a_hi.w};
+      const float br[8] = {b_lo.x, b_lo.y, b_lo.z, b_lo.w, b_hi.x, b_hi.y, b_hi.z, b_hi.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
+    }
+    if (more) store_tiles(buf ^ 1, next_a, next_b);
+    // The other buffer is complete for the next step, and no thread still reads this one when it
+    // gets overwritten a step later.
+    __syncthreads();
+    buf ^= 1;
+  }
+
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int row = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4));
+    if (row >= M) continue;
+    float* c_row = c + static_cast<size_t>(row) * static_cast<size_t>(N);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int col = n0 + half * 64 + tx * 4;
+      const float* v = &acc[i][half * 4];
+      if (vec_c && col < N) {  // N % 4 == 0: all four columns inside
+        *reinterpret_cast<float4*>(c_row + col) = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (col + j < N) c_row[col + j] = v[j];
+      }
+    }
+  }
+}
+
+}  // namespace sgemm
+
+// 256 threads; two blocks per SM (at most 128 registers a thread) keep one block's products
+// going while the other waits at its __syncthreads.
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemm_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+  sgemm::gemm_body<false>(a, b, c, M, N, K);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemm_nt_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+  sgemm::gemm_body<true>(a, b, c, M, N, K);
+}
