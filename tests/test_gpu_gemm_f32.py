@@ -64,35 +64,43 @@ def inputs(name: str, m: int, n: int, k: int, seed=None):
     return a, b
 
 
-def check(name: str, got, a: np.ndarray, b: np.ndarray) -> str:
-    got = np.asarray(got)
+def check(name: str, results: list, a: np.ndarray, b: np.ndarray) -> list[str]:
+    """Each of `results` (c from one call) against the float64 reference, element by element;
+    the reference and the bound are computed once per chunk of rows for all of them."""
+    results = [np.asarray(got) for got in results]
     m = a.shape[0]
     b_kn = b.T if name == "gemm_nt_f32" else b  # [K, N]
     n = b_kn.shape[1]
-    assert got.shape == (m, n) and got.dtype == np.float32, (got.shape, got.dtype)
+    for got in results:
+        assert got.shape == (m, n) and got.dtype == np.float32, (got.shape, got.dtype)
     reference = getattr(REFERENCES, name)
     abs_b64 = np.abs(b_kn.astype(np.float64))
-    worst = 0.0
+    worst = [0.0] * len(results)
     for r0 in range(0, m, CHUNK):
         rows = a[r0 : r0 + CHUNK]
         want = reference(rows, b)
         bound = RTOL * (np.abs(rows.astype(np.float64)) @ abs_b64) + 1e-30
-        err = np.abs(got[r0 : r0 + CHUNK].astype(np.float64) - want)
-        bad = ~(err <= bound)  # NaN fails
-        if bad.any():
-            i, j = np.argwhere(bad)[0]
-            pytest.fail(f"{name}: {int(bad.sum())} elements off in rows {r0}..{r0 + rows.shape[0] - 1}, first at [{r0 + i}, {j}]: got {got[r0 + i, j]}, want {want[i, j]}")
-        worst = max(worst, float(np.max(err / bound)))
-    return f"max err/bound {worst:.3f}"
+        for w, got in enumerate(results):
+            err = np.abs(got[r0 : r0 + CHUNK].astype(np.float64) - want)
+            bad = ~(err <= bound)  # NaN fails
+            if bad.any():
+                i, j = np.argwhere(bad)[0]
+                pytest.fail(f"{name} ({WAYS[w]}): {int(bad.sum())} elements off in rows {r0}..{r0 + rows.shape[0] - 1}, "
+                            f"first at [{r0 + i}, {j}]: got {got[r0 + i, j]}, want {want[i, j]}")
+            worst[w] = max(worst[w], float(np.max(err / bound)))
+    return [f"max err/bound {x:.3f}" for x in worst]
+
+
+WAYS = ("as built", "poisoned", "sm_80 PTX poisoned")
 
 
 def run_three_ways(modules, name: str, a, b) -> list[str]:
     n = b.shape[0] if name == "gemm_nt_f32" else b.shape[1]
-    reports = [check(name, getattr(modules["gemm_f32"], name)(a, b), a, b)]
+    results = [np.asarray(getattr(modules["gemm_f32"], name)(a, b))]
     for module in ("gemm_f32_poisonable", "gemm_f32_sm80_ptx_poisonable"):
         poisoned = np.full((a.shape[0], n), np.nan, np.float32)
-        reports.append(check(name, getattr(modules[module], name)(a, b, poisoned), a, b))
-    return reports
+        results.append(np.asarray(getattr(modules[module], name)(a, b, poisoned)))
+    return check(name, results, a, b)
 
 
 # (M, N, K): see the module docstring.
@@ -105,7 +113,7 @@ SIZES = [(1, 1, 1), (1, 77, 5), (3, 8, 8), (37, 101, 13), (128, 128, 8), (129, 1
 def test_matches_float64(modules, name, m, n, k):
     a, b = inputs(name, m, n, k)
     reports = run_three_ways(modules, name, a, b)
-    print(f"\n{name} {m}x{n}x{k}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+    print(f"\n{name} {m}x{n}x{k}: " + " | ".join(f"{way} {r}" for way, r in zip(WAYS, reports)))
 
 
 def _wall_tflops(module, name: str, a: np.ndarray, b: np.ndarray, n: int, calls: int = 5) -> float:
@@ -133,4 +141,4 @@ def test_gpt2_shapes(modules, name, m, n, k):
     a, b = inputs(name, m, n, k)
     reports = run_three_ways(modules, name, a, b)
     tflops = _wall_tflops(modules["gemm_f32"], name, a, b, n)
-    print(f"\n{name} {m}x{n}x{k}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]} | {tflops:.1f} TFLOP/s (wall, as built)")
+    print(f"\n{name} {m}x{n}x{k}: " + " | ".join(f"{way} {r}" for way, r in zip(WAYS, reports)) + f" | {tflops:.1f} TFLOP/s (wall, as built)")
