@@ -179,3 +179,13 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 gemm_nt_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
   sgemm::gemm_body<true>(a, b, c, M, N, K);
 }
+
+// c[z] = a[z] @ b[z] for z = blockIdx.z: a batch matmul, a [B, M, K], b [B, K, N], c [B, M, N]
+// (an f32 model's attention: q @ k^T with the keys already transposed, and p @ v). Each batch's
+// base is checked for alignment on its own, as IREE's bindings are. One block per SM: within the
+// 128 registers of two, the batch's base addresses spill.
+extern "C" __global__ void __launch_bounds__(256, 1)
+gemm_batched_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+  const long z = blockIdx.z;
+  sgemm::gemm_body<false>(a + z * M * K, b + z * K * N, c + z * M * N, M, N, K);
+}

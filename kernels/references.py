@@ -180,3 +180,8 @@ def gemm_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def gemm_nt_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """c = a @ b^T in float64: a [M, K], b [N, K] (a Linear's weight as stored) -> [M, N]."""
     return a.astype(np.float64) @ b.astype(np.float64).T
+
+
+def gemm_batched_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """c[z] = a[z] @ b[z] in float64: a [B, M, K], b [B, K, N] -> [B, M, N]."""
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))

@@ -26,9 +26,9 @@ from .conftest import ROOT, load_references, needs_build_tools
 SOURCE = ROOT / "kernels" / "gemm_f32.cu"
 SPEC = ROOT / "kernels" / "gemm_f32.toml"
 MODEL_SPEC = ROOT / "tests" / "models" / "kernels" / "gemm_f32.toml"
-KERNELS = ("gemm_f32", "gemm_nt_f32")
+KERNELS = ("gemm_f32", "gemm_nt_f32", "gemm_batched_f32")
 ARCHS = ("sm_90", "sm_80")
-B_SHAPE = {"gemm_f32": ["K", "N"], "gemm_nt_f32": ["N", "K"]}
+B_SHAPE = {"gemm_f32": ["K", "N"], "gemm_nt_f32": ["N", "K"], "gemm_batched_f32": ["B", "K", "N"]}
 
 
 def _kernels(path) -> tuple[dict, dict[str, dict]]:
@@ -43,11 +43,12 @@ def test_spec_declares_shapes_block_and_grid():
     assert [k.function for k in spec.kernels] == list(KERNELS)
     for kernel in spec.kernels:
         d = kernel.describe()
-        assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [("a", "f32", ["M", "K"]), ("b", "f32", B_SHAPE[kernel.function])]
-        assert [(t["name"], t["dtype"], t["shape"], t["inplace"]) for t in d["outputs"]] == [("c", "f32", ["M", "N"], False)]
+        batch = ["B"] if kernel.function == "gemm_batched_f32" else []
+        assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [("a", "f32", [*batch, "M", "K"]), ("b", "f32", B_SHAPE[kernel.function])]
+        assert [(t["name"], t["dtype"], t["shape"], t["inplace"]) for t in d["outputs"]] == [("c", "f32", [*batch, "M", "N"], False)]
         assert d["scalars"] == []  # M, N, K come from the shapes
         assert d["block"] == [256, 1, 1]
-        assert d["grid"] == ["ceildiv(M, 128)", "ceildiv(N, 128)", "1"]
+        assert d["grid"] == ["ceildiv(M, 128)", "ceildiv(N, 128)", "B" if batch else "1"]
 
 
 def test_model_spec_launches_them_the_same_way_and_declares_what_they_replace():
@@ -61,6 +62,7 @@ def test_model_spec_launches_them_the_same_way_and_declares_what_they_replace():
         assert "shared_memory" not in kernels[name]  # static shared memory only
     assert model_kernels["gemm_f32"]["replaces"] == {"op": "matmul", "accumulate": "f32"}
     assert model_kernels["gemm_nt_f32"]["replaces"] == {"op": "matmul_nt", "accumulate": "f32"}
+    assert model_kernels["gemm_batched_f32"]["replaces"] == {"op": "batch_matmul", "accumulate": "f32"}
 
 
 def _entry(ptx: str, name: str) -> str:
@@ -93,6 +95,7 @@ def test_inspect_shows_the_signatures(capsys):
     out = capsys.readouterr().out
     assert "kernel gemm_f32(a: f32[M, K], b: f32[K, N]) -> (c: f32[M, N])" in out
     assert "kernel gemm_nt_f32(a: f32[M, K], b: f32[N, K]) -> (c: f32[M, N])" in out
+    assert "kernel gemm_batched_f32(a: f32[B, M, K], b: f32[B, K, N]) -> (c: f32[B, M, N])" in out
 
 
 @needs_build_tools
@@ -105,9 +108,11 @@ def test_no_spills(tmp_path):
         log = proc.stderr
         spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
         assert spills == [("0", "0")] * len(KERNELS), log
-        # __launch_bounds__(256, 2): two blocks per SM, 128 registers a thread at most.
-        registers = [int(n) for n in re.findall(r"Used (\d+) registers", log)]
-        assert len(registers) == len(KERNELS) and all(n <= 128 for n in registers), log
+        # __launch_bounds__(256, 2): two blocks per SM, 128 registers a thread at most (the
+        # batched kernel: (256, 1), one block per SM).
+        registers = dict(zip(re.findall(r"Compiling entry function '(\w+)'", log), (int(n) for n in re.findall(r"Used (\d+) registers", log))))
+        assert sorted(registers) == sorted(KERNELS), log
+        assert all(n <= (255 if name == "gemm_batched_f32" else 128) for name, n in registers.items()), log
 
 
 def test_references_are_the_products_they_name():
@@ -120,16 +125,20 @@ def test_references_are_the_products_they_name():
     assert got.dtype == got_nt.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-15)
     np.testing.assert_allclose(got_nt, want_nt, rtol=1e-15)
+    batched = references.gemm_batched_f32(np.stack([a, 2 * a]), np.stack([b, -b]))
+    np.testing.assert_allclose(batched, [want, -2 * np.asarray(want)], rtol=1e-15)
 
 
 @needs_build_tools
 def test_gpt2_layer_f32_matmuls_and_lm_head_are_replaced():
     """The f32 GPT-2 layer's four Linear matmuls (qkv, out-projection, MLP up and down) go to
-    gemm_f32, its LM head (a batch matmul with the tied embedding transposed) to gemm_nt_f32."""
+    gemm_f32, its LM head (a batch matmul with the tied embedding transposed) to gemm_nt_f32, and
+    attention's two batch matmuls (scores, context) to gemm_batched_f32."""
     from iree_dispatch.models import compile_model
 
     report = compile_model(ROOT / "tests" / "models" / "gpt2_layer_f32.torch.mlir", [MODEL_SPEC], dry_run=True)
-    assert report.kernel_counts() == {"gemm_f32.gemm_f32": 4, "gemm_f32.gemm_nt_f32": 1}
+    assert report.kernel_counts() == {"gemm_f32.gemm_f32": 4, "gemm_f32.gemm_nt_f32": 1, "gemm_f32.gemm_batched_f32": 2}
+    assert report.counts()["batch_matmul"] == {"found": 3, "replaced": 3, "left": 0}
     assert report.counts()["matmul"] == {"found": 4, "replaced": 4, "left": 0}
     assert [d.form.kind for d in report.replaced if d.capability.label == "gemm_f32.gemm_nt_f32"] == ["matmul_nt"]
 

@@ -142,3 +142,30 @@ def test_gpt2_shapes(modules, name, m, n, k):
     reports = run_three_ways(modules, name, a, b)
     tflops = _wall_tflops(modules["gemm_f32"], name, a, b, n)
     print(f"\n{name} {m}x{n}x{k}: " + " | ".join(f"{way} {r}" for way, r in zip(WAYS, reports)) + f" | {tflops:.1f} TFLOP/s (wall, as built)")
+
+
+# (B, M, N, K): batches of the sizes above, and GPT-2 small's attention in f32 (96 heads of 1024
+# tokens: the scores q @ k^T and the context p @ v).
+BATCHED = [(1, 1, 1, 1), (3, 37, 101, 13), (5, 129, 129, 33), (2, 200, 1001, 9), (7, 128, 128, 8), (96, 1024, 1024, 64), (96, 1024, 64, 1024)]
+
+
+@pytest.mark.parametrize("batch, m, n, k", BATCHED, ids=[f"{z}x{m}x{n}x{k}" for z, m, n, k in BATCHED])
+def test_batched_matches_float64(modules, batch, m, n, k):
+    """gemm_batched_f32: every batch's c against its own float64 product (each batch's a and b
+    with its own means: a block reading another batch's matrices fails), three ways."""
+    rng = np.random.default_rng()
+    a = (rng.normal(0.0, 1.0, (batch, m, k)) + rng.normal(0.0, 0.5, (batch, 1, 1))).astype(np.float32)
+    b = (rng.normal(0.0, 1.0, (batch, k, n)) + rng.normal(0.0, 0.5, (batch, 1, 1))).astype(np.float32)
+    results = [np.asarray(modules["gemm_f32"].gemm_batched_f32(a, b))]
+    for module in ("gemm_f32_poisonable", "gemm_f32_sm80_ptx_poisonable"):
+        results.append(np.asarray(modules[module].gemm_batched_f32(a, b, np.full((batch, m, n), np.nan, np.float32))))
+    want = REFERENCES.gemm_batched_f32(a, b)
+    bound = RTOL * np.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64))) + 1e-30
+    for way, got in zip(WAYS, results):
+        assert got.shape == (batch, m, n) and got.dtype == np.float32, (got.shape, got.dtype)
+        bad = ~(np.abs(got.astype(np.float64) - want) <= bound)  # NaN fails
+        if bad.any():
+            z, i, j = np.argwhere(bad)[0]
+            pytest.fail(f"gemm_batched_f32 ({way}): {int(bad.sum())} elements off, first at [{z}, {i}, {j}]: got {got[z, i, j]}, want {want[z, i, j]}")
+    print(f"\ngemm_batched_f32 {batch}x{m}x{n}x{k}: max err/bound " + " | ".join(
+        f"{way} {float(np.max(np.abs(got.astype(np.float64) - want) / bound)):.3f}" for way, got in zip(WAYS, results)))
