@@ -23,8 +23,10 @@ except for row sums (scale = sum |x| of the row, the sum's condition):
 - bfloat16 row kernels (softmax_bf16, layernorm_bf16, rmsnorm_bf16 and their _warp_ forms: bf16
   in and out, float32 arithmetic): rtol 4e-3, one rounding of the result (bf16 keeps 8
   significant bits: up to 2^-8 = 3.9e-3 relative, measured 3.9e-3) plus float32 arithmetic and
-  softmax's __expf (~1e-6); atol as their float32 forms (softmax 1e-12, LayerNorm 1e-5 for
-  outputs that cancel to near 0, RMSNorm 1e-6).
+  softmax's __expf (~1e-6); atol as their float32 forms (softmax 1e-12, LayerNorm 1e-5,
+  RMSNorm 1e-6).
+- LayerNorm, every type, also: 4e-5 of |(x - mean) * rstd * w| + |bias| (the row statistics'
+  f32 error, which an output that cancels to near 0 keeps; LAYERNORM_STATISTICS below).
 - float16 row kernels (softmax_f16, layernorm_f16, rmsnorm_f16 and their _warp_ forms): rtol
   1e-3, one rounding of the result (f16 keeps 11 significant bits: up to 2^-11 = 4.9e-4
   relative) plus the same float32 arithmetic; atol as the bf16 forms except softmax, 6e-8:
@@ -110,12 +112,31 @@ def arguments(name: str, rows: int, cols: int, rng: np.random.Generator) -> tupl
     return [rng.normal(0.5, 2, (rows, cols)).astype(f32)], []
 
 
+# LayerNorm's row statistics are f32 sums over up to 20001 elements (each lane adds up to 626 of
+# them in turn: up to 626 * 2^-24 = 3.7e-5 of their scale, usually far less). Their error scales
+# the normalized term (x - mean) * rstd * w, which an output near 0 cancels against the bias: the
+# error is then a fraction of |term| + |bias|, not of the output. Measured on an H100 at 3 x 8193
+# (f16, 300 rows of each form): up to 8e-6 of |term| + |bias|.
+LAYERNORM_STATISTICS = 4e-5
+
+
+def _layernorm_terms(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """|(x - mean) * rstd * weight| + |bias| per element, in float64 (eps 1e-5 as the tests pass)."""
+    x64 = x.astype(np.float64)
+    centered = x64 - x64.mean(axis=1, keepdims=True)
+    rstd = 1.0 / np.sqrt((centered**2).mean(axis=1, keepdims=True) + 1e-5)
+    return np.abs(centered * rstd * weight.astype(np.float64)) + np.abs(bias.astype(np.float64))
+
+
 def check(name: str, got: np.ndarray, want: np.ndarray, inputs: list[np.ndarray]) -> str:
     rtol, atol = BOUNDS[name]
     assert got.shape == want.shape, (name, got.shape, want.shape)
     scale = np.abs(inputs[0].astype(np.float64)).sum(axis=1) if name == "row_sum_f32" else np.abs(want)
     err = np.abs(got.astype(np.float64) - want)
-    bad = ~(err <= rtol * scale + atol)  # NaN fails
+    bound = rtol * scale + atol
+    if name.startswith("layernorm"):
+        bound = bound + LAYERNORM_STATISTICS * _layernorm_terms(*inputs)
+    bad = ~(err <= bound)  # NaN fails
     assert not bad.any(), f"{name}: {int(bad.sum())} of {bad.size} elements off, first at {np.argwhere(bad)[0].tolist()}"
     return f"max|err| {err.max():.2e}  max err/scale {np.max(err / np.maximum(scale, 1e-30)):.2e}"
 
