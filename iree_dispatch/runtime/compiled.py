@@ -41,24 +41,28 @@ def _load() -> tuple[ModuleType | None, str]:
     source = SOURCE.read_bytes()
     key = hashlib.sha256(b"\0".join([source, sys.version.encode(), compiler.encode()])).hexdigest()[:16]
     target = cache_dir() / "launch" / f"_launch_{key}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
-    for attempt in range(2):
-        if not target.is_file():
-            failure = _build(compiler, headers, target)
-            if failure is not None:
-                return None, failure
+    if target.is_file():
         try:
-            spec = importlib.util.spec_from_file_location(_MODULE_NAME, target)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module, f"compiled ({target})"
-        except ImportError as exc:
-            if attempt:
-                return None, f"ctypes (loading {target} failed: {exc})"
-            try:  # a damaged cached file (truncated, overwritten) is built again, once
+            return _import(target), f"compiled ({target})"
+        except ImportError as exc:  # a damaged cached file (truncated, overwritten): built again
+            try:
                 target.unlink()
             except OSError as unlink_error:
                 return None, f"ctypes (loading {target} failed: {exc}; it can't be removed: {unlink_error})"
-    raise AssertionError("unreachable")
+    failure = _build(compiler, headers, target)
+    if failure is not None:
+        return None, failure
+    try:
+        return _import(target), f"compiled ({target})"
+    except ImportError as exc:
+        return None, f"ctypes (loading {target} failed: {exc})"
+
+
+def _import(target: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(_MODULE_NAME, target)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _build(compiler: str, headers: Path, target: Path) -> str | None:

@@ -249,8 +249,7 @@ class Launcher(_DeviceStream):
                     self._check(failed[1], "cuStreamSynchronize (a kernel failed on the device)")
             else:
                 target = ctypes.c_void_p(handle)
-                with self._lock:
-                    rc = self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory, target, self._parameters(values), None)
+                rc = self._launch_through_ctypes(function, grid, block, shared_memory, target, values)
                 if not rc:
                     if wait:
                         self._check(self._synchronize(target), "cuStreamSynchronize (a kernel failed on the device)")
@@ -261,7 +260,7 @@ class Launcher(_DeviceStream):
         with self._lock:
             self._push(self._context)
             try:
-                rc = self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory, target, self._parameters(values), None)
+                rc = self._launch_through_ctypes(function, grid, block, shared_memory, target, values)
                 if wait and not rc:
                     waited = self._synchronize(target)
             finally:
@@ -273,14 +272,16 @@ class Launcher(_DeviceStream):
         current = ctypes.c_void_p()
         threads.current = not self._cuda.cuCtxGetCurrent(ctypes.byref(current)) and current.value == self._context.value
 
-    def _parameters(self, values: Sequence[int]) -> ctypes.Array:
-        """cuLaunchKernel's kernelParams for `values`: a pointer to an 8-byte cell per value,
-        cells reused between launches (the caller holds the lock; cuLaunchKernel copies them)."""
-        found = self._cells.get(len(values))
-        if found is None:
-            cells = (ctypes.c_uint64 * len(values))()
-            base = ctypes.addressof(cells)
-            found = self._cells[len(values)] = (cells, (ctypes.c_void_p * len(values))(*(base + 8 * i for i in range(len(values)))))
-        found[0][:] = values
-        return found[1]
+    def _launch_through_ctypes(self, function: ctypes.c_void_p, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int,
+                               target: ctypes.c_void_p, values: Sequence[int]) -> int:
+        """cuLaunchKernel through ctypes, its kernelParams a pointer to an 8-byte cell per value;
+        the cells are reused between launches under the lock (cuLaunchKernel copies them)."""
+        with self._lock:
+            found = self._cells.get(len(values))
+            if found is None:
+                cells = (ctypes.c_uint64 * len(values))()
+                base = ctypes.addressof(cells)
+                found = self._cells[len(values)] = (cells, (ctypes.c_void_p * len(values))(*(base + 8 * i for i in range(len(values)))))
+            found[0][:] = values
+            return self._launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_memory, target, found[1], None)
 
