@@ -60,6 +60,22 @@ def module_paths(tmp_path_factory, subdir: str, layout: Mapping[str, str], build
     return paths
 
 
+def loaded_modules(tmp_path_factory, subdir: str, layout: Mapping[str, str], build_all: Callable[[Path], dict[str, Path]]) -> dict:
+    """module_paths' vmfbs, loaded on the GPU: name → iree_dispatch.runtime.Module."""
+    from iree_dispatch import runtime
+
+    paths = module_paths(tmp_path_factory, subdir, layout, build_all)
+    return {name: runtime.load(path) for name, path in paths.items() if path.suffix == ".vmfb"}
+
+
+def bfloat16():
+    """numpy has no bfloat16; ml_dtypes (as iree_dispatch.runtime) provides it."""
+    import numpy as np
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    return np.dtype(ml_dtypes.bfloat16)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_build_cache(tmp_path_factory):
     """Tests share one fresh build cache, never the user's."""

@@ -38,9 +38,8 @@ import numpy as np
 import pytest
 
 from artifacts.attention import LAYOUT, build_all
-from iree_dispatch import runtime
 
-from .conftest import load_references, module_paths
+from .conftest import bfloat16, load_references, loaded_modules
 
 pytestmark = pytest.mark.gpu
 
@@ -53,15 +52,8 @@ REFERENCES = load_references()
 
 
 @pytest.fixture(scope="module")
-def modules(tmp_path_factory) -> dict[str, runtime.Module]:
-    paths = module_paths(tmp_path_factory, "attention", LAYOUT, build_all)
-    return {name: runtime.load(path) for name, path in paths.items() if path.suffix == ".vmfb"}
-
-
-def _bf16():
-    import ml_dtypes
-
-    return ml_dtypes.bfloat16
+def modules(tmp_path_factory) -> dict:
+    return loaded_modules(tmp_path_factory, "attention", LAYOUT, build_all)
 
 
 def make_mask(kind: str, batch: int, s: int, rng) -> np.ndarray:
@@ -84,12 +76,12 @@ def make_mask(kind: str, batch: int, s: int, rng) -> np.ndarray:
         m[:, ::5, :] = -np.inf
     else:
         raise ValueError(kind)
-    return m.astype(np.float32).astype(_bf16())
+    return m.astype(np.float32).astype(bfloat16())
 
 
 def inputs(z: int, batch: int, s: int, kind: str, seed=None):
     rng = np.random.default_rng(seed)
-    bf16 = _bf16()
+    bf16 = bfloat16()
     shift = np.arange(z, dtype=np.float32)[:, None, None]  # per-z means: reading another z's v shows
     q = rng.normal(0.0, 1.5, (z, s, 64)).astype(bf16)
     kt = rng.normal(0.0, 1.5, (z, 64, s)).astype(bf16)
@@ -145,7 +137,7 @@ def test_attention_matches_float64(modules, z, batch, s, mask_kind):
     q, kt, v, mask = inputs(z, batch, s, mask_kind)
     reports = [check(getattr(modules["attention"], NAME)(q, kt, v, mask), q, kt, v, mask)]
     for module in ("attention_poisonable", "attention_sm80_ptx_poisonable"):
-        poisoned = np.full((z, s, 64), np.nan, _bf16())
+        poisoned = np.full((z, s, 64), np.nan, bfloat16())
         reports.append(check(getattr(modules[module], NAME)(q, kt, v, mask, poisoned), q, kt, v, mask))
     print(f"\n{NAME} Z={z} B={batch} S={s} {mask_kind}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
 
@@ -167,7 +159,7 @@ def qkv_inputs(batch: int, heads: int, s: int, kind: str, seed=None):
     rng = np.random.default_rng(seed)
     qkv = rng.normal(0.0, 1.5, (batch, s, 3, heads, 64)).astype(np.float32)
     qkv[:, :, 2] = rng.normal(0.0, 1.0, (batch, s, heads, 64)) + 0.25 * np.arange(batch * heads, dtype=np.float32).reshape(batch, 1, heads, 1)
-    return qkv.astype(_bf16()), make_mask(kind, batch, s, rng)
+    return qkv.astype(bfloat16()), make_mask(kind, batch, s, rng)
 
 
 def check_qkv(got: np.ndarray, qkv, mask) -> str:
@@ -185,7 +177,7 @@ def test_attention_qkv_matches_float64(modules, batch, heads, s, mask_kind):
     qkv, mask = qkv_inputs(batch, heads, s, mask_kind)
     reports = [check_qkv(getattr(modules["attention"], QKV_NAME)(qkv, mask), qkv, mask)]
     for module in ("attention_poisonable", "attention_sm80_ptx_poisonable"):
-        poisoned = np.full((batch, s, heads, 64), np.nan, _bf16())
+        poisoned = np.full((batch, s, heads, 64), np.nan, bfloat16())
         reports.append(check_qkv(getattr(modules[module], QKV_NAME)(qkv, mask, poisoned), qkv, mask))
     print(f"\n{QKV_NAME} B={batch} H={heads} S={s} {mask_kind}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
 
@@ -193,6 +185,6 @@ def test_attention_qkv_matches_float64(modules, batch, heads, s, mask_kind):
 def test_attention_qkv_gpt2_small_shapes(modules):
     """GPT-2 small at batch 8 x 1024 tokens: the [8, 1024, 2304] projection result, 12 heads."""
     qkv, mask = qkv_inputs(8, 12, 1024, "causal")
-    poisoned = np.full((8, 1024, 12, 64), np.nan, _bf16())
+    poisoned = np.full((8, 1024, 12, 64), np.nan, bfloat16())
     got = getattr(modules["attention_poisonable"], QKV_NAME)(qkv, mask, poisoned)
     print(f"\n{QKV_NAME} GPT-2 small: {check_qkv(got, qkv, mask)}")

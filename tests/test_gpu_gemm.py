@@ -33,7 +33,7 @@ import pytest
 from artifacts.gemm import LAYOUT, TENSOR_MAPS, build_all, build_tensor_maps_cubin
 from iree_dispatch import runtime
 
-from .conftest import have_compiler, load_references, module_paths, prebuilt_dir
+from .conftest import have_compiler, load_references, loaded_modules, prebuilt_dir
 
 pytestmark = pytest.mark.gpu
 
@@ -54,9 +54,8 @@ REFERENCES = load_references()
 
 
 @pytest.fixture(scope="module")
-def modules(tmp_path_factory) -> dict[str, runtime.Module]:
-    paths = module_paths(tmp_path_factory, "gemm", LAYOUT, build_all)
-    return {name: runtime.load(path) for name, path in paths.items() if path.suffix == ".vmfb"}
+def modules(tmp_path_factory) -> dict:
+    return loaded_modules(tmp_path_factory, "gemm", LAYOUT, build_all)
 
 
 def numpy_dtype(name: str) -> np.dtype:

@@ -35,9 +35,8 @@ import numpy as np
 import pytest
 
 from artifacts.gemm_f32 import LAYOUT, build_all
-from iree_dispatch import runtime
 
-from .conftest import load_references, module_paths
+from .conftest import load_references, loaded_modules
 
 pytestmark = pytest.mark.gpu
 
@@ -48,9 +47,8 @@ REFERENCES = load_references()
 
 
 @pytest.fixture(scope="module")
-def modules(tmp_path_factory) -> dict[str, runtime.Module]:
-    paths = module_paths(tmp_path_factory, "gemm_f32", LAYOUT, build_all)
-    return {name: runtime.load(path) for name, path in paths.items() if path.suffix == ".vmfb"}
+def modules(tmp_path_factory) -> dict:
+    return loaded_modules(tmp_path_factory, "gemm_f32", LAYOUT, build_all)
 
 
 def inputs(name: str, m: int, n: int, k: int, seed=None):

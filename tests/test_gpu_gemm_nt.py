@@ -31,9 +31,8 @@ import numpy as np
 import pytest
 
 from artifacts.gemm_nt import LAYOUT, build_all
-from iree_dispatch import runtime
 
-from .conftest import load_references, module_paths
+from .conftest import bfloat16, load_references, loaded_modules
 
 pytestmark = pytest.mark.gpu
 
@@ -46,20 +45,13 @@ REFERENCES = load_references()
 
 
 @pytest.fixture(scope="module")
-def modules(tmp_path_factory) -> dict[str, runtime.Module]:
-    paths = module_paths(tmp_path_factory, "gemm_nt", LAYOUT, build_all)
-    return {name: runtime.load(path) for name, path in paths.items() if path.suffix == ".vmfb"}
-
-
-def _bf16():
-    import ml_dtypes
-
-    return ml_dtypes.bfloat16
+def modules(tmp_path_factory) -> dict:
+    return loaded_modules(tmp_path_factory, "gemm_nt", LAYOUT, build_all)
 
 
 def inputs(m: int, n: int, k: int, seed=None):
     rng = np.random.default_rng(seed)
-    bf16 = _bf16()
+    bf16 = bfloat16()
     a = (rng.normal(0.0, 1.0, (m, k)) + rng.normal(0.0, 0.5, (m, 1))).astype(np.float32).astype(bf16)
     b = (rng.normal(0.0, 1.0, (n, k)) + rng.normal(0.0, 0.5, (n, 1))).astype(np.float32).astype(bf16)
     return a, b
@@ -67,7 +59,7 @@ def inputs(m: int, n: int, k: int, seed=None):
 
 def check(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
     m, n = a.shape[0], b.shape[0]
-    assert got.shape == (m, n) and got.dtype == _bf16(), (got.shape, got.dtype)
+    assert got.shape == (m, n) and got.dtype == bfloat16(), (got.shape, got.dtype)
     abs_b64 = np.abs(b.astype(np.float64))
     worst = 0.0
     for r0 in range(0, m, CHUNK):
@@ -86,7 +78,7 @@ def check(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
 def run_three_ways(modules, a, b) -> list[str]:
     reports = [check(getattr(modules["gemm_nt"], NAME)(a, b), a, b)]
     for module in ("gemm_nt_poisonable", "gemm_nt_sm80_ptx_poisonable"):
-        poisoned = np.full((a.shape[0], b.shape[0]), np.nan, _bf16())
+        poisoned = np.full((a.shape[0], b.shape[0]), np.nan, bfloat16())
         reports.append(check(getattr(modules[module], NAME)(a, b, poisoned), a, b))
     return reports
 

@@ -43,7 +43,7 @@ import pytest
 from artifacts.library import LAYOUT, build_all
 from iree_dispatch import runtime
 
-from .conftest import load_references, module_paths
+from .conftest import bfloat16, load_references, module_paths
 
 pytestmark = pytest.mark.gpu
 
@@ -80,12 +80,6 @@ BOUNDS = {
 
 
 REFERENCES = load_references()
-
-
-def bfloat16() -> np.dtype:
-    """numpy has no bfloat16; ml_dtypes (as iree_dispatch.runtime) provides it."""
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    return np.dtype(ml_dtypes.bfloat16)
 
 
 @pytest.fixture(scope="module")

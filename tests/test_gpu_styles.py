@@ -13,7 +13,7 @@ import pytest
 from artifacts.styles import LAYOUT, build_all
 from iree_dispatch import runtime
 
-from .conftest import module_paths
+from .conftest import bfloat16, module_paths
 
 pytestmark = pytest.mark.gpu
 
@@ -26,14 +26,8 @@ def modules(tmp_path_factory):
     return {name: runtime.load(path) for name, path in module_paths(tmp_path_factory, "styles", LAYOUT, build_all).items()}
 
 
-def _bf16():
-    import ml_dtypes
-
-    return np.dtype(ml_dtypes.bfloat16)
-
-
 def _dtype(precision):
-    return np.float32 if precision == "f32" else _bf16()
+    return np.float32 if precision == "f32" else bfloat16()
 
 
 def _random(rng, shape, dtype=np.float32):
