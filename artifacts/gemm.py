@@ -9,28 +9,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .three_ways import build_three_ways
+from . import three_ways
 
-ROOT = Path(__file__).resolve().parent.parent
-SPEC = ROOT / "kernels" / "gemm.toml"
-# name → path under the artifact folder; each copy has its own folder (each writes gemm.objects/).
-# - gemm: as kernels/gemm.toml builds it (sm_90a wgmma cubin, sm_80 mma.sync cubin, PTX);
-# - gemm_poisonable: outputs declared in place, so tests can pass NaN-filled outputs;
-# - gemm_sm80_ptx_poisonable: only sm_80 PTX, outputs in place. A Hopper GPU JIT-compiles it,
-#   so the mma.sync body, which an H100 never picks from `gemm`, is tested there too.
-LAYOUT = {
-    "gemm": "gemm.vmfb",
-    "gemm_poisonable": "poisonable/gemm.vmfb",
-    "gemm_sm80_ptx_poisonable": "sm80_ptx/gemm.vmfb",
-}
+ROOT = three_ways.ROOT
+# as built (sm_90a wgmma cubin, sm_80 mma.sync cubin, PTX), outputs in place, and sm_80 PTX only:
+# a Hopper GPU JIT-compiles that one, so the mma.sync body, which an H100 never picks from `gemm`,
+# is tested there too (three_ways.layout).
+LAYOUT = three_ways.layout("gemm")
 # The GEMM's device-side tensor-map builder as a kernel of its own (tests/kernels/tensor_maps.cu),
 # an sm_90a cubin launched by CuPy: its maps are compared with the driver's.
 TENSOR_MAPS = "tensor_maps.sm_90a.cubin"
 
 
 def build_all(out: Path) -> dict[str, Path]:
-    paths = {name: out / rel for name, rel in LAYOUT.items()}
-    build_three_ways(SPEC, paths["gemm"], paths["gemm_poisonable"], paths["gemm_sm80_ptx_poisonable"])
+    paths = three_ways.build_all("gemm", out)
     build_tensor_maps_cubin(out / TENSOR_MAPS)
     return paths
 

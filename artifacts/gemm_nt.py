@@ -4,30 +4,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from functools import partial
 
-from .three_ways import build_three_ways
+from . import three_ways
 
-ROOT = Path(__file__).resolve().parent.parent
-SPEC = ROOT / "kernels" / "gemm_nt.toml"
-# name → path under the artifact folder; each copy has its own folder (each writes gemm_nt.objects/).
-# - gemm_nt: as kernels/gemm_nt.toml builds it (sm_90 and sm_80 cubins);
-# - gemm_nt_poisonable: the output declared in place, so tests can pass a NaN-filled one;
-# - gemm_nt_sm80_ptx_poisonable: only sm_80 PTX, output in place: a newer GPU JIT-compiles it.
-LAYOUT = {
-    "gemm_nt": "gemm_nt.vmfb",
-    "gemm_nt_poisonable": "poisonable/gemm_nt.vmfb",
-    "gemm_nt_sm80_ptx_poisonable": "sm80_ptx/gemm_nt.vmfb",
-}
-
-
-def build_all(out: Path) -> dict[str, Path]:
-    paths = {name: out / rel for name, rel in LAYOUT.items()}
-    build_three_ways(SPEC, paths["gemm_nt"], paths["gemm_nt_poisonable"], paths["gemm_nt_sm80_ptx_poisonable"])
-    return paths
-
+LAYOUT = three_ways.layout("gemm_nt")
+build_all = partial(three_ways.build_all, "gemm_nt")
 
 if __name__ == "__main__":
-    for name, path in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests" / "gemm_nt")).items():
-        print(f"{name}: {path}")
+    three_ways.main("gemm_nt")

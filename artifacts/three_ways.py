@@ -1,9 +1,35 @@
-"""A spec's module built three ways for its GPU tests (artifacts/gemm.py, artifacts/attention.py)."""
+"""A spec's module built three ways for its GPU tests (artifacts/gemm.py, attention.py, gemm_nt.py,
+gemm_f32.py): kernels/<name>.toml as it builds, with its outputs declared in place, and that
+with only sm_80 PTX."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def layout(name: str) -> dict[str, str]:
+    """Module name → path under the artifact folder; each copy has its own folder (each writes
+    <name>.objects/). <name>: as kernels/<name>.toml builds it; <name>_poisonable: the outputs
+    declared in place, so tests can pass NaN-filled ones; <name>_sm80_ptx_poisonable: that with
+    only sm_80 PTX, which a newer GPU JIT-compiles (so an H100 runs the sm_80 code too)."""
+    return {name: f"{name}.vmfb", f"{name}_poisonable": f"poisonable/{name}.vmfb", f"{name}_sm80_ptx_poisonable": f"sm80_ptx/{name}.vmfb"}
+
+
+def build_all(name: str, out: Path) -> dict[str, Path]:
+    """kernels/<name>.toml's three copies under `out`, as layout(name) places them."""
+    paths = {module: out / rel for module, rel in layout(name).items()}
+    build_three_ways(ROOT / "kernels" / f"{name}.toml", *paths.values())
+    return paths
+
+
+def main(name: str) -> None:
+    """python -m artifacts.<name> [FOLDER]: the three copies, into FOLDER (default build/gpu-tests/<name>)."""
+    for module, path in build_all(name, Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests" / name)).items():
+        print(f"{module}: {path}")
 
 
 def build_three_ways(spec_path: Path, as_built: Path, poisonable: Path, sm80_ptx_poisonable: Path) -> None:
