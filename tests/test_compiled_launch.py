@@ -20,17 +20,20 @@ from iree_dispatch.runtime import compiled
 
 LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
 SYNCHRONIZE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+GET_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
 can_build = shutil.which("cc") or shutil.which("gcc")
 has_headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
 needs_compiler = pytest.mark.skipif(not (can_build and has_headers), reason="no C compiler or no Python.h")
 
 
 class FakeDriver:
-    """cuLaunchKernel and cuStreamSynchronize stand-ins with the results they return."""
+    """cuLaunchKernel, cuStreamSynchronize and cuCtxGetCurrent stand-ins with the results they
+    return; `context` is the context the thread has current."""
 
-    def __init__(self, launch_rc: int = 0, synchronize_rc: int = 0):
+    def __init__(self, launch_rc: int = 0, synchronize_rc: int = 0, context: int = 0xC0):
         self.launches: list[tuple] = []
         self.synchronized: list[int] = []
+        self.context = context
 
         def launch(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
             count = self.expected
@@ -42,11 +45,15 @@ class FakeDriver:
             self.synchronized.append(stream)
             return synchronize_rc
 
-        self.expected = 0
-        self.launch, self.synchronize = LAUNCH(launch), SYNCHRONIZE(synchronize)
+        def get_current(out):
+            out[0] = self.context
+            return 0
 
-    def addresses(self) -> tuple[int, int]:
-        return ctypes.cast(self.launch, ctypes.c_void_p).value, ctypes.cast(self.synchronize, ctypes.c_void_p).value
+        self.expected = 0
+        self.launch, self.synchronize, self.get_current = LAUNCH(launch), SYNCHRONIZE(synchronize), GET_CURRENT(get_current)
+
+    def addresses(self) -> tuple[int, int, int]:
+        return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (self.launch, self.synchronize, self.get_current))
 
 
 @pytest.fixture

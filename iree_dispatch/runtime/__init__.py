@@ -86,6 +86,8 @@ class KernelFunction:
         self._invoke = invoke
         self._device = device
         self._direct = direct
+        calls = direct.prepared_calls if direct is not None else None
+        self._prepared = calls.call if calls is not None else None  # results, or None: not prepared
         self._inputs = [_Tensor(t["name"], _numpy_dtype(t["dtype"]), t["dtype"], tuple(t["shape"])) for t in description["inputs"]]
         self._scalars = description["scalars"]
         self.parameters = [t.name for t in self._inputs] + [s["name"] for s in self._scalars]
@@ -159,12 +161,12 @@ class KernelFunction:
                 raise ValueError(f"{self.name}(): {message}; " + (f"{lhs} = {a}, but {rhs} = {b}" if op == "eq" else f"{lhs} = {a}"))
 
     def __call__(self, *args, **kwargs):
-        if self._direct is not None and not kwargs:
-            # A call with the signature of one made before (device arrays or torch tensors)
-            # launches at once: its checks passed for these dtypes, shapes and sizes already.
-            results = self._direct.fast_call(args)
+        if self._prepared is not None and not kwargs:
+            # A call with the signature of one made before (our device arrays, torch tensors or
+            # CuPy arrays) launches at once: its checks passed for these dtypes, shapes and sizes.
+            results = self._prepared(args)
             if results is not None:
-                return results[0] if len(results) == 1 else tuple(results)
+                return results
         tensors, scalars, env = self._checked(args, kwargs)
         on_device = any(isinstance(v, (rt.DeviceArray, AsyncArray)) or _foreign(v) for v in tensors)
         if not isinstance(self._invoke, FencedInvoker):

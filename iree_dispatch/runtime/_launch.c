@@ -1,55 +1,109 @@
-/* The hot path of a direct launch, compiled: pack a kernel's parameters and call cuLaunchKernel
- * (and cuStreamSynchronize when the call waits) in one Python call, where ctypes spends a few
- * microseconds converting arguments. The driver functions come as addresses from the ctypes
- * library the runtime already opened (compiled.py), so this file needs no CUDA headers and
- * links to nothing but Python.
+/* The hot path of a direct call, compiled. The driver functions come as addresses from the
+ * ctypes library the runtime already opened (compiled.py), so this file needs no CUDA headers
+ * and links to nothing but Python.
  *
- *   set_driver(launch_address, synchronize_address)
+ *   set_driver(launch_kernel, stream_synchronize, ctx_get_current)   addresses of the three
  *   launch(function, grid, block, shared_memory, stream, values, wait) -> None or (launch rc, synchronize rc)
+ *   set_frameworks(device_array_type, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)
+ *   Calls(...)   one kernel's prepared calls: .prepare(args, grid, words, outputs), .call(args)
  *
- * values: one int per kernel parameter (IREE's kernel ABI: the buffers' addresses, then one
- * 32-bit word per push constant), each passed in its own 8-byte cell. None means success; a
- * failure returns the two CUDA result codes and raises nothing, so that the caller can retry
- * or name the error. */
+ * launch: one kernel launch in one Python call (ctypes spends microseconds converting
+ * arguments). values: one int per kernel parameter (IREE's kernel ABI: the buffers' addresses,
+ * then one 32-bit word per push constant), each passed in its own 8-byte cell. None means
+ * success; a failure returns the two CUDA result codes and raises nothing, so that the caller
+ * can retry or name the error.
+ *
+ * Calls: a call whose signature was seen before (the same kinds, dtypes and shapes of arrays,
+ * the same integer scalars) needs nothing worked out again: its grid, push constants and output
+ * shapes are those of the first call, which went through every check (launch.py). `prepare`
+ * records them under the signature of that call's arguments; `call` reads the signature of new
+ * arguments, and for a known one allocates the outputs, launches and returns the results, or
+ * returns None when the caller must take the checked path. Only float scalars change between
+ * calls of one signature: they are packed into their words on every call.
+ *
+ * Arrays a signature knows: the runtime's own device arrays that a direct call has seen (their
+ * `_direct_launch` entry: device, dtype, shape, address), and contiguous torch tensors or CuPy
+ * arrays on the kernel's GPU (all of one framework in one call). A call on torch or CuPy arrays
+ * is queued on that framework's current stream and returns at once; a call on our arrays is
+ * queued on the launch stream and waits for it. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef int (*LaunchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
 typedef int (*StreamSynchronize)(void*);
+typedef int (*CtxGetCurrent)(void**);
 
 #define MAX_PARAMETERS 256
+#define MAX_ARGUMENTS 64
+#define MAX_PREPARED 64 /* signatures kept per kernel; beyond, the table starts again */
 
 static LaunchKernel launch_kernel = NULL;
 static StreamSynchronize stream_synchronize = NULL;
+static CtxGetCurrent ctx_get_current = NULL;
+
+/* Array types a signature knows, and each framework's current stream by GPU ordinal. */
+enum { NONE = 0, OURS = 1, TORCH = 2, CUPY = 3 };
+static PyObject* device_array_type = NULL;
+static PyObject* torch_tensor_type = NULL;
+static PyObject* torch_stream = NULL;
+static PyObject* cupy_array_type = NULL;
+static PyObject* cupy_stream = NULL;
+
+static PyObject *s_direct_launch, *s_get_device, *s_is_contiguous, *s_dtype, *s_shape, *s_data_ptr, *s_device, *s_id, *s_flags,
+    *s_c_contiguous, *s_data, *s_ptr, *s_requires_grad;
 
 static PyObject* set_driver(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "set_driver(launch_address, synchronize_address)");
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "set_driver(launch_address, synchronize_address, ctx_get_current_address)");
     return NULL;
   }
   void* launch = PyLong_AsVoidPtr(args[0]);
   void* synchronize = PyLong_AsVoidPtr(args[1]);
+  void* get_current = PyLong_AsVoidPtr(args[2]);
   if (PyErr_Occurred()) return NULL;
-  if (launch == NULL || synchronize == NULL) {
+  if (launch == NULL || synchronize == NULL || get_current == NULL) {
     PyErr_SetString(PyExc_ValueError, "set_driver: a null function address");
     return NULL;
   }
   launch_kernel = (LaunchKernel)launch;
   stream_synchronize = (StreamSynchronize)synchronize;
+  ctx_get_current = (CtxGetCurrent)get_current;
+  Py_RETURN_NONE;
+}
+
+static void replace(PyObject** slot, PyObject* value) {
+  PyObject* old = *slot;
+  *slot = value == Py_None ? NULL : value;
+  Py_XINCREF(*slot);
+  Py_XDECREF(old);
+}
+
+static PyObject* set_frameworks(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "set_frameworks(device_array_type, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)");
+    return NULL;
+  }
+  replace(&device_array_type, args[0]);
+  replace(&torch_tensor_type, args[1]);
+  replace(&torch_stream, args[2]);
+  replace(&cupy_array_type, args[3]);
+  replace(&cupy_stream, args[4]);
   Py_RETURN_NONE;
 }
 
 static int dims(PyObject* sequence, unsigned out[3], const char* what) {
   if (!PyTuple_Check(sequence) || PyTuple_GET_SIZE(sequence) != 3) {
-    PyErr_Format(PyExc_TypeError, "launch: %s must be a tuple of 3 ints", what);
+    PyErr_Format(PyExc_TypeError, "%s must be a tuple of 3 ints", what);
     return -1;
   }
   for (int i = 0; i < 3; ++i) {
     unsigned long v = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(sequence, i));
     if (PyErr_Occurred()) return -1;
     if (v > 0xFFFFFFFFul) {
-      PyErr_Format(PyExc_OverflowError, "launch: %s[%d] = %lu does not fit 32 bits", what, i, v);
+      PyErr_Format(PyExc_OverflowError, "%s[%d] = %lu does not fit 32 bits", what, i, v);
       return -1;
     }
     out[i] = (unsigned)v;
@@ -68,7 +122,7 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
   }
   void* function = PyLong_AsVoidPtr(args[0]);
   unsigned grid[3], block[3];
-  if (PyErr_Occurred() || dims(args[1], grid, "grid") || dims(args[2], block, "block")) return NULL;
+  if (PyErr_Occurred() || dims(args[1], grid, "launch: grid") || dims(args[2], block, "launch: block")) return NULL;
   unsigned long shared_memory = PyLong_AsUnsignedLong(args[3]);
   void* stream = PyLong_AsVoidPtr(args[4]);
   int wait = PyObject_IsTrue(args[6]);
@@ -102,12 +156,579 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
   return Py_BuildValue("(ii)", launched, synchronized);
 }
 
+/* ---- Calls ------------------------------------------------------------------------------ */
+
+typedef struct {
+  unsigned grid[3];
+  Py_ssize_t word_count;
+  uint32_t words[MAX_PARAMETERS];
+  PyObject* outputs; /* one factory per fresh output: each call makes a new array of the call's framework */
+} Entry;
+
+typedef struct {
+  PyObject_HEAD
+  PyObject* function_object; /* the CUfunction as the launcher takes it (a ctypes c_void_p) */
+  void* function;
+  unsigned block[3];
+  unsigned shared_memory;
+  void* own_stream;
+  void* context;
+  long ordinal;
+  PyObject* device;        /* what `_direct_launch` entries must name */
+  PyObject* foreign;       /* the device's set of streams to wait for before a launch */
+  PyObject* before_call;   /* before_call(on_stream): waits for them */
+  PyObject* launch_safely; /* the launcher's launch(function, grid, block, shared_memory, stream, values, wait) */
+  PyObject* fail;          /* fail(rc, what): raises the driver's error */
+  PyObject* prepared;      /* signature → Entry capsule */
+  PyObject* ordinal_object;
+  Py_ssize_t inputs, arity;
+  char scalar_kinds[MAX_ARGUMENTS]; /* 'f' float, 'i' int, uint or bool */
+  int float_slots[MAX_ARGUMENTS];   /* each float scalar's word */
+  Py_ssize_t binding_count, result_count;
+  int bindings[MAX_PARAMETERS]; /* i >= 0: input i; -1 - j: fresh output j */
+  int results[MAX_PARAMETERS];  /* the same, for each result */
+} Calls;
+
+static int Calls_clear(Calls* self);
+
+static int sources(PyObject* sequence, int* out, Py_ssize_t* count, const char* what) {
+  if (!PyTuple_Check(sequence) || PyTuple_GET_SIZE(sequence) > MAX_PARAMETERS) {
+    PyErr_Format(PyExc_TypeError, "Calls: %s must be a tuple of at most %d ints", what, MAX_PARAMETERS);
+    return -1;
+  }
+  *count = PyTuple_GET_SIZE(sequence);
+  for (Py_ssize_t i = 0; i < *count; ++i) {
+    out[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(sequence, i));
+    if (PyErr_Occurred()) return -1;
+  }
+  return 0;
+}
+
+static int Calls_init(Calls* self, PyObject* args, PyObject* kwargs) {
+  PyObject *function, *block, *own_stream, *context, *device, *foreign, *before_call, *launch_safely, *fail, *kinds, *slots, *bindings, *results;
+  unsigned long shared_memory;
+  Py_ssize_t inputs;
+  if (!PyArg_ParseTuple(args, "OOkOOlOOOOOnOOOO", &function, &block, &shared_memory, &own_stream, &context, &self->ordinal, &device, &foreign,
+                        &before_call, &launch_safely, &fail, &inputs, &kinds, &slots, &bindings, &results))
+    return -1;
+  if (!PyAnySet_Check(foreign) || !PyCallable_Check(before_call) || !PyCallable_Check(launch_safely) || !PyCallable_Check(fail)) {
+    PyErr_SetString(PyExc_TypeError, "Calls: foreign must be a set; before_call, launch_safely and fail callables");
+    return -1;
+  }
+  PyObject* address = PyObject_GetAttrString(function, "value");
+  if (address == NULL) return -1;
+  self->function = PyLong_AsVoidPtr(address);
+  Py_DECREF(address);
+  self->own_stream = PyLong_AsVoidPtr(own_stream);
+  self->context = PyLong_AsVoidPtr(context);
+  if (PyErr_Occurred() || dims(block, self->block, "Calls: block")) return -1;
+  self->shared_memory = (unsigned)shared_memory;
+  if (!PyBytes_Check(kinds) || PyBytes_GET_SIZE(kinds) > MAX_ARGUMENTS || !PyTuple_Check(slots)) {
+    PyErr_SetString(PyExc_TypeError, "Calls: scalar kinds must be bytes ('f' or 'i' per scalar), float slots a tuple");
+    return -1;
+  }
+  Py_ssize_t scalars = PyBytes_GET_SIZE(kinds), floats = 0;
+  memcpy(self->scalar_kinds, PyBytes_AS_STRING(kinds), scalars);
+  for (Py_ssize_t i = 0; i < scalars; ++i) {
+    char kind = self->scalar_kinds[i];
+    if (kind != 'f' && kind != 'i') {
+      PyErr_SetString(PyExc_ValueError, "Calls: a scalar kind is 'f' or 'i'");
+      return -1;
+    }
+    floats += kind == 'f';
+  }
+  if (PyTuple_GET_SIZE(slots) != floats) {
+    PyErr_SetString(PyExc_ValueError, "Calls: one float slot per float scalar");
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < floats; ++i) {
+    self->float_slots[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(slots, i));
+    if (PyErr_Occurred()) return -1;
+  }
+  if (inputs < 0 || inputs + scalars > MAX_ARGUMENTS) {
+    PyErr_Format(PyExc_ValueError, "Calls: at most %d arguments", MAX_ARGUMENTS);
+    return -1;
+  }
+  self->inputs = inputs;
+  self->arity = inputs + scalars;
+  if (sources(bindings, self->bindings, &self->binding_count, "bindings") || sources(results, self->results, &self->result_count, "results")) return -1;
+  PyObject* prepared = PyDict_New();
+  PyObject* ordinal = PyLong_FromLong(self->ordinal);
+  if (prepared == NULL || ordinal == NULL) {
+    Py_XDECREF(prepared);
+    Py_XDECREF(ordinal);
+    return -1;
+  }
+  Calls_clear(self); /* __init__ called again */
+  self->prepared = prepared;
+  self->ordinal_object = ordinal;
+  self->function_object = Py_NewRef(function);
+  self->device = Py_NewRef(device);
+  self->foreign = Py_NewRef(foreign);
+  self->before_call = Py_NewRef(before_call);
+  self->launch_safely = Py_NewRef(launch_safely);
+  self->fail = Py_NewRef(fail);
+  return 0;
+}
+
+static int Calls_traverse(Calls* self, visitproc visit, void* arg) {
+  Py_VISIT(self->function_object);
+  Py_VISIT(self->device);
+  Py_VISIT(self->foreign);
+  Py_VISIT(self->before_call);
+  Py_VISIT(self->launch_safely);
+  Py_VISIT(self->fail);
+  Py_VISIT(self->prepared);
+  Py_VISIT(self->ordinal_object);
+  return 0;
+}
+
+static int Calls_clear(Calls* self) {
+  Py_CLEAR(self->function_object);
+  Py_CLEAR(self->device);
+  Py_CLEAR(self->foreign);
+  Py_CLEAR(self->before_call);
+  Py_CLEAR(self->launch_safely);
+  Py_CLEAR(self->fail);
+  Py_CLEAR(self->prepared);
+  Py_CLEAR(self->ordinal_object);
+  return 0;
+}
+
+static void Calls_dealloc(Calls* self) {
+  PyObject_GC_UnTrack(self);
+  Calls_clear(self);
+  Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+/* attribute or method result as an unsigned 64-bit value; -1 with an exception set on failure */
+static int call_method_u64(PyObject* object, PyObject* name, uint64_t* out) {
+  PyObject* value = PyObject_CallMethodNoArgs(object, name);
+  if (value == NULL) return -1;
+  *out = PyLong_AsUnsignedLongLong(value);
+  Py_DECREF(value);
+  return PyErr_Occurred() ? -1 : 0;
+}
+
+static int attribute_u64(PyObject* object, PyObject* name, uint64_t* out) {
+  PyObject* value = PyObject_GetAttr(object, name);
+  if (value == NULL) return -1;
+  *out = PyLong_AsUnsignedLongLong(value);
+  Py_DECREF(value);
+  return PyErr_Occurred() ? -1 : 0;
+}
+
+/* One array of a call: its framework, dtype and shape (new references) and address.
+ * 0: known; 1: not an array a signature knows (no exception); -1: an exception. */
+static int read_array(Calls* self, PyObject* value, int* framework, PyObject** dtype, PyObject** shape, uint64_t* address) {
+  PyTypeObject* type = Py_TYPE(value);
+  *dtype = *shape = NULL;
+  if ((PyObject*)type == device_array_type) {
+    PyObject* dict = PyObject_GenericGetDict(value, NULL);
+    if (dict == NULL) return -1;
+    PyObject* known = PyDict_GetItemWithError(dict, s_direct_launch); /* borrowed, kept alive by dict */
+    if (known == NULL || !PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 4 || PyTuple_GET_ITEM(known, 0) != self->device) {
+      Py_DECREF(dict);
+      return PyErr_Occurred() ? -1 : 1;
+    }
+    *address = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(known, 3));
+    if (PyErr_Occurred()) {
+      Py_DECREF(dict);
+      return -1;
+    }
+    *dtype = Py_NewRef(PyTuple_GET_ITEM(known, 1));
+    *shape = Py_NewRef(PyTuple_GET_ITEM(known, 2));
+    Py_DECREF(dict);
+    *framework = OURS;
+    return 0;
+  }
+  if ((PyObject*)type == torch_tensor_type) {
+    uint64_t contiguous, requires_grad;
+    PyObject* device = PyObject_CallMethodNoArgs(value, s_get_device); /* -1 for a CPU tensor */
+    if (device == NULL) return -1;
+    long ordinal = PyLong_AsLong(device);
+    Py_DECREF(device);
+    if (ordinal == -1 && PyErr_Occurred()) return -1;
+    if (ordinal != self->ordinal) return 1;
+    if (call_method_u64(value, s_is_contiguous, &contiguous) || attribute_u64(value, s_requires_grad, &requires_grad)) return -1;
+    if (!contiguous || requires_grad) return 1; /* the checked path refuses a tensor that requires grad (DLPack does) */
+    if (call_method_u64(value, s_data_ptr, address)) return -1;
+    *framework = TORCH;
+  } else if ((PyObject*)type == cupy_array_type) {
+    uint64_t id, contiguous;
+    PyObject* device = PyObject_GetAttr(value, s_device);
+    if (device == NULL) return -1;
+    int failed = attribute_u64(device, s_id, &id);
+    Py_DECREF(device);
+    if (failed) return -1;
+    if (id != (uint64_t)self->ordinal) return 1;
+    PyObject* flags = PyObject_GetAttr(value, s_flags);
+    if (flags == NULL) return -1;
+    failed = attribute_u64(flags, s_c_contiguous, &contiguous);
+    Py_DECREF(flags);
+    if (failed) return -1;
+    if (!contiguous) return 1;
+    PyObject* data = PyObject_GetAttr(value, s_data);
+    if (data == NULL) return -1;
+    failed = attribute_u64(data, s_ptr, address);
+    Py_DECREF(data);
+    if (failed) return -1;
+    *framework = CUPY;
+  } else {
+    return 1;
+  }
+  *dtype = PyObject_GetAttr(value, s_dtype);
+  if (*dtype == NULL) return -1;
+  *shape = PyObject_GetAttr(value, s_shape);
+  if (*shape == NULL) {
+    Py_CLEAR(*dtype);
+    return -1;
+  }
+  return 0;
+}
+
+/* The address of a new output of the call's framework (made by its factory). */
+static int address_of(Calls* self, int framework, PyObject* array, uint64_t* address) {
+  if (framework == TORCH) return call_method_u64(array, s_data_ptr, address);
+  if (framework == CUPY) {
+    PyObject* data = PyObject_GetAttr(array, s_data);
+    if (data == NULL) return -1;
+    int failed = attribute_u64(data, s_ptr, address);
+    Py_DECREF(data);
+    return failed;
+  }
+  int kind;
+  PyObject *dtype, *shape;
+  int found = read_array(self, array, &kind, &dtype, &shape, address);
+  if (found == 0) {
+    Py_DECREF(dtype);
+    Py_DECREF(shape);
+  } else if (found == 1) {
+    PyErr_SetString(PyExc_TypeError, "an output factory made no device array a direct call knows");
+  }
+  return found ? -1 : 0;
+}
+
+/* The signature of a call's arguments (a new tuple: the framework, then each array's dtype and
+ * shape, then each integer scalar's type and value), the arrays' addresses, the float scalars'
+ * words and the framework. NULL with no exception: arguments no signature covers. */
+static PyObject* signature(Calls* self, PyObject* args, uint64_t* addresses, uint32_t* float_words, int* framework) {
+  if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->arity) return NULL;
+  Py_ssize_t int_scalars = 0;
+  for (Py_ssize_t i = self->inputs; i < self->arity; ++i) int_scalars += self->scalar_kinds[i - self->inputs] == 'i';
+  PyObject* key = PyTuple_New(1 + 2 * self->inputs + 2 * int_scalars);
+  if (key == NULL) return NULL;
+  *framework = NONE;
+  Py_ssize_t at = 1, floats = 0;
+  for (Py_ssize_t i = 0; i < self->inputs; ++i) {
+    int kind = NONE;
+    PyObject *dtype, *shape;
+    int found = read_array(self, PyTuple_GET_ITEM(args, i), &kind, &dtype, &shape, &addresses[i]);
+    if (found == 0 && *framework != NONE && kind != *framework) {
+      Py_DECREF(dtype);
+      Py_DECREF(shape);
+      found = 1; /* arrays of two frameworks: the checked path orders them */
+    }
+    if (found != 0) {
+      Py_DECREF(key);
+      return NULL;
+    }
+    *framework = kind;
+    PyTuple_SET_ITEM(key, at++, dtype);
+    PyTuple_SET_ITEM(key, at++, shape);
+  }
+  for (Py_ssize_t i = self->inputs; i < self->arity; ++i) {
+    PyObject* value = PyTuple_GET_ITEM(args, i);
+    PyTypeObject* type = Py_TYPE(value);
+    if (self->scalar_kinds[i - self->inputs] == 'f') {
+      if (type != &PyFloat_Type && type != &PyLong_Type) break;
+      double number = PyFloat_AsDouble(value);
+      if (number == -1.0 && PyErr_Occurred()) break;
+      float single = (float)number;
+      if (isinf(single) && !isinf(number)) break; /* rounds to an infinity: the checked path refuses it */
+      memcpy(&float_words[floats++], &single, 4);
+    } else {
+      if (type != &PyLong_Type && type != &PyBool_Type) break;
+      PyTuple_SET_ITEM(key, at++, Py_NewRef((PyObject*)type));
+      PyTuple_SET_ITEM(key, at++, Py_NewRef(value));
+    }
+  }
+  if (at != PyTuple_GET_SIZE(key) || floats + int_scalars != self->arity - self->inputs) {
+    PyErr_Clear(); /* an int too large for a double */
+    Py_DECREF(key);
+    return NULL;
+  }
+  if (*framework == NONE) *framework = OURS;
+  PyTuple_SET_ITEM(key, 0, PyLong_FromLong(*framework));
+  if (PyTuple_GET_ITEM(key, 0) == NULL) {
+    Py_DECREF(key);
+    return NULL;
+  }
+  return key;
+}
+
+static void free_entry(PyObject* capsule) {
+  Entry* entry = PyCapsule_GetPointer(capsule, "iree_dispatch.entry");
+  if (entry != NULL) {
+    Py_XDECREF(entry->outputs);
+    PyMem_Free(entry);
+  }
+}
+
+/* prepare(args, grid, words, outputs) -> bool: records a checked call's launch under the
+ * signature of its arguments; False where no signature covers them. */
+static PyObject* Calls_prepare(Calls* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError, "prepare(args, grid, words, outputs)");
+    return NULL;
+  }
+  uint64_t addresses[MAX_ARGUMENTS];
+  uint32_t float_words[MAX_ARGUMENTS];
+  int framework;
+  PyObject* key = signature(self, args[0], addresses, float_words, &framework);
+  if (key == NULL) {
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_FALSE;
+  }
+  PyObject *words = args[2], *outputs = args[3];
+  Entry* entry = PyMem_Calloc(1, sizeof(Entry));
+  if (entry == NULL) {
+    Py_DECREF(key);
+    return PyErr_NoMemory();
+  }
+  PyObject* capsule = NULL;
+  if (dims(args[1], entry->grid, "prepare: grid")) goto failed;
+  if (!PyTuple_Check(words) || PyTuple_GET_SIZE(words) + self->binding_count > MAX_PARAMETERS) {
+    PyErr_SetString(PyExc_TypeError, "prepare: words must be a tuple of 32-bit ints");
+    goto failed;
+  }
+  entry->word_count = PyTuple_GET_SIZE(words);
+  for (Py_ssize_t i = 0; i < entry->word_count; ++i) {
+    unsigned long word = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(words, i));
+    if (PyErr_Occurred()) goto failed;
+    if (word > 0xFFFFFFFFul) {
+      PyErr_SetString(PyExc_OverflowError, "prepare: a word does not fit 32 bits");
+      goto failed;
+    }
+    entry->words[i] = (uint32_t)word;
+  }
+  for (Py_ssize_t i = 0, floats = 0; i < self->arity - self->inputs; ++i) {
+    if (self->scalar_kinds[i] == 'f' && self->float_slots[floats++] >= entry->word_count) {
+      PyErr_SetString(PyExc_ValueError, "prepare: a float slot is beyond the words");
+      goto failed;
+    }
+  }
+  if (!PyTuple_Check(outputs) || PyTuple_GET_SIZE(outputs) > MAX_PARAMETERS) {
+    PyErr_SetString(PyExc_TypeError, "prepare: outputs must be a tuple of factories");
+    goto failed;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outputs); ++i) {
+    if (!PyCallable_Check(PyTuple_GET_ITEM(outputs, i))) {
+      PyErr_SetString(PyExc_TypeError, "prepare: outputs must be a tuple of factories");
+      goto failed;
+    }
+  }
+  for (Py_ssize_t i = 0; i < self->binding_count; ++i) {
+    if (self->bindings[i] >= self->inputs || -1 - self->bindings[i] >= PyTuple_GET_SIZE(outputs)) {
+      PyErr_SetString(PyExc_ValueError, "prepare: a binding names no input or output");
+      goto failed;
+    }
+  }
+  for (Py_ssize_t i = 0; i < self->result_count; ++i) {
+    if (self->results[i] >= self->inputs || -1 - self->results[i] >= PyTuple_GET_SIZE(outputs)) {
+      PyErr_SetString(PyExc_ValueError, "prepare: a result names no input or output");
+      goto failed;
+    }
+  }
+  entry->outputs = Py_NewRef(outputs);
+  capsule = PyCapsule_New(entry, "iree_dispatch.entry", free_entry);
+  if (capsule == NULL) {
+    Py_CLEAR(entry->outputs);
+    goto failed;
+  }
+  entry = NULL; /* the capsule owns it */
+  if (PyDict_GET_SIZE(self->prepared) >= MAX_PREPARED) PyDict_Clear(self->prepared);
+  int stored = PyDict_SetItem(self->prepared, key, capsule);
+  Py_DECREF(capsule);
+  Py_DECREF(key);
+  if (stored) return NULL;
+  Py_RETURN_TRUE;
+failed:
+  PyMem_Free(entry);
+  Py_DECREF(key);
+  return NULL;
+}
+
+/* call(args) -> the results (one object, or a tuple of several), or None where the call must
+ * take the checked path. */
+static PyObject* Calls_call(Calls* self, PyObject* args) {
+  uint64_t addresses[MAX_ARGUMENTS];
+  uint32_t float_words[MAX_ARGUMENTS];
+  int framework;
+  PyObject* key = signature(self, args, addresses, float_words, &framework);
+  if (key == NULL) {
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+  }
+  PyObject* capsule = PyDict_GetItemWithError(self->prepared, key);
+  Py_DECREF(key);
+  if (capsule == NULL) {
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+  }
+  Py_INCREF(capsule); /* kept while its outputs are made: a finalizer may clear the table */
+  Entry* entry = PyCapsule_GetPointer(capsule, "iree_dispatch.entry");
+  PyObject* results = NULL;
+  PyObject* outputs[MAX_PARAMETERS];
+  Py_ssize_t output_count = 0;
+  uint64_t output_addresses[MAX_PARAMETERS];
+  void* stream = self->own_stream;
+  PyObject* stream_object = NULL;
+  if (framework != OURS) {
+    PyObject* getter = framework == TORCH ? torch_stream : cupy_stream;
+    if (getter == NULL) goto done_none;
+    PyObject* handle = PyObject_CallOneArg(getter, self->ordinal_object);
+    if (handle == NULL) goto done;
+    stream = PyLong_AsVoidPtr(handle);
+    Py_DECREF(handle);
+    if (PyErr_Occurred()) goto done;
+    if (stream == NULL) stream = (void*)1; /* 0 names the legacy default stream, as 1 does */
+    stream_object = PyLong_FromVoidPtr(stream);
+    if (stream_object == NULL) goto done;
+  }
+  int wait = framework == OURS;
+  if (PySet_GET_SIZE(self->foreign)) {
+    PyObject* waited = PyObject_CallOneArg(self->before_call, wait ? Py_None : stream_object);
+    if (waited == NULL) goto done;
+    Py_DECREF(waited);
+  }
+  PyObject* factories = entry->outputs;
+  for (; output_count < PyTuple_GET_SIZE(factories); ++output_count) {
+    outputs[output_count] = PyObject_CallNoArgs(PyTuple_GET_ITEM(factories, output_count));
+    if (outputs[output_count] == NULL || address_of(self, framework, outputs[output_count], &output_addresses[output_count])) {
+      ++output_count;
+      goto done;
+    }
+  }
+  uint64_t cells[MAX_PARAMETERS];
+  void* parameters[MAX_PARAMETERS];
+  Py_ssize_t count = 0;
+  for (Py_ssize_t i = 0; i < self->binding_count; ++i, ++count) {
+    int source = self->bindings[i];
+    cells[count] = source >= 0 ? addresses[source] : output_addresses[-1 - source];
+  }
+  for (Py_ssize_t i = 0; i < entry->word_count; ++i) cells[count + i] = entry->words[i];
+  for (Py_ssize_t i = 0, floats = 0; i < self->arity - self->inputs; ++i) {
+    if (self->scalar_kinds[i] == 'f') {
+      cells[count + self->float_slots[floats]] = float_words[floats];
+      ++floats;
+    }
+  }
+  count += entry->word_count;
+  for (Py_ssize_t i = 0; i < count; ++i) parameters[i] = &cells[i];
+  /* Launched here only where this device's primary context is current on the thread (IREE,
+   * torch and CuPy leave it so); anywhere else, and after a failed launch, the launcher's
+   * own launch pushes the context, launches and names the error. */
+  void* current = NULL;
+  int launched = -1;
+  if (launch_kernel != NULL && !ctx_get_current(&current) && current == self->context) {
+    launched = launch_kernel(self->function, entry->grid[0], entry->grid[1], entry->grid[2], self->block[0], self->block[1], self->block[2],
+                             self->shared_memory, stream, parameters, NULL);
+  }
+  if (launched != 0) {
+    PyObject* values = PyList_New(count);
+    if (values == NULL) goto done;
+    for (Py_ssize_t i = 0; i < count; ++i) {
+      PyObject* value = PyLong_FromUnsignedLongLong(cells[i]);
+      if (value == NULL) {
+        Py_DECREF(values);
+        goto done;
+      }
+      PyList_SET_ITEM(values, i, value);
+    } /* "N" below passes this reference on */
+    PyObject* done = PyObject_CallFunction(self->launch_safely, "O(III)(III)IKNO", self->function_object, entry->grid[0], entry->grid[1], entry->grid[2],
+                                           self->block[0], self->block[1], self->block[2], self->shared_memory, (unsigned long long)(uintptr_t)stream,
+                                           values, wait ? Py_True : Py_False);
+    if (done == NULL) goto done;
+    Py_DECREF(done);
+  } else if (wait) {
+    int synchronized;
+    Py_BEGIN_ALLOW_THREADS
+    synchronized = stream_synchronize(stream);
+    Py_END_ALLOW_THREADS
+    if (synchronized) {
+      PyObject* raised = PyObject_CallFunction(self->fail, "is", synchronized, "cuStreamSynchronize (a kernel failed on the device)");
+      Py_XDECREF(raised);
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "cuStreamSynchronize failed");
+      goto done;
+    }
+  }
+  if (self->result_count == 1) {
+    int source = self->results[0];
+    results = Py_NewRef(source >= 0 ? PyTuple_GET_ITEM(args, source) : outputs[-1 - source]);
+  } else {
+    results = PyTuple_New(self->result_count);
+    if (results == NULL) goto done;
+    for (Py_ssize_t i = 0; i < self->result_count; ++i) {
+      int source = self->results[i];
+      PyTuple_SET_ITEM(results, i, Py_NewRef(source >= 0 ? PyTuple_GET_ITEM(args, source) : outputs[-1 - source]));
+    }
+  }
+  goto done;
+done_none:
+  results = Py_NewRef(Py_None);
+done:
+  for (Py_ssize_t i = 0; i < output_count; ++i) Py_XDECREF(outputs[i]);
+  Py_XDECREF(stream_object);
+  Py_DECREF(capsule);
+  return results;
+}
+
+static PyMethodDef Calls_methods[] = {
+    {"prepare", (PyCFunction)(void (*)(void))Calls_prepare, METH_FASTCALL, "Records a checked call's launch under its arguments' signature."},
+    {"call", (PyCFunction)Calls_call, METH_O, "The results of a call with a known signature, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CallsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "iree_dispatch.runtime._launch.Calls",
+    .tp_basicsize = sizeof(Calls),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Calls(function, block, shared_memory, own_stream, context, ordinal, device, foreign, before_call, launch_safely, fail, "
+              "inputs, scalar_kinds, float_slots, bindings, results): one kernel's prepared calls",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Calls_init,
+    .tp_dealloc = (destructor)Calls_dealloc,
+    .tp_traverse = (traverseproc)Calls_traverse,
+    .tp_clear = (inquiry)Calls_clear,
+    .tp_methods = Calls_methods,
+};
+
 static PyMethodDef methods[] = {
-    {"set_driver", (PyCFunction)(void (*)(void))set_driver, METH_FASTCALL, "Sets the addresses of cuLaunchKernel and cuStreamSynchronize."},
+    {"set_driver", (PyCFunction)(void (*)(void))set_driver, METH_FASTCALL, "Sets the addresses of cuLaunchKernel, cuStreamSynchronize and cuCtxGetCurrent."},
+    {"set_frameworks", (PyCFunction)(void (*)(void))set_frameworks, METH_FASTCALL, "Sets the array types a signature knows and the frameworks' stream getters."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "Launches a kernel; None, or the CUDA result codes of a failure."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_launch", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__launch(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__launch(void) {
+  struct {
+    PyObject** slot;
+    const char* text;
+  } names[] = {{&s_direct_launch, "_direct_launch"}, {&s_get_device, "get_device"}, {&s_is_contiguous, "is_contiguous"}, {&s_dtype, "dtype"},
+               {&s_shape, "shape"}, {&s_data_ptr, "data_ptr"}, {&s_device, "device"}, {&s_id, "id"}, {&s_flags, "flags"},
+               {&s_c_contiguous, "c_contiguous"}, {&s_data, "data"}, {&s_ptr, "ptr"}, {&s_requires_grad, "requires_grad"}};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
+    if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
+  }
+  if (PyType_Ready(&CallsType) < 0) return NULL;
+  PyObject* m = PyModule_Create(&module);
+  if (m == NULL) return NULL;
+  if (PyModule_AddObjectRef(m, "Calls", (PyObject*)&CallsType) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

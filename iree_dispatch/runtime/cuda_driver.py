@@ -14,6 +14,7 @@ import ctypes
 import threading
 from collections.abc import Iterator, Sequence
 from functools import cache
+from types import ModuleType
 
 from ..core.errors import DeviceError
 from .compiled import compiled_launch
@@ -193,13 +194,27 @@ class Launcher(_DeviceStream):
         self._cells: dict[int, tuple[ctypes.Array, ctypes.Array]] = {}  # the ctypes path's parameter cells, by count
         self._compiled = compiled_launch()
         if self._compiled is not None:
-            address = ctypes.cast
-            self._compiled.set_driver(address(cuda.cuLaunchKernel, ctypes.c_void_p).value, address(cuda.cuStreamSynchronize, ctypes.c_void_p).value)
+            functions = (cuda.cuLaunchKernel, cuda.cuStreamSynchronize, cuda.cuCtxGetCurrent)
+            self._compiled.set_driver(*(ctypes.cast(f, ctypes.c_void_p).value for f in functions))
 
     @property
     def stream(self) -> int:
         """The handle of the launcher's own stream (non-blocking)."""
         return self._stream.value
+
+    @property
+    def context(self) -> int:
+        """The handle of the device's primary context."""
+        return self._context.value
+
+    @property
+    def compiled(self) -> ModuleType | None:
+        """The compiled launch module (compiled.py), or None where launches go through ctypes."""
+        return self._compiled
+
+    def check(self, rc: int, what: str) -> None:
+        """Raises DeviceError naming `what` and the driver's error for a failed call (rc != 0)."""
+        self._check(rc, what)
 
     def load(self, image: bytes, entry: str, shared_memory: int) -> tuple[ctypes.c_void_p, ctypes.c_void_p]:
         """The CUmodule of a cubin, fatbin or PTX image (PTX is compiled by the driver) and its

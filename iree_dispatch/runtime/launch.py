@@ -25,12 +25,14 @@ launch="iree")`) sends every call through IREE.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import struct
+import sys
 import weakref
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,10 +60,6 @@ HAL_ELEMENT_TYPES = {
 _OUTPUT_MEMORY = int(rt.MemoryType.DEVICE_LOCAL)
 _OUTPUT_USAGE = int(rt.BufferUsage.DEFAULT)
 _EXECUTABLE_HEADER = 64  # bytes before the flatbuffer in a vmfb's executable entry
-_PREPARED_SIGNATURES = 64  # signatures of calls prepared per kernel at most
-_INPUT, _OUTPUT = 0, 1
-_F32 = struct.Struct("<I")
-_F32_PACK = struct.Struct("<f").pack
 
 
 def launch_mode(requested: str | None) -> str:
@@ -194,11 +192,12 @@ class DirectLaunch:
         }
         self.results = [t["name"] for t in description["outputs"]]
         # Where each binding's and each result's array comes from: an input or a fresh output.
-        fresh_names = list(self.outputs)
-        source = {name: (_INPUT, i) for i, name in enumerate(self._input_names)} | {name: (_OUTPUT, i) for i, name in enumerate(fresh_names)}
-        self._binding_sources = [source[name] for name in self.bindings]
-        self._result_sources = [source[name] for name in self.results]
-        self._scalar_kinds = [s["kind"] for s in description["scalars"]]
+        # Where each binding's and each result's array comes from: input i (i) or fresh output
+        # j (-1 - j), as the prepared calls (_launch.c) number them.
+        source = {name: i for i, name in enumerate(self._input_names)} | {name: -1 - j for j, name in enumerate(self.outputs)}
+        self._binding_sources = tuple(source[name] for name in self.bindings)
+        self._result_sources = tuple(source[name] for name in self.results)
+        self._scalar_kinds = b"".join(b"f" if s["kind"] == "float" else b"i" for s in description["scalars"])
         self._arity = len(self._input_names) + len(self._scalar_names)
         # The constant word of each float scalar argument, in argument order: the words a
         # prepared call packs again for each call (floats take one word each).
@@ -206,8 +205,10 @@ class DirectLaunch:
         for c in self.constants:
             slot_of[c.name] = words
             words += c.stype.slots
-        self._float_slots = [slot_of[s["name"]] for s in description["scalars"] if s["kind"] == "float"]
-        self._prepared: dict[tuple, _Prepared] = {}
+        self._float_slots = tuple(slot_of[s["name"]] for s in description["scalars"] if s["kind"] == "float")
+        # The calls prepared so far (compiled.py's Calls), where the compiled launch module
+        # exists: a call with the signature of one made before launches without Python.
+        self.prepared_calls: Any = None
 
     def load(self) -> None:
         """Loads the kernel on the device (when the module is loaded, as IREE loads its own);
@@ -217,6 +218,13 @@ class DirectLaunch:
         launcher = self._device.launcher
         module, self._function = launcher.load(e.image, e.entry, e.shared_memory)
         weakref.finalize(self, launcher.unload, module).atexit = False
+        if launcher.compiled is not None:
+            device = self._device
+            self.prepared_calls = launcher.compiled.Calls(
+                self._function, e.block, e.shared_memory, launcher.stream, launcher.context, device.ordinal, device, device._foreign_streams,
+                device.before_call, launcher.launch, launcher.check, len(self._input_names), self._scalar_kinds, self._float_slots,
+                self._binding_sources, self._result_sources,
+            )
 
     def constants_for(self, env: dict[str, int], scalars: dict[str, int | float]) -> list[int]:
         """The push constants, as IREE's generated function packs them. scalars: the call's
@@ -300,80 +308,26 @@ class DirectLaunch:
             arrays.append(value)
         for other in set(streams.values()) - {None, stream}:
             device.bridge.wait_for(other)
-        results = self._run(prepared, pointers, arrays, stream, dlpack.framework_of(inputs))
-        signature = self._signature(args) if len(args) == self._arity else None
-        if signature is not None:
-            if len(self._prepared) >= _PREPARED_SIGNATURES:
-                self._prepared.clear()  # bounded: the signatures in use now get prepared again
-            self._prepared[signature[0]] = prepared
+        framework = dlpack.framework_of(inputs)
+        results = self._run(prepared, pointers, arrays, stream, framework)
+        if self.prepared_calls is not None and len(args) == self._arity:
+            self._prepare(tuple(args), prepared, framework)
         return results
 
-    def fast_call(self, args: Sequence) -> list | None:
-        """The call, if a call with the same signature was prepared before (the same dtypes and
-        shapes of IREE device arrays, torch tensors or CuPy arrays, the same integer scalars):
-        nothing is checked or computed again. None otherwise (the caller then makes a full call)."""
-        signature = self._signature(args) if len(args) == self._arity else None
-        if signature is None:
-            return None
-        key, pointers, arrays, stream, framework, floats = signature
-        prepared = self._prepared.get(key)
-        if prepared is None:
-            return None
-        if floats:
-            words = list(prepared.constants)
-            for slot, value in zip(self._float_slots, floats):
-                words[slot] = value
-            prepared = _Prepared(prepared.grid, tuple(words), prepared.outputs)
-        return self._run(prepared, pointers, arrays, stream, framework)
-
-    def _signature(self, args: Sequence) -> tuple | None:
-        """(key, input pointers, input arrays, stream, framework, float scalars' words) of a call
-        whose arrays are all IREE device arrays of this device that a direct call has seen, or
-        contiguous torch tensors or CuPy arrays on its GPU (one framework, its current stream),
-        and whose scalars are plain ints and floats; None for any other call."""
+    def _prepare(self, args: tuple, prepared: _Prepared, framework: str | None) -> None:
+        """Records a checked call's launch for later calls with the same signature (see
+        _launch.c): its grid, push constants and a factory per fresh output. A call whose
+        framework lacks an output's element type is not recorded (its outputs are ours, which
+        the stream they are used on must be waited for: the checked path does that)."""
         device = self._device
-        n = len(self._input_names)
-        key: list = []
-        pointers: list[int] = []
-        framework = None
-        torch_tensor = cupy_array = None  # looked up once a call has an array that isn't ours
-        for value in args[:n]:
-            kind = type(value)
-            if kind is not dlpack.DeviceArray and torch_tensor is None:
-                torch_tensor, cupy_array = dlpack.torch_tensor_type() or (), dlpack.cupy_array_type() or ()
-            if kind is dlpack.DeviceArray:
-                known = value.__dict__.get("_direct_launch")
-                if known is None or known[0] is not device:
-                    return None
-                key.append(known[1:3])
-                pointers.append(known[3])
-            elif kind is torch_tensor and framework != "cupy":
-                if not value.is_cuda or value.get_device() != device.ordinal or not value.is_contiguous():
-                    return None
-                key.append((value.dtype, value.shape))
-                pointers.append(value.data_ptr())
-                framework = "torch"
-            elif kind is cupy_array and framework != "torch":
-                if value.device.id != device.ordinal or not value.flags.c_contiguous:
-                    return None
-                key.append((value.dtype, value.shape))
-                pointers.append(value.data.ptr)
-                framework = "cupy"
-            else:
-                return None
-        floats = []
-        for value, kind in zip(args[n:], self._scalar_kinds):
-            if kind == "float" and type(value) in (float, int):
-                try:
-                    floats.append(_F32.unpack(_F32_PACK(value))[0])
-                except OverflowError:  # rounds to an infinity: the full call refuses it
-                    return None
-            elif kind in ("int", "uint", "bool") and type(value) in (int, bool):
-                key.append((type(value), value))
-            else:
-                return None
-        stream = None if framework is None else dlpack.framework_current_stream(framework, device.ordinal)
-        return tuple(key), pointers, args[:n], stream, framework, floats
+        factories = []
+        for out, shape, size in prepared.outputs:
+            make = _output_factory(device, out, shape, size, framework)
+            if make is None:
+                return
+            factories.append(make)
+        _register_frameworks(self._device.launcher.compiled)
+        self.prepared_calls.prepare(args, prepared.grid, prepared.constants, tuple(factories))
 
     def _run(self, prepared: _Prepared, pointers: Sequence[int], arrays: Sequence, stream: int | None, framework: str | None) -> list:
         """Allocates the fresh outputs (as `framework`'s arrays: "torch", "cupy", or None for
@@ -382,7 +336,7 @@ class DirectLaunch:
         if device._foreign_streams:
             device.before_call(on_stream=stream)
         outputs = [_fresh_output(device, out, shape, size, framework) for out, shape, size in prepared.outputs]
-        bound = [pointers[i] if source == _INPUT else outputs[i][1] for source, i in self._binding_sources]
+        bound = [pointers[i] if i >= 0 else outputs[-1 - i][1] for i in self._binding_sources]
         own_stream = stream is None or stream == device.launcher.stream
         self.launch(bound, prepared.constants, prepared.grid, stream, wait=own_stream)
         if not own_stream:
@@ -392,7 +346,7 @@ class DirectLaunch:
                 device.bridge.wait_for(stream)
             elif any(type(a) is dlpack.DeviceArray for a in arrays):
                 device.handed_to(stream)
-        return [arrays[i] if source == _INPUT else outputs[i][0] for source, i in self._result_sources]
+        return [arrays[i] if i >= 0 else outputs[-1 - i][0] for i in self._result_sources]
 
     def launch(self, pointers: Sequence[int], constants: Sequence[int], grid: tuple[int, int, int], stream: int | None, wait: bool = False) -> None:
         """Queues the kernel on `stream` (None: the launch stream); wait: until it has run."""
@@ -420,15 +374,27 @@ def _remember(array: rt.DeviceArray, device: Device, dtype: np.dtype, shape: tup
         array._direct_launch = (device, dtype, shape, dlpack.device_pointer(device, array))
 
 
-def _fresh_output(device: Device, output: _Output, shape: tuple[int, ...], size: int, framework: str | None) -> tuple[Any, int]:
-    """A fresh output and its address: a torch tensor or CuPy array allocated by that framework
-    on its current stream when the call is on that framework's arrays, else (or for a dtype the
-    framework lacks) one of our device arrays from the device's pool. On running out of memory
-    the pool is trimmed and the allocation tried once more."""
+def _output_factory(device: Device, output: _Output, shape: tuple[int, ...], size: int, framework: str | None) -> Callable[[], Any] | None:
+    """A function making a call's fresh output: a torch tensor or CuPy array allocated by that
+    framework on its current stream for a call on that framework's arrays (None for an element
+    type the framework lacks), else one of our device arrays from the device's pool."""
     if framework is not None:
-        made = dlpack.framework_empty(framework, output.mlir_type, shape, device.ordinal)
-        if made is not None:
-            return made
+        return dlpack.framework_empty(framework, output.mlir_type, shape, device.ordinal)
+    return functools.partial(_device_output, device, output, shape, size)
+
+
+def _fresh_output(device: Device, output: _Output, shape: tuple[int, ...], size: int, framework: str | None) -> tuple[Any, int]:
+    """A fresh output (`_output_factory`'s; ours for an element type the framework lacks) and its address."""
+    make = _output_factory(device, output, shape, size, framework)
+    if make is None:
+        return _fresh_output(device, output, shape, size, None)
+    array = make()
+    return array, (array._device_pointer if framework is None else dlpack.array_address(framework, array))
+
+
+def _device_output(device: Device, output: _Output, shape: tuple[int, ...], size: int) -> dlpack.DeviceArray:
+    """One of our device arrays from the device's pool. On running out of memory the pool is
+    trimmed and the allocation tried once more."""
     allocator = device.hal.allocator
     try:
         buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
@@ -439,7 +405,25 @@ def _fresh_output(device: Device, output: _Output, shape: tuple[int, ...], size:
         buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
     array = dlpack.DeviceArray(device, rt.HalBufferView(buffer, shape, output.element_type), output.dtype)
     _remember(array, device, output.dtype, shape)
-    return array, array._device_pointer
+    return array
+
+
+_registered_frameworks: tuple = ()
+
+
+def _register_frameworks(compiled: Any) -> None:
+    """Tells the compiled module the array types a signature may hold and how to ask their
+    frameworks' current streams, once per set of frameworks imported."""
+    global _registered_frameworks
+    torch, cupy = sys.modules.get("torch"), sys.modules.get("cupy")
+    if _registered_frameworks == (torch, cupy):
+        return
+    compiled.set_frameworks(
+        dlpack.DeviceArray,
+        dlpack.torch_tensor_type(), dlpack.stream_getter("torch") if torch is not None else None,
+        dlpack.cupy_array_type(), dlpack.stream_getter("cupy") if cupy is not None else None,
+    )
+    _registered_frameworks = (torch, cupy)
 
 
 def plan_for(description: dict, device: Device, output_dtypes: Sequence[np.dtype | None], archive: zipfile.ZipFile | None) -> DirectLaunch | None:
