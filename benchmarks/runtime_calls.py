@@ -9,12 +9,14 @@ durations come from torch.profiler):
   * simple_mul, N = 1024 (samples.vmfb): CuPy launch + synchronize of the same cubin; an
     iree_dispatch call on device arrays (fresh output), on numpy arrays (copies both ways), on
     torch tensors (DLPack in, a torch tensor out), and a torch elementwise
-    multiply + synchronize; against a CuPy launch without synchronize, the host cost of a call on
-    CuPy arrays (launched directly it is queued on CuPy's stream and returns at once) and of one
-    asynchronous call (async/samples.vmfb); the parts of a call (argument checks, VmContext.invoke).
+    multiply + synchronize; the host cost of calls on CuPy arrays and torch tensors (launched
+    directly they are queued on the framework's stream and return at once), with a fresh output
+    and in place (simple_mul_inplace), in rounds alternating with CuPy's launch of the same cubins
+    (into an existing output, in place, allocating its output); the host cost of one asynchronous
+    call (async/samples.vmfb); the parts of a call (argument checks, VmContext.invoke).
   * gemm_bf16 at 4096³ (gemm/gemm.vmfb): the synchronous call's wall time (in rounds alternating
-    with the same cubin launched by CuPy into a fresh output) against its kernel's
-    CUPTI duration.
+    with the same cubin launched by CuPy into a fresh output and into one kept output) against
+    its kernel's CUPTI duration.
 
     python3 benchmarks/runtime_calls.py --out DIR        # GPU side: numpy, torch, cupy, iree-base-runtime
 """
@@ -68,16 +70,11 @@ def worker(out: Path) -> None:
         cp.cuda.runtime.deviceSynchronize()
 
     rows["cupy launch + sync"] = summarize(wall_times_us(cupy_sync, REPS, 50))
-    rows["cupy launch (host)"] = summarize(host_us(lambda: kern(((N + 63) // 64,), (64,), args), REPS))
-    cp.cuda.runtime.deviceSynchronize()
 
     def cupy_allocate_and_launch():  # what a call does: a fresh output, then the launch
         out = cp.empty(N, cp.float32)
         kern(((N + 63) // 64,), (64,), (ca, cb, out, np.int32(N)))
         return out
-
-    rows["cupy output allocation + launch (host)"] = summarize(host_us(cupy_allocate_and_launch, REPS))
-    cp.cuda.runtime.deviceSynchronize()
 
     mod = runtime.load(BUILD / "samples.vmfb")
     da, db = mod.to_device(a), mod.to_device(b)
@@ -144,20 +141,33 @@ def worker(out: Path) -> None:
     np.testing.assert_array_equal(smod.simple_mul(sa, sb).to_host(), a * b)
     rows["iree_dispatch call of an async-built kernel, waited (device arrays)"] = summarize(wall_times_us(lambda: smod.simple_mul(sa, sb), REPS, 50))
 
-    # CuPy arrays: the call is queued on CuPy's current stream (directly launched) and returns
-    # at once, as CuPy's own launch does; through IREE it waits.
-    np.testing.assert_array_equal(cp.asnumpy(cp.from_dlpack(mod.simple_mul(ca, cb))), a * b)
-    held_cupy = []
-    samples = []
-    for _ in range(20):
-        samples += host_us(lambda: held_cupy.append(mod.simple_mul(ca, cb)), 100, warmup=0)
-        cp.cuda.runtime.deviceSynchronize()
-        held_cupy.clear()
-    rows["iree_dispatch call on CuPy arrays (host)"] = summarize(samples)
-    rows["iree_dispatch call on CuPy arrays + sync"] = summarize(wall_times_us(lambda: (mod.simple_mul(ca, cb), cp.cuda.runtime.deviceSynchronize()), REPS, 50))
-
+    # The host cost of a call that returns without waiting, against CuPy's own launch of the
+    # same cubin: into an existing output, in place, and allocating its output as a call does.
+    # Alternating rounds of 100 calls each way (a synchronize after each round), so that every
+    # way sees the same clocks and process state; each call's result is dropped at once, as
+    # CuPy's are.
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     torch.testing.assert_close(mod.simple_mul(ta, tb), ta * tb, rtol=0, atol=0)
+    np.testing.assert_array_equal(cp.asnumpy(mod.simple_mul(ca, cb)), a * b)
+    inplace = cp.RawModule(path=str(BUILD / "samples.objects" / f"simple_mul.{arch}.cubin")).get_function("simple_mul_inplace")
+    c_in, t_in = cp.asarray(b), torch.from_numpy(b).cuda()  # written in place by their rows
+    ways = {
+        "cupy launch (host)": lambda: kern(((N + 63) // 64,), (64,), args),
+        "cupy launch, in place (host)": lambda: inplace(((N + 63) // 64,), (64,), (ca, c_in, np.int32(N))),
+        "cupy output allocation + launch (host)": cupy_allocate_and_launch,
+        "iree_dispatch call on CuPy arrays (host)": lambda: mod.simple_mul(ca, cb),
+        "iree_dispatch call on CuPy arrays, in place (host)": lambda: mod.simple_mul_inplace(ca, c_in),
+        "iree_dispatch call on torch tensors (host)": lambda: mod.simple_mul(ta, tb),
+        "iree_dispatch call on torch tensors, in place (host)": lambda: mod.simple_mul_inplace(ta, t_in),
+    }
+    samples = {name: [] for name in ways}
+    for _ in range(20):
+        for name, call in ways.items():
+            samples[name] += host_us(call, 100, warmup=5)
+            torch.cuda.synchronize()
+    for name, values in samples.items():
+        rows[name] = summarize(values)
+    rows["iree_dispatch call on CuPy arrays + sync"] = summarize(wall_times_us(lambda: (mod.simple_mul(ca, cb), cp.cuda.runtime.deviceSynchronize()), REPS, 50))
 
     def torch_call():  # a call on torch tensors returns a torch tensor
         y = mod.simple_mul(ta, tb)
@@ -176,13 +186,6 @@ def worker(out: Path) -> None:
         op_wall += wall_times_us(torch_op, REPS // 10, 5)
     rows["torch in -> iree_dispatch -> torch out"] = summarize(call_wall)
     torch.cuda.synchronize()
-    held_torch = []
-    samples = []
-    for _ in range(20):
-        samples += host_us(lambda: held_torch.append(mod.simple_mul(ta, tb)), 100, warmup=0)
-        torch.cuda.synchronize()
-        held_torch.clear()
-    rows["iree_dispatch call on torch tensors (host)"] = summarize(samples)
     rows["iree_dispatch call, device arrays (again, after the async module's calls)"] = summarize(wall_times_us(lambda: mod.simple_mul(da, db), REPS, 50))
     rows["torch elementwise multiply + sync"] = summarize(op_wall)
     rows["  of which checks (2 tensors)"] = summarize(host_us(lambda: check(ta, tb), REPS))
@@ -224,15 +227,23 @@ def worker(out: Path) -> None:
         cp.cuda.runtime.deviceSynchronize()
         return c
 
+    kept = cp.empty((GEMM, GEMM), cp.float32)
+
+    def cupy_gemm_kept_output():
+        gemm_kernel((GEMM // 256, 2 * GEMM // 256), (384,), (pa, pb, np.uint64(kept.data.ptr), np.int32(GEMM), np.int32(GEMM), np.int32(GEMM)), shared_mem=gemm_smem)
+        cp.cuda.runtime.deviceSynchronize()
+
     want = gemm.gemm_bf16(ga, gb).to_host()
     np.testing.assert_allclose(cp.asnumpy(cupy_gemm()), want, rtol=0, atol=0)
-    # Side by side: alternating rounds of 10 calls each way, so that both see the same clocks
+    # Side by side: alternating rounds of 10 calls each way, so that all see the same clocks
     # and the same state of the process.
-    wall, cupy_wall = [], []
-    for _ in range(8):
+    wall, cupy_wall, cupy_kept_wall = [], [], []
+    for _ in range(10):
         wall += wall_times_us(lambda: gemm.gemm_bf16(ga, gb), 10, 2)
         cupy_wall += wall_times_us(cupy_gemm, 10, 2)
+        cupy_kept_wall += wall_times_us(cupy_gemm_kept_output, 10, 2)
     rows["gemm_bf16 4096^3, CuPy: fresh output + launch + sync (wall)"] = summarize(cupy_wall)
+    rows["gemm_bf16 4096^3, CuPy: launch into one kept output + sync (wall)"] = summarize(cupy_kept_wall)
 
     def gemm_calls(count):
         for _ in range(count):

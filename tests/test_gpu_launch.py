@@ -5,6 +5,9 @@ use on a caller's stream is never handed to other work before that stream is don
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import numpy as np
 import pytest
 
@@ -13,7 +16,7 @@ from iree_dispatch import runtime
 
 from .test_gpu import artifacts, fresh  # noqa: F401  (session fixtures)
 from .test_gpu_abi import CASES, random_array, random_case
-from .test_gpu_runtime import torch  # noqa: F401  (the torch fixture)
+from .test_gpu_runtime import cupy, torch  # noqa: F401  (the torch and CuPy fixtures)
 
 pytestmark = pytest.mark.gpu
 SLEEP_CYCLES = 100_000_000  # torch.cuda._sleep: ~50 ms on an H100
@@ -136,10 +139,10 @@ def test_in_place_outputs_of_framework_arrays_are_the_callers_arrays(artifacts, 
         np.testing.assert_array_equal(out.cpu().numpy(), a * b)
 
 
-def test_repeated_calls_reuse_their_preparation_and_stay_right(both, artifacts, torch):  # noqa: F811
+def test_repeated_calls_reuse_their_preparation_and_stay_right(artifacts, torch, cupy):  # noqa: F811
     """Calls with the signature of an earlier one skip the checks and the size arithmetic:
     fresh data, changed scalars, changed shapes and bad arguments after such calls."""
-    direct, _ = both
+    direct = runtime.load(artifacts["samples"], launch="direct")
     poisonable = runtime.load(artifacts["poisonable"], launch="direct")
     rng = np.random.default_rng()
     for n in (1000, 1000, 1000, 77, 1000):
@@ -158,7 +161,16 @@ def test_repeated_calls_reuse_their_preparation_and_stay_right(both, artifacts, 
         ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
         for _ in range(3):
             np.testing.assert_array_equal(torch.from_dlpack(direct.simple_mul(ta, tb)).cpu().numpy(), a * b)
-    assert direct.simple_mul._direct._prepared  # the calls above were prepared
+            tout = torch.full((n,), float("nan"), device="cuda")
+            assert poisonable.simple_mul(ta, tb, tout) is tout
+            np.testing.assert_array_equal(tout.cpu().numpy(), a * b)
+        ca, cb = cupy.asarray(a), cupy.asarray(b)
+        for _ in range(3):
+            result = direct.simple_mul(ca, cb)
+            assert isinstance(result, cupy.ndarray)
+            np.testing.assert_array_equal(cupy.asnumpy(result), a * b)
+    # our arrays, torch tensors and CuPy arrays at two sizes, each prepared once
+    assert len(direct.simple_mul._direct.prepared_calls) == 6
     with pytest.raises(TypeError, match=r"argument 'lhs' must have dtype float32"):
         direct.simple_mul(direct.to_device(np.ones(1000)), db)
     with pytest.raises(ValueError, match=r"argument 'rhs' dim 0 is 999, but n = 1000"):
@@ -169,6 +181,57 @@ def test_repeated_calls_reuse_their_preparation_and_stay_right(both, artifacts, 
         direct.simple_mul(torch.ones(2000, device="cuda")[::2], tb)
     with pytest.raises(ValueError, match=r"alpha.*out of the range of float"):
         direct.axpby(da, db, 1e300, 1.0)
+
+
+def test_prepared_in_place_calls_on_a_callers_stream_follow_its_work(artifacts, torch):  # noqa: F811
+    """An in-place call on torch tensors behind a ~50 ms sleep on a side stream, the first one
+    checked and prepared, the later ones prepared: each is queued behind the stream's work."""
+    poisonable = runtime.load(artifacts["poisonable"], launch="direct")
+    rng = np.random.default_rng()
+    n = 2**20 + 5
+    side = torch.cuda.Stream()
+    for _ in range(3):
+        a, b = fresh(rng, n), fresh(rng, n)
+        source, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        x, out = torch.full((n,), float("nan"), device="cuda"), torch.full((n,), float("nan"), device="cuda")
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            x.copy_(source)
+            assert poisonable.simple_mul(x, tb, out) is out
+            assert not side.query(), "the call waited for the caller's stream"
+        side.synchronize()
+        np.testing.assert_array_equal(out.cpu().numpy(), a * b)
+    assert len(poisonable.simple_mul._direct.prepared_calls) == 1
+
+
+def test_prepared_calls_on_a_new_thread_and_by_the_thousand_leave_nothing_behind(both, torch):
+    """A prepared call on a thread where the device's context was never made current is
+    launched the safe way; thousands of prepared calls free every output they made and hold
+    no reference to their arguments."""
+    direct, _ = both
+    rng = np.random.default_rng()
+    n = 4096
+    a, b = fresh(rng, n), fresh(rng, n)
+    ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    np.testing.assert_array_equal(direct.simple_mul(ta, tb).cpu().numpy(), a * b)  # checked, prepared
+    got = []
+    thread = threading.Thread(target=lambda: got.append(direct.simple_mul(ta, tb).cpu().numpy()))
+    thread.start()
+    thread.join()
+    np.testing.assert_array_equal(got[0], a * b)
+    da, db = direct.to_device(a), direct.to_device(b)
+    np.testing.assert_array_equal(direct.simple_mul(da, db).to_host(), a * b)
+    torch.cuda.synchronize()
+    allocated = torch.cuda.memory_allocated()
+    references = [sys.getrefcount(x) for x in (ta, tb, da, db)]
+    for _ in range(5000):
+        direct.simple_mul(ta, tb)
+        direct.simple_mul(da, db)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == allocated
+    assert [sys.getrefcount(x) for x in (ta, tb, da, db)] == references
+    np.testing.assert_array_equal(direct.simple_mul(ta, tb).cpu().numpy(), a * b)
 
 
 def test_modules_loaded_and_dropped_again_and_again_keep_working(artifacts):  # noqa: F811

@@ -5,7 +5,7 @@
  *   set_driver(launch_kernel, stream_synchronize, ctx_get_current)   addresses of the three
  *   launch(function, grid, block, shared_memory, stream, values, wait) -> None or (launch rc, synchronize rc)
  *   set_frameworks(device_array_type, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)
- *   Calls(...)   one kernel's prepared calls: .prepare(args, grid, words, outputs), .call(args)
+ *   Calls(...)   one kernel's prepared calls: .prepare(args, grid, words, outputs), .call(args), len()
  *
  * launch: one kernel launch in one Python call (ctypes spends microseconds converting
  * arguments). values: one int per kernel parameter (IREE's kernel ABI: the buffers' addresses,
@@ -684,6 +684,10 @@ done:
   return results;
 }
 
+static Py_ssize_t Calls_length(Calls* self) { return PyDict_GET_SIZE(self->prepared); }
+
+static PyMappingMethods Calls_mapping = {.mp_length = (lenfunc)Calls_length};
+
 static PyMethodDef Calls_methods[] = {
     {"prepare", (PyCFunction)(void (*)(void))Calls_prepare, METH_FASTCALL, "Records a checked call's launch under its arguments' signature."},
     {"call", (PyCFunction)Calls_call, METH_O, "The results of a call with a known signature, or None."},
@@ -702,6 +706,7 @@ static PyTypeObject CallsType = {
     .tp_traverse = (traverseproc)Calls_traverse,
     .tp_clear = (inquiry)Calls_clear,
     .tp_methods = Calls_methods,
+    .tp_as_mapping = &Calls_mapping, /* len(): the signatures prepared */
 };
 
 static PyMethodDef methods[] = {
