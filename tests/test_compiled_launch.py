@@ -6,75 +6,14 @@ loaded so that its driver functions are not the process's."""
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
-import shutil
 import subprocess
 import sys
-import sysconfig
-from pathlib import Path
 
 import pytest
 
 from iree_dispatch.runtime import compiled
 
-LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
-SYNCHRONIZE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-GET_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
-can_build = shutil.which("cc") or shutil.which("gcc")
-has_headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
-needs_compiler = pytest.mark.skipif(not (can_build and has_headers), reason="no C compiler or no Python.h")
-
-
-class FakeDriver:
-    """cuLaunchKernel, cuStreamSynchronize and cuCtxGetCurrent stand-ins with the results they
-    return; `context` is the context the thread has current."""
-
-    def __init__(self, launch_rc: int = 0, synchronize_rc: int = 0, context: int = 0xC0):
-        self.launches: list[tuple] = []
-        self.synchronized: list[int] = []
-        self.context = context
-
-        def launch(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-            count = self.expected
-            values = [ctypes.cast(params[i], ctypes.POINTER(ctypes.c_uint64))[0] for i in range(count)]
-            self.launches.append((function, (gx, gy, gz), (bx, by, bz), shared, stream, values, extra))
-            return launch_rc
-
-        def synchronize(stream):
-            self.synchronized.append(stream)
-            return synchronize_rc
-
-        def get_current(out):
-            out[0] = self.context
-            return 0
-
-        self.expected = 0
-        self.launch, self.synchronize, self.get_current = LAUNCH(launch), SYNCHRONIZE(synchronize), GET_CURRENT(get_current)
-
-    def addresses(self) -> tuple[int, int, int]:
-        return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (self.launch, self.synchronize, self.get_current))
-
-
-@pytest.fixture
-def private_module(tmp_path, monkeypatch):
-    """A copy of the compiled launch module of its own (its own driver functions)."""
-    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv(compiled.COMPILED_LAUNCH_ENV, raising=False)
-    compiled._load.cache_clear()
-    try:
-        module = compiled.compiled_launch()
-        status = compiled.compiled_launch_status()
-    finally:
-        compiled._load.cache_clear()
-    assert module is not None, status
-    assert status.startswith("compiled (") and str(tmp_path / "cache" / "launch") in status
-    copy = tmp_path / Path(module.__file__).name.replace("_launch_", "_launch_copy_")
-    shutil.copy(module.__file__, copy)
-    spec = importlib.util.spec_from_file_location(compiled._MODULE_NAME, copy)
-    private = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(private)
-    return private
+from .compiled_stand_ins import FakeDriver, needs_compiler, private_module  # noqa: F401
 
 
 @needs_compiler
