@@ -441,9 +441,6 @@ def test_an_output_factory_that_raises_launches_nothing(private_module):
 
 
 @needs_compiler
-@pytest.mark.xfail(strict=True, reason="_launch.c address_of (lines 400-402) reads an output of a call on our arrays with read_array and "
-                   "ignores the framework it found, so a factory's torch tensor (or CuPy array) on the kernel's GPU is taken as our "
-                   "output (its data_ptr() launched on and returned) instead of refused like other objects that are not our arrays")
 def test_an_output_of_another_framework_is_refused_for_our_arrays(private_module):
     h = Harness(private_module)
     calls = h.calls(inputs=2)
@@ -519,15 +516,18 @@ def test_prepare_refuses_what_it_can_not_launch(private_module):
 
 
 @needs_compiler
-@pytest.mark.xfail(strict=True, reason="_launch.c prepare (line 516) refuses a float slot at or beyond the words but not a negative one; Calls "
-                   "(line 245) accepts it too, and call (line 623) then writes the float's bits at cells[bindings + slot]: over a buffer's "
-                   "address for -1, before the cells array for a more negative slot")
-def test_prepare_refuses_a_negative_float_slot(private_module):
+def test_slots_and_sources_outside_the_parameters_are_refused(private_module):
+    """A float slot or a binding beyond what a launch's parameter cells hold is refused when
+    the calls are made, never written at launch."""
     h = Harness(private_module)
-    output, _ = factory(DeviceArray)
-    calls = h.calls(inputs=2, kinds=b"f", slots=(-1,))
-    with pytest.raises(ValueError, match="float slot"):
-        calls.prepare((DeviceArray(0xA000), DeviceArray(0xB000), 1.0), (1, 1, 1), (0,), (output,))
+    with pytest.raises(ValueError, match="float slot -1 is no word"):
+        h.calls(inputs=2, kinds=b"f", slots=(-1,))
+    with pytest.raises(ValueError, match="float slot 256 is no word"):
+        h.calls(inputs=2, kinds=b"f", slots=(256,))
+    with pytest.raises(ValueError, match="bindings: 4294967296 names no input or output"):
+        h.calls(inputs=2, bindings=(0, 1, 2**32))
+    with pytest.raises(ValueError, match="results: -257 names no input or output"):
+        h.calls(inputs=2, results=(-257,))
 
 
 def counts(objects: dict) -> dict:

@@ -198,8 +198,13 @@ static int sources(PyObject* sequence, int* out, Py_ssize_t* count, const char* 
   }
   *count = PyTuple_GET_SIZE(sequence);
   for (Py_ssize_t i = 0; i < *count; ++i) {
-    out[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(sequence, i));
+    long source = PyLong_AsLong(PyTuple_GET_ITEM(sequence, i));
     if (PyErr_Occurred()) return -1;
+    if (source < -MAX_PARAMETERS || source >= MAX_ARGUMENTS) {
+      PyErr_Format(PyExc_ValueError, "Calls: %s: %ld names no input or output", what, source);
+      return -1;
+    }
+    out[i] = (int)source;
   }
   return 0;
 }
@@ -242,8 +247,13 @@ static int Calls_init(Calls* self, PyObject* args, PyObject* kwargs) {
     return -1;
   }
   for (Py_ssize_t i = 0; i < floats; ++i) {
-    self->float_slots[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(slots, i));
+    long slot = PyLong_AsLong(PyTuple_GET_ITEM(slots, i));
     if (PyErr_Occurred()) return -1;
+    if (slot < 0 || slot >= MAX_PARAMETERS) {
+      PyErr_Format(PyExc_ValueError, "Calls: float slot %ld is no word", slot);
+      return -1;
+    }
+    self->float_slots[i] = (int)slot;
   }
   if (inputs < 0 || inputs + scalars > MAX_ARGUMENTS) {
     PyErr_Format(PyExc_ValueError, "Calls: at most %d arguments", MAX_ARGUMENTS);
@@ -403,7 +413,9 @@ static int address_of(Calls* self, int framework, PyObject* array, uint64_t* add
   if (found == 0) {
     Py_DECREF(dtype);
     Py_DECREF(shape);
-  } else if (found == 1) {
+    if (kind != OURS) found = 1;
+  }
+  if (found == 1) {
     PyErr_SetString(PyExc_TypeError, "an output factory made no device array a direct call knows");
   }
   return found ? -1 : 0;
