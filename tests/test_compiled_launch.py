@@ -96,3 +96,17 @@ def test_a_damaged_cached_module_is_built_again(monkeypatch, tmp_path):
         assert built.stat().st_size > 100 and hasattr(module, "launch")
     finally:
         compiled._load.cache_clear()
+
+
+@needs_compiler
+def test_reads_a_dlpack_capsules_address(private_module):
+    import numpy as np
+
+    from iree_dispatch.runtime import dlpack
+
+    array = np.arange(64, dtype=np.float32)[16:]
+    capsule = array.__dlpack__()
+    described = dlpack.describe(capsule)
+    assert private_module.capsule_address(capsule) == array.ctypes.data == described.data + described.byte_offset
+    with pytest.raises(ValueError):
+        private_module.capsule_address(object())

@@ -6,6 +6,7 @@
  *   launch(function, grid, block, shared_memory, stream, values, wait) -> None or (launch rc, synchronize rc)
  *   set_frameworks(device_array_type, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)
  *   Calls(...)   one kernel's prepared calls: .prepare(args, grid, words, outputs), .call(args), len()
+ *   capsule_address(capsule) -> a DLPack capsule's data + byte_offset
  *
  * launch: one kernel launch in one Python call (ctypes spends microseconds converting
  * arguments). values: one int per kernel parameter (IREE's kernel ABI: the buffers' addresses,
@@ -154,6 +155,25 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
   }
   if (!launched && !synchronized) Py_RETURN_NONE;
   return Py_BuildValue("(ii)", launched, synchronized);
+}
+
+/* capsule_address(capsule) -> the address of a DLPack capsule's first element (data +
+ * byte_offset), read where ctypes takes a microsecond. The DLTensor layout is DLPack's ABI. */
+typedef struct {
+  void* data;
+  int32_t device_type, device_id;
+  int32_t ndim;
+  uint8_t code, bits;
+  uint16_t lanes;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+} DLTensorHead;
+
+static PyObject* capsule_address(PyObject* self, PyObject* capsule) {
+  DLTensorHead* tensor = PyCapsule_GetPointer(capsule, "dltensor");
+  if (tensor == NULL) return NULL;
+  return PyLong_FromUnsignedLongLong((uint64_t)(uintptr_t)tensor->data + tensor->byte_offset);
 }
 
 /* ---- Calls ------------------------------------------------------------------------------ */
@@ -725,6 +745,7 @@ static PyMethodDef methods[] = {
     {"set_driver", (PyCFunction)(void (*)(void))set_driver, METH_FASTCALL, "Sets the addresses of cuLaunchKernel, cuStreamSynchronize and cuCtxGetCurrent."},
     {"set_frameworks", (PyCFunction)(void (*)(void))set_frameworks, METH_FASTCALL, "Sets the array types a signature knows and the frameworks' stream getters."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "Launches a kernel; None, or the CUDA result codes of a failure."},
+    {"capsule_address", (PyCFunction)capsule_address, METH_O, "The address of a DLPack capsule's first element."},
     {NULL, NULL, 0, NULL},
 };
 

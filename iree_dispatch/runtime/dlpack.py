@@ -27,6 +27,7 @@ from typing import Any
 import iree.runtime as rt
 import numpy as np
 
+from .compiled import compiled_launch
 from .devices import KDL_CUDA, Device
 
 KDL_CPU = 1
@@ -111,7 +112,11 @@ _BYTE_OFFSET = _DLTensor.byte_offset.offset
 
 
 def capsule_data(capsule: Any) -> int:
-    """The address of a DLPack capsule's first element (data + byte_offset), read alone."""
+    """The address of a DLPack capsule's first element (data + byte_offset), read alone (by the
+    compiled launch module where there is one: a microsecond faster than through ctypes)."""
+    compiled = compiled_launch()
+    if compiled is not None:
+        return compiled.capsule_address(capsule)
     tensor = _get_pointer(capsule, b"dltensor")
     return ctypes.c_uint64.from_address(tensor).value + ctypes.c_uint64.from_address(tensor + _BYTE_OFFSET).value
 
@@ -136,8 +141,11 @@ def framework_current_stream(framework: str, ordinal: int) -> int:
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # ~0.2 µs, against ~2 µs for the public call
         return (raw(ordinal) if raw is not None else torch.cuda.current_stream(ordinal).cuda_stream) or 1
     cupy = sys.modules["cupy"]
-    with cupy.cuda.Device(ordinal):
-        return cupy.cuda.get_current_stream().ptr or 1
+    try:
+        return cupy.cuda.get_current_stream(ordinal).ptr or 1
+    except TypeError:  # a CuPy that only answers for its current device
+        with cupy.cuda.Device(ordinal):
+            return cupy.cuda.get_current_stream().ptr or 1
 
 
 # Element types as torch names its dtypes (unsigned 16-64 bit since torch 2.3)
@@ -169,6 +177,8 @@ def framework_empty(framework: str, mlir_type: str, shape: tuple[int, ...], ordi
 
 def _cupy_empty(shape: tuple[int, ...], dtype: str, ordinal: int) -> Any:
     cupy = sys.modules["cupy"]
+    if cupy.cuda.runtime.getDevice() == ordinal:  # CuPy allocates on its current device
+        return cupy.empty(shape, dtype=dtype)
     with cupy.cuda.Device(ordinal):
         return cupy.empty(shape, dtype=dtype)
 
