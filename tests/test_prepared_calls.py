@@ -151,7 +151,8 @@ def test_our_arrays_launch_on_the_own_stream_and_wait(private_module):
     assert first is made[0]
     assert h.driver.launches == [launch(OWN_STREAM, [0xA000, 0xB000, 0xF000, 7, 99])]
     assert h.driver.synchronized == [OWN_STREAM]
-    # Another array of the same dtype and shape: the same entry, its own address, a new output.
+    # Another array of the same dtype and shape: the same entry, its own address, a new output
+    # (the one made while the first call waited).
     second = calls.call((DeviceArray(0xA800), b, 7))
     assert second is made[1] and second is not first
     assert h.driver.launches[1] == launch(OWN_STREAM, [0xA800, 0xB000, 0xF100, 7, 99])
@@ -186,8 +187,10 @@ def test_our_arrays_of_another_signature_are_left_to_the_checked_path(private_mo
     # ... and True prepared apart from 1: two entries.
     h.driver.expected = 4
     assert calls.prepare((a, b, True), (2, 1, 1), (5,), (output,)) is True
-    assert calls.call((a, b, True)) is made[0] and calls.call((a, b, 1)) is made[1]
-    assert h.driver.launches == [launch(OWN_STREAM, [0xA000, 0xB000, 0xF000, 5], (2, 1, 1)), launch(OWN_STREAM, [0xA000, 0xB000, 0xF100, 1])]
+    # (each call of ours also makes its entry's next outputs: made[1] for True, dropped when
+    # the call of 1 makes its own)
+    assert calls.call((a, b, True)) is made[0] and calls.call((a, b, 1)) is made[2]
+    assert h.driver.launches == [launch(OWN_STREAM, [0xA000, 0xB000, 0xF000, 5], (2, 1, 1)), launch(OWN_STREAM, [0xA000, 0xB000, 0xF200, 1])]
 
 
 @needs_compiler
@@ -199,8 +202,8 @@ def test_float_scalars_are_packed_again_on_every_call(private_module):
     assert calls.prepare((a, 1.5, 3), (8, 1, 1), (3, 0, 5), (output,)) is True
     h.driver.expected = 5
     for value, expected in [(1.5, 1.5), (-2.0, -2.0), (2, 2.0), (0.1, 0.1), (3.4e38, 3.4e38)]:
-        assert calls.call((a, value, 3)) is made[-1]
-        assert h.driver.launches[-1] == launch(OWN_STREAM, [0xA000, 0xF000 + 0x100 * (len(made) - 1), 3, bits(expected), 5])
+        assert calls.call((a, value, 3)) is made[-2]  # made[-1]: the next call's, made while this one waited
+        assert h.driver.launches[-1] == launch(OWN_STREAM, [0xA000, 0xF000 + 0x100 * (len(made) - 2), 3, bits(expected), 5])
     assert len(h.driver.launches) == 5
     refused = [
         1e39,  # finite, an infinity in float32
@@ -215,9 +218,9 @@ def test_float_scalars_are_packed_again_on_every_call(private_module):
         assert calls.call((a, value, 3)) is None, value
     assert calls.call((a, 1.5, 3.0)) is None  # a float for an int scalar
     assert calls.call((a, 1.5, np.int64(3))) is None
-    assert len(h.driver.launches) == 5 and len(made) == 5
+    assert len(h.driver.launches) == 5 and len(made) == 6  # the last: the next call's outputs
     # An infinity given as one is packed as one.
-    assert calls.call((a, float("inf"), 3)) is made[-1]
+    assert calls.call((a, float("inf"), 3)) is made[-2]
     assert h.driver.launches[-1][5][3] == bits(float("inf"))
 
 
@@ -573,3 +576,69 @@ def test_torch_calls_launched_safely_keep_no_references(private_module):
         calls.call((a, b, alpha))
     assert counts(watched) == before
     assert h.driver.launches == []
+
+
+@needs_compiler
+def test_a_synchronous_call_makes_the_next_calls_outputs_while_its_kernel_runs(private_module):
+    """Between its launch and its wait, a call on our arrays makes the outputs of its entry's
+    next call; that call launches into them without allocating first and makes the next set.
+    One set is kept per kernel: a call of another entry replaces it, drop_outputs_made_ahead() releases
+    it, a set that can't be made is left to the next call, and calls that don't wait make none."""
+    h = Harness(private_module)
+    events: list = []
+    driver = h.driver
+
+    def output():
+        made.append(DeviceArray(0xF000 + 0x100 * len(made)))
+        events.append(("made", len(made) - 1, len(driver.launches), len(driver.synchronized)))
+        return made[-1]
+
+    made: list = []
+    calls = h.calls(inputs=2, kinds=b"i")
+    a, b = DeviceArray(0xA000), DeviceArray(0xB000)
+    assert calls.prepare((a, b, 1), (8, 1, 1), (1,), (output,)) is True
+    assert calls.prepare((a, b, 2), (8, 1, 1), (2,), (output,)) is True
+    driver.expected = 4
+    assert calls.call((a, b, 1)) is made[0]
+    # made[0] before the launch; made[1] after it, before the wait
+    assert events == [("made", 0, 0, 0), ("made", 1, 1, 0)] and driver.synchronized == [OWN_STREAM]
+    assert calls.call((a, b, 1)) is made[1]
+    assert driver.launches[1] == launch(OWN_STREAM, [0xA000, 0xB000, 0xF100, 1])
+    assert events[2:] == [("made", 2, 2, 1)]
+    spare = made[2]
+    held = sys.getrefcount(spare)
+    assert calls.call((a, b, 2)) is made[3]  # another entry: its own outputs, and the set replaced
+    assert sys.getrefcount(spare) == held - 1
+    spare = made[4]
+    held = sys.getrefcount(spare)
+    calls.drop_outputs_made_ahead()
+    assert sys.getrefcount(spare) == held - 1
+    assert calls.call((a, b, 2)) is made[5]  # made again, as ever
+
+    failing = {"next": False}
+
+    def sometimes_failing():
+        if failing["next"]:
+            failing["next"] = False
+            raise MemoryError("no memory for the next call's outputs")
+        return output()
+
+    other = h.calls(inputs=2, kinds=b"i")
+    assert other.prepare((a, b, 1), (8, 1, 1), (1,), (sometimes_failing,)) is True
+    count = len(made)
+    failing["next"] = True
+    with pytest.raises(MemoryError):  # the call's own outputs: the error is the call's
+        other.call((a, b, 1))
+    assert len(made) == count
+    result = other.call((a, b, 1))
+    assert result is made[count] and len(made) == count + 2
+    failing["next"] = True
+    assert other.call((a, b, 1)) is made[count + 1]  # its next set could not be made: no error
+    assert other.call((a, b, 1)) is made[count + 2] and len(made) == count + 4
+
+    torch_made: list = []
+    on_torch = h.calls(inputs=2)
+    t = TorchTensor(0xA000)
+    assert on_torch.prepare((t, TorchTensor(0xB000)), (8, 1, 1), (), (lambda: torch_made.append(TorchTensor(0xF000)) or torch_made[-1],)) is True
+    on_torch.call((t, TorchTensor(0xB000)))
+    assert len(torch_made) == 1  # nothing made ahead for a call that doesn't wait

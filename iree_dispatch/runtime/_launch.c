@@ -201,6 +201,11 @@ typedef struct {
   PyObject* fail;          /* fail(rc, what): raises the driver's error */
   PyObject* prepared;      /* signature → Entry capsule */
   PyObject* ordinal_object;
+  /* The outputs of the next synchronous call of one entry, made while the GPU ran the last
+   * (see make_spares), and their addresses; NULL when there are none. */
+  PyObject* spare_entry; /* the Entry capsule they are for */
+  PyObject* spares;      /* tuple of arrays */
+  uint64_t spare_addresses[MAX_PARAMETERS];
   Py_ssize_t inputs, arity;
   char scalar_kinds[MAX_ARGUMENTS]; /* 'f' float, 'i' int, uint or bool */
   int float_slots[MAX_ARGUMENTS];   /* each float scalar's word */
@@ -310,6 +315,8 @@ static int Calls_traverse(Calls* self, visitproc visit, void* arg) {
   Py_VISIT(self->fail);
   Py_VISIT(self->prepared);
   Py_VISIT(self->ordinal_object);
+  Py_VISIT(self->spare_entry);
+  Py_VISIT(self->spares);
   return 0;
 }
 
@@ -322,6 +329,8 @@ static int Calls_clear(Calls* self) {
   Py_CLEAR(self->fail);
   Py_CLEAR(self->prepared);
   Py_CLEAR(self->ordinal_object);
+  Py_CLEAR(self->spare_entry);
+  Py_CLEAR(self->spares);
   return 0;
 }
 
@@ -591,6 +600,45 @@ failed:
   return NULL;
 }
 
+/* Makes the outputs of the entry's next call while the GPU runs this one: a synchronous call
+ * then waits for its kernel without having allocated on its way to the launch. One set is
+ * kept per kernel (the last entry's); drop_outputs_made_ahead() releases it, as the device's trim does.
+ * Outputs that can't be made now (memory short) are left to the next call, which makes them
+ * as ever. */
+static void make_spares(Calls* self, PyObject* capsule) {
+  Entry* entry = PyCapsule_GetPointer(capsule, "iree_dispatch.entry");
+  Py_CLEAR(self->spares);
+  Py_CLEAR(self->spare_entry);
+  Py_ssize_t count = PyTuple_GET_SIZE(entry->outputs);
+  PyObject* spares = PyTuple_New(count);
+  if (spares == NULL) {
+    PyErr_Clear();
+    return;
+  }
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* made = PyObject_CallNoArgs(PyTuple_GET_ITEM(entry->outputs, i));
+    if (made == NULL) {
+      PyErr_Clear();
+      Py_DECREF(spares);
+      return;
+    }
+    PyTuple_SET_ITEM(spares, i, made);
+    if (address_of(self, OURS, made, &self->spare_addresses[i])) {
+      PyErr_Clear();
+      Py_DECREF(spares);
+      return;
+    }
+  }
+  self->spares = spares;
+  self->spare_entry = Py_NewRef(capsule);
+}
+
+static PyObject* Calls_drop_outputs_made_ahead(Calls* self, PyObject* unused) {
+  Py_CLEAR(self->spares);
+  Py_CLEAR(self->spare_entry);
+  Py_RETURN_NONE;
+}
+
 /* call(args) -> the results (one object, or a tuple of several), or None where the call must
  * take the checked path. */
 static PyObject* Calls_call(Calls* self, PyObject* args) {
@@ -635,11 +683,20 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
     Py_DECREF(waited);
   }
   PyObject* factories = entry->outputs;
-  for (; output_count < PyTuple_GET_SIZE(factories); ++output_count) {
-    outputs[output_count] = PyObject_CallNoArgs(PyTuple_GET_ITEM(factories, output_count));
-    if (outputs[output_count] == NULL || address_of(self, framework, outputs[output_count], &output_addresses[output_count])) {
-      ++output_count;
-      goto done;
+  if (self->spares != NULL && self->spare_entry == capsule) {
+    for (; output_count < PyTuple_GET_SIZE(self->spares); ++output_count) {
+      outputs[output_count] = Py_NewRef(PyTuple_GET_ITEM(self->spares, output_count));
+      output_addresses[output_count] = self->spare_addresses[output_count];
+    }
+    Py_CLEAR(self->spares);
+    Py_CLEAR(self->spare_entry);
+  } else {
+    for (; output_count < PyTuple_GET_SIZE(factories); ++output_count) {
+      outputs[output_count] = PyObject_CallNoArgs(PyTuple_GET_ITEM(factories, output_count));
+      if (outputs[output_count] == NULL || address_of(self, framework, outputs[output_count], &output_addresses[output_count])) {
+        ++output_count;
+        goto done;
+      }
     }
   }
   uint64_t cells[MAX_PARAMETERS];
@@ -684,6 +741,7 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
     if (done == NULL) goto done;
     Py_DECREF(done);
   } else if (wait) {
+    if (PyTuple_GET_SIZE(factories)) make_spares(self, capsule);
     int synchronized;
     Py_BEGIN_ALLOW_THREADS
     synchronized = stream_synchronize(stream);
@@ -723,6 +781,7 @@ static PyMappingMethods Calls_mapping = {.mp_length = (lenfunc)Calls_length};
 static PyMethodDef Calls_methods[] = {
     {"prepare", (PyCFunction)(void (*)(void))Calls_prepare, METH_FASTCALL, "Records a checked call's launch under its arguments' signature."},
     {"call", (PyCFunction)Calls_call, METH_O, "The results of a call with a known signature, or None."},
+    {"drop_outputs_made_ahead", (PyCFunction)Calls_drop_outputs_made_ahead, METH_NOARGS, "Releases the outputs kept for the next synchronous call."},
     {NULL, NULL, 0, NULL},
 };
 

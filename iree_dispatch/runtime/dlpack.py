@@ -284,7 +284,17 @@ def upload(device: Device, array: np.ndarray) -> DeviceArray:
     the streams our memory may be in use on first (Device.before_call): the copy may land in a
     pooled buffer."""
     copy = rt.asdevicearray(device.hal, np.ascontiguousarray(array))
-    return DeviceArray(device, copy._buffer_view, override_dtype=copy.dtype)
+    uploaded = DeviceArray(device, copy._buffer_view, override_dtype=copy.dtype)
+    if device.cuda:
+        remember(device, uploaded)
+    return uploaded
+
+
+def remember(device: Device, array: rt.DeviceArray) -> None:
+    """Records on one of our device arrays what a prepared call reads of it (_launch.c): its
+    device, dtype, shape and address, none of which ever changes."""
+    if type(array) is DeviceArray and "_direct_launch" not in array.__dict__:
+        array._direct_launch = (device, np.dtype(array.dtype), tuple(array.shape), device_pointer(device, array))
 
 
 def device_pointer(device: Device, array: rt.DeviceArray) -> int:

@@ -225,6 +225,12 @@ class DirectLaunch:
                 device.before_call, launcher.launch, launcher.check, len(self._input_names), self._scalar_kinds, self._float_slots,
                 self._binding_sources, self._result_sources,
             )
+            device.holds_outputs_made_ahead(self)
+
+    def drop_outputs_made_ahead(self) -> None:
+        """Releases the outputs a synchronous call made for the next one while its kernel ran (_launch.c)."""
+        if self.prepared_calls is not None:
+            self.prepared_calls.drop_outputs_made_ahead()
 
     def constants_for(self, env: dict[str, int], scalars: dict[str, int | float]) -> list[int]:
         """The push constants, as IREE's generated function packs them. scalars: the call's
@@ -300,7 +306,7 @@ class DirectLaunch:
                 value = dlpack.upload(device, value)
             if isinstance(value, rt.DeviceArray):
                 pointers.append(dlpack.device_pointer(device, value))
-                _remember(value, device, np.dtype(value.dtype), tuple(value.shape))
+                dlpack.remember(device, value)
             else:
                 # Known frameworks' work is ordered by the stream choice: no ordering asked (-1).
                 _, described = dlpack.export(value, stream if streams[i] is None else -1, f"{self.name}(): argument {name!r}")
@@ -368,12 +374,6 @@ def _words(value: int, slots: int) -> list[int]:
     return [value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF] if slots == 2 else [value & 0xFFFFFFFF]
 
 
-def _remember(array: rt.DeviceArray, device: Device, dtype: np.dtype, shape: tuple[int, ...]) -> None:
-    """Records what a direct call needs of one of our device arrays (none of it ever changes)."""
-    if type(array) is dlpack.DeviceArray and "_direct_launch" not in array.__dict__:
-        array._direct_launch = (device, dtype, shape, dlpack.device_pointer(device, array))
-
-
 def _output_factory(device: Device, output: _Output, shape: tuple[int, ...], size: int, framework: str | None) -> Callable[[], Any] | None:
     """A function making a call's fresh output: a torch tensor or CuPy array allocated by that
     framework on its current stream for a call on that framework's arrays (None for an element
@@ -404,7 +404,7 @@ def _device_output(device: Device, output: _Output, shape: tuple[int, ...], size
         device.trim()
         buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
     array = dlpack.DeviceArray(device, rt.HalBufferView(buffer, shape, output.element_type), output.dtype)
-    _remember(array, device, output.dtype, shape)
+    dlpack.remember(device, array)
     return array
 
 
