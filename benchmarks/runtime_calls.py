@@ -235,13 +235,13 @@ def worker(out: Path) -> None:
 
     want = gemm.gemm_bf16(ga, gb).to_host()
     np.testing.assert_allclose(cp.asnumpy(cupy_gemm()), want, rtol=0, atol=0)
-    # Side by side: alternating rounds of 10 calls each way, so that all see the same clocks
+    # Side by side: alternating rounds of 5 calls each way, so that all see the same clocks
     # and the same state of the process.
     wall, cupy_wall, cupy_kept_wall = [], [], []
-    for _ in range(10):
-        wall += wall_times_us(lambda: gemm.gemm_bf16(ga, gb), 10, 2)
-        cupy_wall += wall_times_us(cupy_gemm, 10, 2)
-        cupy_kept_wall += wall_times_us(cupy_gemm_kept_output, 10, 2)
+    for _ in range(40):
+        wall += wall_times_us(lambda: gemm.gemm_bf16(ga, gb), 5, 1)
+        cupy_wall += wall_times_us(cupy_gemm, 5, 1)
+        cupy_kept_wall += wall_times_us(cupy_gemm_kept_output, 5, 1)
     rows["gemm_bf16 4096^3, CuPy: fresh output + launch + sync (wall)"] = summarize(cupy_wall)
     rows["gemm_bf16 4096^3, CuPy: launch into one kept output + sync (wall)"] = summarize(cupy_kept_wall)
 
