@@ -159,6 +159,11 @@ class Device:
                     self._launcher = cuda_driver.Launcher(self.ordinal)
         return self._launcher
 
+    @property
+    def launches_directly(self) -> bool:
+        """Whether kernels are launched directly on this device (a module with launch plans was loaded)."""
+        return self._launcher is not None
+
     def handed_to(self, stream: int | None) -> None:
         """Records that our memory is in use on `stream`: one of our arrays was handed to a
         consumer working there, or a kernel was queued there (DLPack's numbering is the

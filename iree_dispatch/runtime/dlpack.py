@@ -286,10 +286,11 @@ class DeviceArray(rt.DeviceArray):
 def upload(device: Device, array: np.ndarray) -> DeviceArray:
     """A copy of a numpy array on the device (IREE's synchronous transfer). The caller waits for
     the streams our memory may be in use on first (Device.before_call): the copy may land in a
-    pooled buffer."""
+    pooled buffer. Where kernels are launched directly on the device, the copy is known to
+    prepared calls at once (`remember`)."""
     copy = rt.asdevicearray(device.hal, np.ascontiguousarray(array))
     uploaded = DeviceArray(device, copy._buffer_view, override_dtype=copy.dtype)
-    if device.cuda:
+    if device.launches_directly:
         remember(device, uploaded)
     return uploaded
 
