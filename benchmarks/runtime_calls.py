@@ -15,8 +15,8 @@ durations come from torch.profiler):
     (into an existing output, in place, allocating its output); the host cost of one asynchronous
     call (async/samples.vmfb); the parts of a call (argument checks, VmContext.invoke).
   * gemm_bf16 at 4096³ (gemm/gemm.vmfb): the synchronous call's wall time (in rounds alternating
-    with the same cubin launched by CuPy into a fresh output and into one kept output) against
-    its kernel's CUPTI duration.
+    with the same cubin launched by CuPy into a fresh output and into one kept output, and with
+    the call into one kept output, gemm/poisonable/gemm.vmfb) against its kernel's CUPTI duration.
 
     python3 benchmarks/runtime_calls.py --out DIR        # GPU side: numpy, torch, cupy, iree-base-runtime
 """
@@ -237,13 +237,19 @@ def worker(out: Path) -> None:
     np.testing.assert_allclose(cp.asnumpy(cupy_gemm()), want, rtol=0, atol=0)
     # Side by side: alternating rounds of 5 calls each way, so that all see the same clocks
     # and the same state of the process.
-    wall, cupy_wall, cupy_kept_wall = [], [], []
+    # The same kernel with its output declared in place (out=): a call into one kept output.
+    gemm_out = runtime.load(BUILD / "gemm" / "poisonable" / "gemm.vmfb")
+    gc_out = gemm_out.to_device(np.full((GEMM, GEMM), np.nan, np.float32))
+    np.testing.assert_allclose(gemm_out.gemm_bf16(ga, gb, gc_out).to_host(), want, rtol=0, atol=0)
+    wall, out_wall, cupy_wall, cupy_kept_wall = [], [], [], []
     for _ in range(40):
         wall += wall_times_us(lambda: gemm.gemm_bf16(ga, gb), 5, 1)
+        out_wall += wall_times_us(lambda: gemm_out.gemm_bf16(ga, gb, gc_out), 5, 1)
         cupy_wall += wall_times_us(cupy_gemm, 5, 1)
         cupy_kept_wall += wall_times_us(cupy_gemm_kept_output, 5, 1)
     rows["gemm_bf16 4096^3, CuPy: fresh output + launch + sync (wall)"] = summarize(cupy_wall)
     rows["gemm_bf16 4096^3, CuPy: launch into one kept output + sync (wall)"] = summarize(cupy_kept_wall)
+    rows["gemm_bf16 4096^3 sync call into one kept output (out=, wall)"] = summarize(out_wall)
 
     def gemm_calls(count):
         for _ in range(count):
