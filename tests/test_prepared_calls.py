@@ -53,9 +53,10 @@ class DeviceArray:
 class TorchTensor:
     """A torch tensor as a signature reads it."""
 
-    def __init__(self, address: int, dtype: str = "float32", shape: tuple = (4,), device: int = ORDINAL, contiguous: bool = True, requires_grad: bool = False):
+    def __init__(self, address: int, dtype: str = "float32", shape: tuple = (4,), device: int = ORDINAL, contiguous: bool = True, requires_grad: bool = False,
+                 is_cuda: bool = True):
         self.address, self.dtype, self.shape, self.device = address, dtype, shape, device
-        self.contiguous, self.requires_grad = contiguous, requires_grad
+        self.contiguous, self.requires_grad, self.is_cuda = contiguous, requires_grad, is_cuda and device >= 0
 
     def get_device(self) -> int:
         return self.device
@@ -96,6 +97,7 @@ class Harness:
         self.before: list[tuple] = []
         self.safely: list[tuple] = []
         self.failures: list[tuple] = []
+        self.ahead: list = [None, None]  # the device's outputs made ahead, shared by its kernels' Calls
         module.set_driver(*self.driver.addresses())
         module.set_frameworks(DeviceArray, TorchTensor, self.torch_stream, CupyArray, self.cupy_stream)
 
@@ -119,7 +121,7 @@ class Harness:
 
     def calls(self, inputs: int, kinds: bytes = b"", slots: tuple = (), bindings: tuple = (0, 1, -1), results: tuple = (-1,), foreign: set | None = None):
         return self.module.Calls(self.function, BLOCK, SHARED, OWN_STREAM, CONTEXT, ORDINAL, DEVICE, set() if foreign is None else foreign,
-                                 self.before_call, self.launch_safely, self.fail, inputs, kinds, slots, bindings, results)
+                                 self.ahead, self.before_call, self.launch_safely, self.fail, inputs, kinds, slots, bindings, results)
 
 
 def factory(make, first: int = 0xF000):
@@ -242,6 +244,7 @@ def test_torch_tensors_launch_on_torch_s_stream_without_waiting(private_module):
     misses = [
         TorchTensor(0xA000, device=0),  # another GPU
         TorchTensor(0xA000, device=-1),  # a CPU tensor
+        TorchTensor(0xA000, is_cuda=False),  # another accelerator's tensor, which get_device() numbers too
         TorchTensor(0xA000, contiguous=False),
         TorchTensor(0xA000, requires_grad=True),
         TorchTensor(0xA000, dtype="bfloat16"),
@@ -361,7 +364,7 @@ def test_a_failed_synchronize_raises_the_driver_s_error(private_module):
     assert h.failures == [(719, SYNCHRONIZE_FAILED)]
     assert h.driver.launches == [launch(OWN_STREAM, [0xA000, 0xB000, 0xF000])] and h.driver.synchronized == [OWN_STREAM]
     # A `fail` that returns instead of raising: still an error.
-    lenient = private_module.Calls(h.function, BLOCK, SHARED, OWN_STREAM, CONTEXT, ORDINAL, DEVICE, set(), h.before_call, h.launch_safely,
+    lenient = private_module.Calls(h.function, BLOCK, SHARED, OWN_STREAM, CONTEXT, ORDINAL, DEVICE, set(), h.ahead, h.before_call, h.launch_safely,
                                    lambda rc, what: None, 2, b"", (), (0, 1, -1), (-1,))
     assert lenient.prepare((a, b), (8, 1, 1), (), (output,)) is True
     with pytest.raises(RuntimeError, match="cuStreamSynchronize failed"):
@@ -392,7 +395,7 @@ def test_foreign_streams_are_waited_for_before_the_launch(private_module):
     def refuse(stream):
         raise DriverError("waiting failed")
 
-    strict = private_module.Calls(h.function, BLOCK, SHARED, OWN_STREAM, CONTEXT, ORDINAL, DEVICE, foreign, refuse, h.launch_safely, h.fail,
+    strict = private_module.Calls(h.function, BLOCK, SHARED, OWN_STREAM, CONTEXT, ORDINAL, DEVICE, foreign, h.ahead, refuse, h.launch_safely, h.fail,
                                   1, b"", (), (0,), (0,))
     assert strict.prepare((ours,), (1, 1, 1), (), ()) is True
     with pytest.raises(DriverError, match="waiting failed"):
@@ -582,8 +585,9 @@ def test_torch_calls_launched_safely_keep_no_references(private_module):
 def test_a_synchronous_call_makes_the_next_calls_outputs_while_its_kernel_runs(private_module):
     """Between its launch and its wait, a call on our arrays makes the outputs of its entry's
     next call; that call launches into them without allocating first and makes the next set.
-    One set is kept per kernel: a call of another entry replaces it, drop_outputs_made_ahead() releases
-    it, a set that can't be made is left to the next call, and calls that don't wait make none."""
+    One set is kept per device: a call of another entry or of another kernel replaces it,
+    emptying the device's list releases it (as trim does), a set that can't be made is left to
+    the next call, and entries prepared without make_ahead and calls that don't wait make none."""
     h = Harness(private_module)
     events: list = []
     driver = h.driver
@@ -609,11 +613,23 @@ def test_a_synchronous_call_makes_the_next_calls_outputs_while_its_kernel_runs(p
     held = sys.getrefcount(spare)
     assert calls.call((a, b, 2)) is made[3]  # another entry: its own outputs, and the set replaced
     assert sys.getrefcount(spare) == held - 1
+    assert h.ahead[1] == (made[4],)
     spare = made[4]
     held = sys.getrefcount(spare)
-    calls.drop_outputs_made_ahead()
+    h.ahead[:] = [None, None]
     assert sys.getrefcount(spare) == held - 1
     assert calls.call((a, b, 2)) is made[5]  # made again, as ever
+    another_kernel = h.calls(inputs=2, kinds=b"i")
+    assert another_kernel.prepare((a, b, 1), (8, 1, 1), (1,), (output,)) is True
+    spare = made[6]
+    held = sys.getrefcount(spare)
+    assert another_kernel.call((a, b, 1)) is made[7]  # the device's set replaced by this kernel's
+    assert sys.getrefcount(spare) == held - 1 and h.ahead[1] == (made[8],)
+    assert calls.call((a, b, 2)) is made[9] and h.ahead[1] == (made[10],)
+    large = h.calls(inputs=2, kinds=b"i")
+    assert large.prepare((a, b, 1), (8, 1, 1), (1,), (output,), False) is True
+    assert large.call((a, b, 1)) is made[11] and len(made) == 12  # nothing made ahead
+    assert h.ahead[1] == (made[10],)  # and the device's set left as it was
 
     failing = {"next": False}
 

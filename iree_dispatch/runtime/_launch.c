@@ -5,7 +5,7 @@
  *   set_driver(launch_kernel, stream_synchronize, ctx_get_current)   addresses of the three
  *   launch(function, grid, block, shared_memory, stream, values, wait) -> None or (launch rc, synchronize rc)
  *   set_frameworks(device_array_type, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)
- *   Calls(...)   one kernel's prepared calls: .prepare(args, grid, words, outputs), .call(args), len()
+ *   Calls(...)   one kernel's prepared calls: .prepare(args, grid, words, outputs[, make_ahead]), .call(args), len()
  *   capsule_address(capsule) -> a DLPack capsule's data + byte_offset
  *
  * launch: one kernel launch in one Python call (ctypes spends microseconds converting
@@ -54,7 +54,7 @@ static PyObject* cupy_array_type = NULL;
 static PyObject* cupy_stream = NULL;
 
 static PyObject *s_direct_launch, *s_get_device, *s_is_contiguous, *s_dtype, *s_shape, *s_data_ptr, *s_device, *s_id, *s_flags,
-    *s_c_contiguous, *s_data, *s_ptr, *s_requires_grad;
+    *s_c_contiguous, *s_data, *s_ptr, *s_requires_grad, *s_is_cuda;
 
 static PyObject* set_driver(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 3) {
@@ -183,6 +183,7 @@ typedef struct {
   Py_ssize_t word_count;
   uint32_t words[MAX_PARAMETERS];
   PyObject* outputs; /* one factory per fresh output: each call makes a new array of the call's framework */
+  int make_ahead;    /* a synchronous call makes the next call's outputs while its kernel runs */
 } Entry;
 
 typedef struct {
@@ -201,11 +202,9 @@ typedef struct {
   PyObject* fail;          /* fail(rc, what): raises the driver's error */
   PyObject* prepared;      /* signature → Entry capsule */
   PyObject* ordinal_object;
-  /* The outputs of the next synchronous call of one entry, made while the GPU ran the last
-   * (see make_spares), and their addresses; NULL when there are none. */
-  PyObject* spare_entry; /* the Entry capsule they are for */
-  PyObject* spares;      /* tuple of arrays */
-  uint64_t spare_addresses[MAX_PARAMETERS];
+  /* The device's outputs made ahead (see make_ahead), shared by all its kernels' Calls: a list
+   * [the Entry capsule they are for, a tuple of our arrays], or [None, None]. */
+  PyObject* ahead;
   Py_ssize_t inputs, arity;
   char scalar_kinds[MAX_ARGUMENTS]; /* 'f' float, 'i' int, uint or bool */
   int float_slots[MAX_ARGUMENTS];   /* each float scalar's word */
@@ -235,14 +234,16 @@ static int sources(PyObject* sequence, int* out, Py_ssize_t* count, const char* 
 }
 
 static int Calls_init(Calls* self, PyObject* args, PyObject* kwargs) {
-  PyObject *function, *block, *own_stream, *context, *device, *foreign, *before_call, *launch_safely, *fail, *kinds, *slots, *bindings, *results;
+  PyObject *function, *block, *own_stream, *context, *device, *foreign, *ahead, *before_call, *launch_safely, *fail, *kinds, *slots, *bindings,
+      *results;
   unsigned long shared_memory;
   Py_ssize_t inputs;
-  if (!PyArg_ParseTuple(args, "OOkOOlOOOOOnOOOO", &function, &block, &shared_memory, &own_stream, &context, &self->ordinal, &device, &foreign,
-                        &before_call, &launch_safely, &fail, &inputs, &kinds, &slots, &bindings, &results))
+  if (!PyArg_ParseTuple(args, "OOkOOlOOOOOOnOOOO", &function, &block, &shared_memory, &own_stream, &context, &self->ordinal, &device, &foreign,
+                        &ahead, &before_call, &launch_safely, &fail, &inputs, &kinds, &slots, &bindings, &results))
     return -1;
-  if (!PyAnySet_Check(foreign) || !PyCallable_Check(before_call) || !PyCallable_Check(launch_safely) || !PyCallable_Check(fail)) {
-    PyErr_SetString(PyExc_TypeError, "Calls: foreign must be a set; before_call, launch_safely and fail callables");
+  if (!PyAnySet_Check(foreign) || !PyList_Check(ahead) || PyList_GET_SIZE(ahead) != 2 || !PyCallable_Check(before_call) ||
+      !PyCallable_Check(launch_safely) || !PyCallable_Check(fail)) {
+    PyErr_SetString(PyExc_TypeError, "Calls: foreign must be a set, ahead a list of 2; before_call, launch_safely and fail callables");
     return -1;
   }
   PyObject* address = PyObject_GetAttrString(function, "value");
@@ -300,6 +301,7 @@ static int Calls_init(Calls* self, PyObject* args, PyObject* kwargs) {
   self->function_object = Py_NewRef(function);
   self->device = Py_NewRef(device);
   self->foreign = Py_NewRef(foreign);
+  self->ahead = Py_NewRef(ahead);
   self->before_call = Py_NewRef(before_call);
   self->launch_safely = Py_NewRef(launch_safely);
   self->fail = Py_NewRef(fail);
@@ -315,8 +317,7 @@ static int Calls_traverse(Calls* self, visitproc visit, void* arg) {
   Py_VISIT(self->fail);
   Py_VISIT(self->prepared);
   Py_VISIT(self->ordinal_object);
-  Py_VISIT(self->spare_entry);
-  Py_VISIT(self->spares);
+  Py_VISIT(self->ahead);
   return 0;
 }
 
@@ -329,8 +330,7 @@ static int Calls_clear(Calls* self) {
   Py_CLEAR(self->fail);
   Py_CLEAR(self->prepared);
   Py_CLEAR(self->ordinal_object);
-  Py_CLEAR(self->spare_entry);
-  Py_CLEAR(self->spares);
+  Py_CLEAR(self->ahead);
   return 0;
 }
 
@@ -382,8 +382,11 @@ static int read_array(Calls* self, PyObject* value, int* framework, PyObject** d
     return 0;
   }
   if ((PyObject*)type == torch_tensor_type) {
-    uint64_t contiguous, requires_grad;
-    PyObject* device = PyObject_CallMethodNoArgs(value, s_get_device); /* -1 for a CPU tensor */
+    uint64_t cuda, contiguous, requires_grad;
+    /* get_device() numbers other accelerators' tensors too: a CUDA tensor first */
+    if (attribute_u64(value, s_is_cuda, &cuda)) return -1;
+    if (!cuda) return 1;
+    PyObject* device = PyObject_CallMethodNoArgs(value, s_get_device);
     if (device == NULL) return -1;
     long ordinal = PyLong_AsLong(device);
     Py_DECREF(device);
@@ -516,13 +519,16 @@ static void free_entry(PyObject* capsule) {
   }
 }
 
-/* prepare(args, grid, words, outputs) -> bool: records a checked call's launch under the
- * signature of its arguments; False where no signature covers them. */
+/* prepare(args, grid, words, outputs, make_ahead=True) -> bool: records a checked call's
+ * launch under the signature of its arguments; False where no signature covers them.
+ * make_ahead: whether a synchronous call of this entry makes its next call's outputs. */
 static PyObject* Calls_prepare(Calls* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError, "prepare(args, grid, words, outputs)");
+  if (nargs != 4 && nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "prepare(args, grid, words, outputs, make_ahead=True)");
     return NULL;
   }
+  int make_ahead = nargs == 5 ? PyObject_IsTrue(args[4]) : 1;
+  if (make_ahead < 0) return NULL;
   uint64_t addresses[MAX_ARGUMENTS];
   uint32_t float_words[MAX_ARGUMENTS];
   int framework;
@@ -582,6 +588,7 @@ static PyObject* Calls_prepare(Calls* self, PyObject* const* args, Py_ssize_t na
     }
   }
   entry->outputs = Py_NewRef(outputs);
+  entry->make_ahead = make_ahead && PyTuple_GET_SIZE(outputs) > 0;
   capsule = PyCapsule_New(entry, "iree_dispatch.entry", free_entry);
   if (capsule == NULL) {
     Py_CLEAR(entry->outputs);
@@ -600,43 +607,64 @@ failed:
   return NULL;
 }
 
+/* Empties the device's outputs made ahead, releasing them (their finalizers may run). */
+static void clear_ahead(Calls* self) {
+  PyObject* old_entry = PyList_GET_ITEM(self->ahead, 0);
+  PyObject* old_outputs = PyList_GET_ITEM(self->ahead, 1);
+  PyList_SET_ITEM(self->ahead, 0, Py_NewRef(Py_None));
+  PyList_SET_ITEM(self->ahead, 1, Py_NewRef(Py_None));
+  Py_DECREF(old_entry);
+  Py_DECREF(old_outputs);
+}
+
 /* Makes the outputs of the entry's next call while the GPU runs this one: a synchronous call
- * then waits for its kernel without having allocated on its way to the launch. One set is
- * kept per kernel (the last entry's); drop_outputs_made_ahead() releases it, as the device's trim does.
- * Outputs that can't be made now (memory short) are left to the next call, which makes them
- * as ever. */
-static void make_spares(Calls* self, PyObject* capsule) {
+ * then waits for its kernel without having allocated on its way to the launch. A device keeps
+ * one such set (the last entry's that makes them ahead), released first, so that its buffers
+ * can serve the new set. Outputs that can't be made now (memory short) are left to the next
+ * call, which makes them as ever. */
+static void make_ahead(Calls* self, PyObject* capsule) {
   Entry* entry = PyCapsule_GetPointer(capsule, "iree_dispatch.entry");
-  Py_CLEAR(self->spares);
-  Py_CLEAR(self->spare_entry);
+  clear_ahead(self);
   Py_ssize_t count = PyTuple_GET_SIZE(entry->outputs);
-  PyObject* spares = PyTuple_New(count);
-  if (spares == NULL) {
+  PyObject* made = PyTuple_New(count);
+  if (made == NULL) {
     PyErr_Clear();
     return;
   }
   for (Py_ssize_t i = 0; i < count; ++i) {
-    PyObject* made = PyObject_CallNoArgs(PyTuple_GET_ITEM(entry->outputs, i));
-    if (made == NULL) {
+    PyObject* output = PyObject_CallNoArgs(PyTuple_GET_ITEM(entry->outputs, i));
+    if (output == NULL) {
       PyErr_Clear();
-      Py_DECREF(spares);
+      Py_DECREF(made);
       return;
     }
-    PyTuple_SET_ITEM(spares, i, made);
-    if (address_of(self, OURS, made, &self->spare_addresses[i])) {
-      PyErr_Clear();
-      Py_DECREF(spares);
-      return;
-    }
+    PyTuple_SET_ITEM(made, i, output);
   }
-  self->spares = spares;
-  self->spare_entry = Py_NewRef(capsule);
+  PyObject* old_entry = PyList_GET_ITEM(self->ahead, 0); /* None, unless a factory's finalizers made a set */
+  PyObject* old_outputs = PyList_GET_ITEM(self->ahead, 1);
+  PyList_SET_ITEM(self->ahead, 0, Py_NewRef(capsule));
+  PyList_SET_ITEM(self->ahead, 1, made);
+  Py_DECREF(old_entry);
+  Py_DECREF(old_outputs);
 }
 
-static PyObject* Calls_drop_outputs_made_ahead(Calls* self, PyObject* unused) {
-  Py_CLEAR(self->spares);
-  Py_CLEAR(self->spare_entry);
-  Py_RETURN_NONE;
+/* Moves the device's outputs made ahead for `capsule`'s entry into `outputs` (new references)
+ * with their addresses; 0 where there are none for it, -1 with an exception. */
+static Py_ssize_t take_ahead(Calls* self, PyObject* capsule, PyObject** outputs, uint64_t* addresses) {
+  if (PyList_GET_ITEM(self->ahead, 0) != capsule) return 0;
+  PyObject* made = Py_NewRef(PyList_GET_ITEM(self->ahead, 1));
+  clear_ahead(self);
+  Py_ssize_t count = PyTuple_GET_SIZE(made);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    outputs[i] = Py_NewRef(PyTuple_GET_ITEM(made, i));
+    if (address_of(self, OURS, outputs[i], &addresses[i])) {
+      for (Py_ssize_t j = 0; j <= i; ++j) Py_DECREF(outputs[j]);
+      Py_DECREF(made);
+      return -1;
+    }
+  }
+  Py_DECREF(made);
+  return count;
 }
 
 /* call(args) -> the results (one object, or a tuple of several), or None where the call must
@@ -683,14 +711,10 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
     Py_DECREF(waited);
   }
   PyObject* factories = entry->outputs;
-  if (self->spares != NULL && self->spare_entry == capsule) {
-    for (; output_count < PyTuple_GET_SIZE(self->spares); ++output_count) {
-      outputs[output_count] = Py_NewRef(PyTuple_GET_ITEM(self->spares, output_count));
-      output_addresses[output_count] = self->spare_addresses[output_count];
-    }
-    Py_CLEAR(self->spares);
-    Py_CLEAR(self->spare_entry);
-  } else {
+  Py_ssize_t taken = framework == OURS ? take_ahead(self, capsule, outputs, output_addresses) : 0;
+  if (taken < 0) goto done;
+  output_count = taken;
+  if (!taken) {
     for (; output_count < PyTuple_GET_SIZE(factories); ++output_count) {
       outputs[output_count] = PyObject_CallNoArgs(PyTuple_GET_ITEM(factories, output_count));
       if (outputs[output_count] == NULL || address_of(self, framework, outputs[output_count], &output_addresses[output_count])) {
@@ -741,7 +765,7 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
     if (done == NULL) goto done;
     Py_DECREF(done);
   } else if (wait) {
-    if (PyTuple_GET_SIZE(factories)) make_spares(self, capsule);
+    if (entry->make_ahead) make_ahead(self, capsule);
     int synchronized;
     Py_BEGIN_ALLOW_THREADS
     synchronized = stream_synchronize(stream);
@@ -781,7 +805,6 @@ static PyMappingMethods Calls_mapping = {.mp_length = (lenfunc)Calls_length};
 static PyMethodDef Calls_methods[] = {
     {"prepare", (PyCFunction)(void (*)(void))Calls_prepare, METH_FASTCALL, "Records a checked call's launch under its arguments' signature."},
     {"call", (PyCFunction)Calls_call, METH_O, "The results of a call with a known signature, or None."},
-    {"drop_outputs_made_ahead", (PyCFunction)Calls_drop_outputs_made_ahead, METH_NOARGS, "Releases the outputs kept for the next synchronous call."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -789,7 +812,7 @@ static PyTypeObject CallsType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "iree_dispatch.runtime._launch.Calls",
     .tp_basicsize = sizeof(Calls),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Calls(function, block, shared_memory, own_stream, context, ordinal, device, foreign, before_call, launch_safely, fail, "
+    .tp_doc = "Calls(function, block, shared_memory, own_stream, context, ordinal, device, foreign, ahead, before_call, launch_safely, fail, "
               "inputs, scalar_kinds, float_slots, bindings, results): one kernel's prepared calls",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Calls_init,
@@ -816,7 +839,8 @@ PyMODINIT_FUNC PyInit__launch(void) {
     const char* text;
   } names[] = {{&s_direct_launch, "_direct_launch"}, {&s_get_device, "get_device"}, {&s_is_contiguous, "is_contiguous"}, {&s_dtype, "dtype"},
                {&s_shape, "shape"}, {&s_data_ptr, "data_ptr"}, {&s_device, "device"}, {&s_id, "id"}, {&s_flags, "flags"},
-               {&s_c_contiguous, "c_contiguous"}, {&s_data, "data"}, {&s_ptr, "ptr"}, {&s_requires_grad, "requires_grad"}};
+               {&s_c_contiguous, "c_contiguous"}, {&s_data, "data"}, {&s_ptr, "ptr"}, {&s_requires_grad, "requires_grad"},
+               {&s_is_cuda, "is_cuda"}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
   }

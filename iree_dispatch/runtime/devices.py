@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import weakref
 from dataclasses import dataclass, field
 
 import iree.runtime as rt
@@ -137,7 +136,9 @@ class Device:
     _staging_buffers: dict[int, tuple] = field(default_factory=dict)
     _transfers: rt.HalSemaphore | None = None
     _transfer_value: int = 0
-    _made_ahead: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+    # The outputs a synchronous direct call made for its kernel's next call while the kernel
+    # ran: [the prepared call they are for, the arrays], or [None, None] (_launch.c).
+    outputs_made_ahead: list = field(default_factory=lambda: [None, None])
 
     @property
     def uri(self) -> str:
@@ -179,15 +180,10 @@ class Device:
                 self._foreign_streams.discard(stream)
 
     def trim(self) -> None:
-        """Returns the pool's free buffers to CUDA, first releasing the outputs that direct
-        calls made ahead for their next calls (launch.py)."""
-        for holder in list(self._made_ahead):
-            holder.drop_outputs_made_ahead()
+        """Returns the pool's free buffers to CUDA, first releasing the outputs made ahead for
+        a direct call's next call."""
+        self.outputs_made_ahead[:] = [None, None]
         self.hal.allocator.trim()
-
-    def holds_outputs_made_ahead(self, holder: object) -> None:
-        """Records an object whose `drop_outputs_made_ahead()` trim calls (held weakly)."""
-        self._made_ahead.add(holder)
 
     def download(self, buffer_view: rt.HalBufferView, dtype: np.dtype) -> np.ndarray | None:
         """A new numpy array holding a device buffer view's contents; None where the staging
