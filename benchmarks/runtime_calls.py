@@ -16,7 +16,9 @@ durations come from torch.profiler):
     call (async/samples.vmfb); the parts of a call (argument checks, VmContext.invoke).
   * gemm_bf16 at 4096³ (gemm/gemm.vmfb): the synchronous call's wall time (in rounds alternating
     with the same cubin launched by CuPy into a fresh output and into one kept output, and with
-    the call into one kept output, gemm/poisonable/gemm.vmfb) against its kernel's CUPTI duration.
+    the call into one kept output, gemm/poisonable/gemm.vmfb) against its kernel's CUPTI duration,
+    and the GPU's own time for one CuPy launch on an idle GPU against launches back to back
+    (CUDA events).
 
     python3 benchmarks/runtime_calls.py --out DIR        # GPU side: numpy, torch, cupy, iree-base-runtime
 """
@@ -229,8 +231,11 @@ def worker(out: Path) -> None:
 
     kept = cp.empty((GEMM, GEMM), cp.float32)
 
-    def cupy_gemm_kept_output():
+    def cupy_gemm_launch():  # into one kept output, on CuPy's current stream
         gemm_kernel((GEMM // 256, 2 * GEMM // 256), (384,), (pa, pb, np.uint64(kept.data.ptr), np.int32(GEMM), np.int32(GEMM), np.int32(GEMM)), shared_mem=gemm_smem)
+
+    def cupy_gemm_kept_output():
+        cupy_gemm_launch()
         cp.cuda.runtime.deviceSynchronize()
 
     want = gemm.gemm_bf16(ga, gb).to_host()
@@ -241,12 +246,37 @@ def worker(out: Path) -> None:
     gemm_out = runtime.load(BUILD / "gemm" / "poisonable" / "gemm.vmfb")
     gc_out = gemm_out.to_device(np.full((GEMM, GEMM), np.nan, np.float32))
     np.testing.assert_allclose(gemm_out.gemm_bf16(ga, gb, gc_out).to_host(), want, rtol=0, atol=0)
-    wall, out_wall, cupy_wall, cupy_kept_wall = [], [], [], []
+    # The GPU's own time for one such launch: CUDA events recorded just before the launch and
+    # just after it, the GPU idle before (as in a synchronous call), against the time per
+    # kernel of launches queued back to back. Whatever the first exceeds the CUPTI kernel time
+    # by is spent on the GPU, so no launcher's synchronous call can go below it.
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+
+    def cupy_gemm_span():
+        start.record()
+        cupy_gemm_launch()
+        end.record()
+        end.synchronize()
+        spans.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
+
+    wall, out_wall, cupy_wall, cupy_kept_wall, spans = [], [], [], [], []
     for _ in range(40):
         wall += wall_times_us(lambda: gemm.gemm_bf16(ga, gb), 5, 1)
         out_wall += wall_times_us(lambda: gemm_out.gemm_bf16(ga, gb, gc_out), 5, 1)
         cupy_wall += wall_times_us(cupy_gemm, 5, 1)
         cupy_kept_wall += wall_times_us(cupy_gemm_kept_output, 5, 1)
+        for _ in range(5):
+            cupy_gemm_span()
+    back_to_back = []
+    for _ in range(10):
+        start.record()
+        for _ in range(20):
+            cupy_gemm_launch()
+        end.record()
+        end.synchronize()
+        back_to_back.append(cp.cuda.get_elapsed_time(start, end) * 1e3 / 20)
+    rows["gemm_bf16 4096^3, CuPy: one launch on an idle GPU, GPU time (events)"] = summarize(spans)
+    rows["gemm_bf16 4096^3, CuPy: launches back to back, GPU time per kernel (events)"] = summarize(back_to_back)
     rows["gemm_bf16 4096^3, CuPy: fresh output + launch + sync (wall)"] = summarize(cupy_wall)
     rows["gemm_bf16 4096^3, CuPy: launch into one kept output + sync (wall)"] = summarize(cupy_kept_wall)
     rows["gemm_bf16 4096^3 sync call into one kept output (out=, wall)"] = summarize(out_wall)
