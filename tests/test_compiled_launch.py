@@ -23,7 +23,7 @@ def test_packs_every_parameter_in_its_own_cell(private_module):
     values = [0x7F12_3456_7000, 0x7F12_3456_8000, 1024, 0xFFFF_FFFF, 0]
     driver.expected = len(values)
     assert private_module.launch(0x1234, (16, 2, 1), (64, 1, 1), 4096, 0x5678, values, False) is None
-    (function, grid, block, shared, stream, got, extra), = driver.launches
+    (function, grid, block, shared, stream, got, extra, _), = driver.launches
     assert (function, grid, block, shared, stream, got, extra) == (0x1234, (16, 2, 1), (64, 1, 1), 4096, 0x5678, values, None)
     assert driver.synchronized == []
 

@@ -136,8 +136,8 @@ def factory(make, first: int = 0xF000):
 
 
 def launch(stream: int, values: list, grid: tuple = (8, 1, 1)) -> tuple:
-    """A launch as FakeDriver records it."""
-    return (FUNCTION_ADDRESS, grid, BLOCK, SHARED, stream, values, None)
+    """A launch as FakeDriver records it (the kernel's context current)."""
+    return (FUNCTION_ADDRESS, grid, BLOCK, SHARED, stream, values, None, CONTEXT)
 
 
 @needs_compiler
@@ -311,29 +311,45 @@ def test_arrays_of_two_frameworks_or_of_unknown_types_have_no_signature(private_
 
 
 @needs_compiler
-def test_our_arrays_are_launched_safely_where_the_context_is_not_current(private_module):
+def test_a_call_where_another_context_is_current_pushes_its_own(private_module):
+    """Another GPU's context current on the thread (several devices in one process): the call
+    makes its outputs and launches with its device's context pushed, and pops it after."""
     h = Harness(private_module, FakeDriver(context=0xBAD))
+    contexts: list = []
+
+    def output():
+        contexts.append(h.driver.context)  # where IREE's allocator would allocate
+        return made_output()
+
+    made_output, made = factory(DeviceArray)
     calls = h.calls(inputs=2, kinds=b"f", slots=(0,))
-    output, made = factory(DeviceArray)
     a, b = DeviceArray(0xA000), DeviceArray(0xB000)
     assert calls.prepare((a, b, 0.5), (8, 1, 1), (0, 9), (output,)) is True
+    h.driver.expected = 4
     assert calls.call((a, b, 0.25)) is made[0]
-    assert h.driver.launches == [] and h.driver.synchronized == []
-    ((function, *rest),) = h.safely
-    assert function is h.function
-    assert rest == [(8, 1, 1), BLOCK, SHARED, OWN_STREAM, [0xA000, 0xB000, 0xF000, bits(0.25), 9], True]
+    assert h.driver.launches == [launch(OWN_STREAM, [0xA000, 0xB000, 0xF000, bits(0.25)])]
+    assert h.driver.synchronized == [OWN_STREAM] and h.safely == []
+    assert contexts == [CONTEXT, CONTEXT]  # this call's output, and the next call's made ahead
+    assert h.driver.pushed == [CONTEXT] and h.driver.context == 0xBAD and h.driver.stack == []
+    torch_calls = h.calls(inputs=2)
+    torch_output, torch_made = factory(TorchTensor)
+    t, u = TorchTensor(0xA000), TorchTensor(0xB000)
+    assert torch_calls.prepare((t, u), (8, 1, 1), (), (torch_output,)) is True
+    h.driver.expected = 3
+    assert torch_calls.call((t, u)) is torch_made[0]
+    assert h.driver.launches[1] == launch(TORCH_STREAM, [0xA000, 0xB000, 0xF000])
+    assert h.driver.pushed == [CONTEXT, CONTEXT] and h.driver.context == 0xBAD and h.driver.stack == []
 
 
 @needs_compiler
-def test_torch_tensors_are_launched_safely_where_the_context_is_not_current(private_module):
-    h = Harness(private_module, FakeDriver(context=0xBAD))
+def test_a_context_that_can_not_be_pushed_leaves_the_call_to_the_checked_path(private_module):
+    h = Harness(private_module, FakeDriver(context=0xBAD, push_rc=201))
+    output, made = factory(DeviceArray)
     calls = h.calls(inputs=2)
-    output, made = factory(TorchTensor)
-    a, b = TorchTensor(0xA000), TorchTensor(0xB000)
+    a, b = DeviceArray(0xA000), DeviceArray(0xB000)
     assert calls.prepare((a, b), (8, 1, 1), (), (output,)) is True
-    assert calls.call((a, b)) is made[0]
-    assert h.driver.launches == [] and h.driver.synchronized == []
-    assert h.safely == [(h.function, (8, 1, 1), BLOCK, SHARED, TORCH_STREAM, [0xA000, 0xB000, 0xF000], False)]
+    assert calls.call((a, b)) is None
+    assert made == [] and h.driver.launches == [] and h.safely == [] and h.driver.context == 0xBAD
 
 
 @needs_compiler
@@ -565,8 +581,9 @@ def test_calls_keep_no_references(private_module):
 @needs_compiler
 def test_torch_calls_launched_safely_keep_no_references(private_module):
     stream = int("987654321")
-    h = Harness(private_module, FakeDriver(context=0xBAD), torch_stream=stream)
+    h = Harness(private_module, FakeDriver(launch_rc=201), torch_stream=stream)  # every launch fails: launched again safely
     h.launch_safely = lambda *arguments: None
+    h.driver.expected = 3
     calls = h.calls(inputs=2, kinds=b"f", slots=(0,))
     out = TorchTensor(0xF000)
     a, b = TorchTensor(0xA000), TorchTensor(0xB000)
@@ -578,7 +595,7 @@ def test_torch_calls_launched_safely_keep_no_references(private_module):
     for _ in range(1000):
         calls.call((a, b, alpha))
     assert counts(watched) == before
-    assert h.driver.launches == []
+    assert len(h.driver.launches) == 1001
 
 
 @needs_compiler

@@ -2,7 +2,7 @@
  * ctypes library the runtime already opened (compiled.py), so this file needs no CUDA headers
  * and links to nothing but Python.
  *
- *   set_driver(launch_kernel, stream_synchronize, ctx_get_current)   addresses of the three
+ *   set_driver(launch_kernel, stream_synchronize, ctx_get_current, ctx_push, ctx_pop)   their addresses
  *   launch(function, grid, block, shared_memory, stream, values, wait) -> None or (launch rc, synchronize rc)
  *   set_frameworks(device_array_type, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)
  *   Calls(...)   one kernel's prepared calls: .prepare(args, grid, words, outputs[, make_ahead]), .call(args), len()
@@ -26,7 +26,8 @@
  * `_direct_launch` entry: device, dtype, shape, address), and contiguous torch tensors or CuPy
  * arrays on the kernel's GPU (all of one framework in one call). A call on torch or CuPy arrays
  * is queued on that framework's current stream and returns at once; a call on our arrays is
- * queued on the launch stream and waits for it. */
+ * queued on the launch stream and waits for it. A call runs with its device's primary context
+ * current on the thread, pushed for the call where another one is current. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -36,6 +37,8 @@
 typedef int (*LaunchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
 typedef int (*StreamSynchronize)(void*);
 typedef int (*CtxGetCurrent)(void**);
+typedef int (*CtxPush)(void*);
+typedef int (*CtxPop)(void**);
 
 #define MAX_PARAMETERS 256
 #define MAX_ARGUMENTS 64
@@ -44,6 +47,8 @@ typedef int (*CtxGetCurrent)(void**);
 static LaunchKernel launch_kernel = NULL;
 static StreamSynchronize stream_synchronize = NULL;
 static CtxGetCurrent ctx_get_current = NULL;
+static CtxPush ctx_push = NULL;
+static CtxPop ctx_pop = NULL;
 
 /* Array types a signature knows, and each framework's current stream by GPU ordinal. */
 enum { NONE = 0, OURS = 1, TORCH = 2, CUPY = 3 };
@@ -57,21 +62,24 @@ static PyObject *s_direct_launch, *s_get_device, *s_is_contiguous, *s_dtype, *s_
     *s_c_contiguous, *s_data, *s_ptr, *s_requires_grad, *s_is_cuda;
 
 static PyObject* set_driver(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "set_driver(launch_address, synchronize_address, ctx_get_current_address)");
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "set_driver(cuLaunchKernel, cuStreamSynchronize, cuCtxGetCurrent, cuCtxPushCurrent, cuCtxPopCurrent addresses)");
     return NULL;
   }
-  void* launch = PyLong_AsVoidPtr(args[0]);
-  void* synchronize = PyLong_AsVoidPtr(args[1]);
-  void* get_current = PyLong_AsVoidPtr(args[2]);
-  if (PyErr_Occurred()) return NULL;
-  if (launch == NULL || synchronize == NULL || get_current == NULL) {
-    PyErr_SetString(PyExc_ValueError, "set_driver: a null function address");
-    return NULL;
+  void* addresses[5];
+  for (int i = 0; i < 5; ++i) {
+    addresses[i] = PyLong_AsVoidPtr(args[i]);
+    if (PyErr_Occurred()) return NULL;
+    if (addresses[i] == NULL) {
+      PyErr_SetString(PyExc_ValueError, "set_driver: a null function address");
+      return NULL;
+    }
   }
-  launch_kernel = (LaunchKernel)launch;
-  stream_synchronize = (StreamSynchronize)synchronize;
-  ctx_get_current = (CtxGetCurrent)get_current;
+  launch_kernel = (LaunchKernel)addresses[0];
+  stream_synchronize = (StreamSynchronize)addresses[1];
+  ctx_get_current = (CtxGetCurrent)addresses[2];
+  ctx_push = (CtxPush)addresses[3];
+  ctx_pop = (CtxPop)addresses[4];
   Py_RETURN_NONE;
 }
 
@@ -692,6 +700,7 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
   uint64_t output_addresses[MAX_PARAMETERS];
   void* stream = self->own_stream;
   PyObject* stream_object = NULL;
+  int pushed = 0;
   if (framework != OURS) {
     PyObject* getter = framework == TORCH ? torch_stream : cupy_stream;
     if (getter == NULL) goto done_none;
@@ -705,6 +714,15 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
     if (stream_object == NULL) goto done;
   }
   int wait = framework == OURS;
+  /* The kernel's device's context current for the call: IREE's allocator allocates our outputs
+   * in the thread's current context, and another GPU's may be current (several devices in one
+   * process). Pushed where it isn't, popped when the call is done. */
+  void* current = NULL;
+  if (launch_kernel == NULL) goto done_none;
+  if (ctx_get_current(&current) || current != self->context) {
+    if (ctx_push(self->context)) goto done_none; /* the checked path names the error */
+    pushed = 1;
+  }
   if (PySet_GET_SIZE(self->foreign)) {
     PyObject* waited = PyObject_CallOneArg(self->before_call, wait ? Py_None : stream_object);
     if (waited == NULL) goto done;
@@ -739,15 +757,9 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
   }
   count += entry->word_count;
   for (Py_ssize_t i = 0; i < count; ++i) parameters[i] = &cells[i];
-  /* Launched here only where this device's primary context is current on the thread (IREE,
-   * torch and CuPy leave it so); anywhere else, and after a failed launch, the launcher's
-   * own launch pushes the context, launches and names the error. */
-  void* current = NULL;
-  int launched = -1;
-  if (launch_kernel != NULL && !ctx_get_current(&current) && current == self->context) {
-    launched = launch_kernel(self->function, entry->grid[0], entry->grid[1], entry->grid[2], self->block[0], self->block[1], self->block[2],
-                             self->shared_memory, stream, parameters, NULL);
-  }
+  /* After a failed launch, the launcher's own launch tries again and names the error. */
+  int launched = launch_kernel(self->function, entry->grid[0], entry->grid[1], entry->grid[2], self->block[0], self->block[1], self->block[2],
+                               self->shared_memory, stream, parameters, NULL);
   if (launched != 0) {
     PyObject* values = PyList_New(count);
     if (values == NULL) goto done;
@@ -795,6 +807,10 @@ done:
   for (Py_ssize_t i = 0; i < output_count; ++i) Py_XDECREF(outputs[i]);
   Py_XDECREF(stream_object);
   Py_DECREF(capsule);
+  if (pushed) {
+    void* popped;
+    ctx_pop(&popped);
+  }
   return results;
 }
 
@@ -824,7 +840,8 @@ static PyTypeObject CallsType = {
 };
 
 static PyMethodDef methods[] = {
-    {"set_driver", (PyCFunction)(void (*)(void))set_driver, METH_FASTCALL, "Sets the addresses of cuLaunchKernel, cuStreamSynchronize and cuCtxGetCurrent."},
+    {"set_driver", (PyCFunction)(void (*)(void))set_driver, METH_FASTCALL,
+     "Sets the addresses of cuLaunchKernel, cuStreamSynchronize, cuCtxGetCurrent, cuCtxPushCurrent and cuCtxPopCurrent."},
     {"set_frameworks", (PyCFunction)(void (*)(void))set_frameworks, METH_FASTCALL, "Sets the array types a signature knows and the frameworks' stream getters."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "Launches a kernel; None, or the CUDA result codes of a failure."},
     {"capsule_address", (PyCFunction)capsule_address, METH_O, "The address of a DLPack capsule's first element."},

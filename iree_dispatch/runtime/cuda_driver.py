@@ -46,6 +46,36 @@ def _device(ordinal: int) -> ctypes.c_int | None:
     return device
 
 
+@cache
+def _primary_context(ordinal: int) -> int | None:
+    """Device `ordinal`'s primary context, the one IREE's CUDA device and the frameworks use
+    (retained for the process's life), or None where the driver or the device is missing."""
+    cuda, device = _library(), _device(ordinal)
+    context = ctypes.c_void_p()
+    if device is None or cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) != 0:
+        return None
+    return context.value
+
+
+@contextlib.contextmanager
+def context_of(ordinal: int) -> Iterator[None]:
+    """Device `ordinal`'s primary context current on the calling thread for the duration:
+    pushed where another context is current, popped after. IREE's CUDA device loads executables
+    and allocates memory in whatever context the calling thread has current, so with several
+    GPUs in one process each device's work must run in its own. Does nothing where the driver
+    or the device is missing (IREE then fails as it would)."""
+    cuda, context = _library(), _primary_context(ordinal)
+    current = ctypes.c_void_p()
+    if context is None or (cuda.cuCtxGetCurrent(ctypes.byref(current)) == 0 and current.value == context):
+        yield
+        return
+    _check(cuda, cuda.cuCtxPushCurrent_v2(ctypes.c_void_p(context)), f"cuCtxPushCurrent (cuda://{ordinal})")
+    try:
+        yield
+    finally:
+        cuda.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+
+
 def device_count() -> int:
     cuda = _library()
     count = ctypes.c_int()
@@ -194,7 +224,7 @@ class Launcher(_DeviceStream):
         self._cells: dict[int, tuple[ctypes.Array, ctypes.Array]] = {}  # the ctypes path's parameter cells, by count
         self._compiled = compiled_launch()
         if self._compiled is not None:
-            functions = (cuda.cuLaunchKernel, cuda.cuStreamSynchronize, cuda.cuCtxGetCurrent)
+            functions = (cuda.cuLaunchKernel, cuda.cuStreamSynchronize, cuda.cuCtxGetCurrent, cuda.cuCtxPushCurrent_v2, cuda.cuCtxPopCurrent_v2)
             self._compiled.set_driver(*(ctypes.cast(f, ctypes.c_void_p).value for f in functions))
 
     @property

@@ -23,6 +23,7 @@ on IREE's queue or on any other stream first waits, on the host, for the work qu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -160,6 +161,12 @@ class Device:
                     self._launcher = cuda_driver.Launcher(self.ordinal)
         return self._launcher
 
+    def bound(self) -> contextlib.AbstractContextManager:
+        """This GPU's context current on the calling thread for the duration (pushed where
+        another GPU's is): IREE's CUDA device loads executables and allocates memory in the
+        thread's current context. Every use of `hal` that may reach the driver runs inside."""
+        return cuda_driver.context_of(self.ordinal) if self.cuda else contextlib.nullcontext()
+
     @property
     def launches_directly(self) -> bool:
         """Whether kernels are launched directly on this device (a module with launch plans was loaded)."""
@@ -183,7 +190,8 @@ class Device:
         """Returns the pool's free buffers to CUDA, first releasing the outputs made ahead for
         a direct call's next call."""
         self.outputs_made_ahead[:] = [None, None]
-        self.hal.allocator.trim()
+        with self.bound():
+            self.hal.allocator.trim()
 
     def download(self, buffer_view: rt.HalBufferView, dtype: np.dtype) -> np.ndarray | None:
         """A new numpy array holding a device buffer view's contents; None where the staging
@@ -194,7 +202,7 @@ class Device:
         source = buffer_view.get_buffer()
         if source.byte_length() != out.nbytes or out.nbytes > STAGING_LIMIT:
             return None
-        with self._lock:
+        with self._lock, self.bound():
             staging, view = self._staging(out.nbytes)
             self._copy(source, staging)
             out.reshape(-1).view(np.uint8)[:] = view
@@ -239,7 +247,8 @@ def device(uri: str | None = None) -> Device:
             capacity = pool_capacity(ordinal)
             allocators = [f"caching:DEVICE_LOCAL=*;{capacity};{POOL_FREE_BUFFERS}"] if capacity else []
             try:
-                hal = rt.get_driver("cuda").create_device_by_uri(f"cuda://{ordinal}", allocators=allocators)
+                with cuda_driver.context_of(ordinal):  # IREE makes the new device's context current: not beyond this
+                    hal = rt.get_driver("cuda").create_device_by_uri(f"cuda://{ordinal}", allocators=allocators)
             except (RuntimeError, ValueError) as exc:
                 raise DeviceError(f"no CUDA device available for {uri!r}: {exc}") from None
             found = _devices[ordinal] = Device(ordinal, hal, pooled=bool(capacity))

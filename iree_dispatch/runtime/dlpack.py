@@ -268,7 +268,8 @@ class DeviceArray(rt.DeviceArray):
         raw = self._get_raw_dtype()
         host = self._dispatch_device.download(self._buffer_view, raw)
         if host is None:
-            return super().to_host()
+            with self._dispatch_device.bound():
+                return super().to_host()
         return host if self._override_dtype is None or self._override_dtype == raw else host.astype(self._override_dtype)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -288,7 +289,8 @@ def upload(device: Device, array: np.ndarray) -> DeviceArray:
     the streams our memory may be in use on first (Device.before_call): the copy may land in a
     pooled buffer. Where kernels are launched directly on the device, the copy is known to
     prepared calls at once (`remember`)."""
-    copy = rt.asdevicearray(device.hal, np.ascontiguousarray(array))
+    with device.bound():
+        copy = rt.asdevicearray(device.hal, np.ascontiguousarray(array))
     uploaded = DeviceArray(device, copy._buffer_view, override_dtype=copy.dtype)
     if device.launches_directly:
         remember(device, uploaded)
