@@ -342,6 +342,21 @@ def test_a_call_where_another_context_is_current_pushes_its_own(private_module):
 
 
 @needs_compiler
+def test_a_call_on_a_thread_without_a_context_makes_its_own_current_and_leaves_it(private_module):
+    """A thread with no current context (a new thread): the device's context is pushed for the
+    call and stays current after it, as the checked path leaves it; the next call pushes none."""
+    h = Harness(private_module, FakeDriver(context=0))
+    output, made = factory(DeviceArray)
+    calls = h.calls(inputs=2)
+    a, b = DeviceArray(0xA000), DeviceArray(0xB000)
+    assert calls.prepare((a, b), (8, 1, 1), (), (output,)) is True
+    h.driver.expected = 3
+    assert calls.call((a, b)) is made[0] and calls.call((a, b)) is made[1]
+    assert h.driver.launches == [launch(OWN_STREAM, [0xA000, 0xB000, 0xF000]), launch(OWN_STREAM, [0xA000, 0xB000, 0xF100])]
+    assert h.driver.pushed == [CONTEXT] and h.driver.context == CONTEXT and h.driver.stack == [0]
+
+
+@needs_compiler
 def test_a_context_that_can_not_be_pushed_leaves_the_call_to_the_checked_path(private_module):
     h = Harness(private_module, FakeDriver(context=0xBAD, push_rc=201))
     output, made = factory(DeviceArray)

@@ -46,7 +46,7 @@ from .dlpack import DeviceArray
 from .launch import LAUNCH_ENV, DirectLaunch, launch_mode, open_archive, plan_for
 
 __all__ = [
-    "DEFAULT_DRIVER_FLAGS", "DEVICE_ENV", "DRIVER_FLAGS_ENV", "LAUNCH_ENV", "POOL_ENV", "AsyncArray", "Device", "DeviceArray", "KernelFunction", "Module",
+    "DEFAULT_DRIVER_FLAGS", "DEVICE_ENV", "DRIVER_FLAGS_ENV", "LAUNCH_ENV", "POOL_ENV", "AsyncArray", "Device", "DeviceArray", "KernelFunction", "Module", "OnDevice",
     "cuda_compute_capability", "cuda_device_available", "cuda_device_name", "device", "driver_flags", "load", "no_variant_message",
     "open_device", "read_descriptions", "runs_on",
 ]
@@ -544,6 +544,26 @@ def _result_dtypes(description: dict | None) -> list[np.dtype | None]:
     return dtypes
 
 
+class OnDevice:
+    """A function of a module without a kernel description (a program's or a hand-written
+    one), called through IREE as it is, with its GPU's context current on the calling thread
+    (IREE allocates in the thread's current context). Other attributes are the function's."""
+
+    def __init__(self, function: Callable[..., Any], device: Device):
+        self._function = function
+        self._device = device
+
+    def __call__(self, *args, **kwargs):
+        with self._device.bound():
+            return self._function(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._function, name)
+
+    def __repr__(self) -> str:
+        return repr(self._function)
+
+
 class Module:
     """A vmfb loaded on one CUDA device. Kernels are attributes: `module.simple_mul(a, b)`.
 
@@ -600,7 +620,7 @@ class Module:
                     direct = plan_for(description, self.gpu, _result_dtypes(description), archive) if isinstance(invoker, DirectInvoker) else None
                     self.functions[name] = KernelFunction(description, invoker, self.gpu, direct)
                 else:
-                    self.functions[name] = invoker
+                    self.functions[name] = OnDevice(invoker, self.gpu)
             if archive is not None:
                 archive.close()
 

@@ -716,12 +716,13 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
   int wait = framework == OURS;
   /* The kernel's device's context current for the call: IREE's allocator allocates our outputs
    * in the thread's current context, and another GPU's may be current (several devices in one
-   * process). Pushed where it isn't, popped when the call is done. */
+   * process). Pushed where another is current, popped when the call is done; on a thread with
+   * none it stays current, as the checked path leaves it (cuda_driver.context_of). */
   void* current = NULL;
-  if (launch_kernel == NULL) goto done_none;
-  if (ctx_get_current(&current) || current != self->context) {
-    if (ctx_push(self->context)) goto done_none; /* the checked path names the error */
-    pushed = 1;
+  if (launch_kernel == NULL || ctx_get_current(&current)) goto done_none; /* the checked path names the error */
+  if (current != self->context) {
+    if (ctx_push(self->context)) goto done_none;
+    pushed = current != NULL;
   }
   if (PySet_GET_SIZE(self->foreign)) {
     PyObject* waited = PyObject_CallOneArg(self->before_call, wait ? Py_None : stream_object);

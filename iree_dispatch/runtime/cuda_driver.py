@@ -62,11 +62,17 @@ def context_of(ordinal: int) -> Iterator[None]:
     """Device `ordinal`'s primary context current on the calling thread for the duration:
     pushed where another context is current, popped after. IREE's CUDA device loads executables
     and allocates memory in whatever context the calling thread has current, so with several
-    GPUs in one process each device's work must run in its own. Does nothing where the driver
-    or the device is missing (IREE then fails as it would)."""
+    GPUs in one process each device's work must run in its own. On a thread with no current
+    context it is made current and stays so, as IREE, torch and CuPy leave theirs (IREE's own
+    function calls on the thread then find it). Does nothing where the driver or the device is
+    missing (IREE then fails as it would)."""
     cuda, context = _library(), _primary_context(ordinal)
     current = ctypes.c_void_p()
     if context is None or (cuda.cuCtxGetCurrent(ctypes.byref(current)) == 0 and current.value == context):
+        yield
+        return
+    if not current.value:
+        _check(cuda, cuda.cuCtxSetCurrent(ctypes.c_void_p(context)), f"cuCtxSetCurrent (cuda://{ordinal})")
         yield
         return
     _check(cuda, cuda.cuCtxPushCurrent_v2(ctypes.c_void_p(context)), f"cuCtxPushCurrent (cuda://{ordinal})")
