@@ -63,10 +63,13 @@ def wall_times_us(call: Callable[[], object], count: int, warmup: int = 3) -> li
 
 
 def nvidia_smi(field: str) -> str | None:
+    """`field` of the first GPU as nvidia-smi reports it (one line on a machine of several)."""
     try:
-        return subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, check=True).stdout.strip()
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
+    lines = out.strip().splitlines()
+    return lines[0].strip() if lines else None
 
 
 def write_result(result: dict, out: Path, stem: str, table: Callable[[dict], str], plot: Callable[[dict, Path], None]) -> None:
