@@ -583,46 +583,49 @@ class Module:
             raise FileNotFoundError(f"no such module: {self.path}")
         self.launch = launch_mode(launch)
         self.gpu = devices.device(device)
-        # IREE loads the module's executables in the thread's current context: this GPU's.
-        with self.gpu.bound():
-            self.device = self.gpu.hal
-            self.asynchronous = asynchronous
-            self.config = rt.Config(device=self.device)
-            self.vm_module = rt.VmModule.mmap(self.config.vm_instance, str(self.path))
-            self.name = self.vm_module.name
-            descriptions = _descriptions(self.vm_module)
-            self.context = rt.SystemContext(config=self.config)
-            try:
-                self.context.add_vm_module(self.vm_module)
-            except RuntimeError as exc:
-                if "does not support any variant" in str(exc):
-                    built = next((d["archs"] for d in descriptions.values() if d), [])
-                    raise DeviceError(no_variant_message(self.path, cuda_compute_capability(self.gpu.ordinal), built)) from None
-                raise
-            self.timeline = Timeline(self.device, max_in_flight)
-            bound = self.context.modules[self.name]
-            self.functions: dict[str, Callable] = {}
-            archive = open_archive(self.path) if self.launch == "direct" and self.gpu.cuda else None
-            for name, description in descriptions.items():
-                vm_function = self.vm_module.lookup_function(name)
-                if vm_function.reflection.get("iree.abi.model") == COARSE_FENCES:
-                    invoker = FencedInvoker(self.context.vm_context, vm_function, self.gpu, self.timeline, asynchronous, _result_dtypes(description))
-                elif asynchronous:
-                    raise ValueError(
-                        f"{self.path}: function {name} is synchronous (it waits for its results), so asynchronous=True can't apply; "
-                        "compile the module with iree-compile --iree-execution-model=async-external, or load it without asynchronous=True"
-                    )
-                elif description:
-                    invoker = DirectInvoker(self.context.vm_context, vm_function, self.gpu, _result_dtypes(description))
-                else:
-                    invoker = bound[name]
-                if description:
-                    direct = plan_for(description, self.gpu, _result_dtypes(description), archive) if isinstance(invoker, DirectInvoker) else None
-                    self.functions[name] = KernelFunction(description, invoker, self.gpu, direct)
-                else:
-                    self.functions[name] = OnDevice(invoker, self.gpu)
-            if archive is not None:
-                archive.close()
+        self.device = self.gpu.hal
+        self.asynchronous = asynchronous
+        with self.gpu.bound():  # IREE loads the module's executables in the thread's current context: this GPU's
+            self._load(max_in_flight)
+
+    def _load(self, max_in_flight: int) -> None:
+        """Loads the vmfb into an IREE context on the module's device and makes its functions."""
+        self.config = rt.Config(device=self.device)
+        self.vm_module = rt.VmModule.mmap(self.config.vm_instance, str(self.path))
+        self.name = self.vm_module.name
+        descriptions = _descriptions(self.vm_module)
+        self.context = rt.SystemContext(config=self.config)
+        try:
+            self.context.add_vm_module(self.vm_module)
+        except RuntimeError as exc:
+            if "does not support any variant" in str(exc):
+                built = next((d["archs"] for d in descriptions.values() if d), [])
+                raise DeviceError(no_variant_message(self.path, cuda_compute_capability(self.gpu.ordinal), built)) from None
+            raise
+        self.timeline = Timeline(self.device, max_in_flight)
+        bound = self.context.modules[self.name]
+        self.functions: dict[str, Callable] = {}
+        archive = open_archive(self.path) if self.launch == "direct" and self.gpu.cuda else None
+        for name, description in descriptions.items():
+            vm_function = self.vm_module.lookup_function(name)
+            if vm_function.reflection.get("iree.abi.model") == COARSE_FENCES:
+                invoker = FencedInvoker(self.context.vm_context, vm_function, self.gpu, self.timeline, self.asynchronous, _result_dtypes(description))
+            elif self.asynchronous:
+                raise ValueError(
+                    f"{self.path}: function {name} is synchronous (it waits for its results), so asynchronous=True can't apply; "
+                    "compile the module with iree-compile --iree-execution-model=async-external, or load it without asynchronous=True"
+                )
+            elif description:
+                invoker = DirectInvoker(self.context.vm_context, vm_function, self.gpu, _result_dtypes(description))
+            else:
+                invoker = bound[name]
+            if description:
+                direct = plan_for(description, self.gpu, _result_dtypes(description), archive) if isinstance(invoker, DirectInvoker) else None
+                self.functions[name] = KernelFunction(description, invoker, self.gpu, direct)
+            else:
+                self.functions[name] = OnDevice(invoker, self.gpu)
+        if archive is not None:
+            archive.close()
 
     def __getattr__(self, name: str):
         functions = self.__dict__.get("functions", {})
