@@ -615,15 +615,18 @@ failed:
   return NULL;
 }
 
-/* Empties the device's outputs made ahead, releasing them (their finalizers may run). */
-static void clear_ahead(Calls* self) {
+/* Replaces the device's outputs made ahead by `outputs` (a reference it takes) for the entry
+ * `capsule`, releasing the old ones last (their finalizers may run). */
+static void set_ahead(Calls* self, PyObject* capsule, PyObject* outputs) {
   PyObject* old_entry = PyList_GET_ITEM(self->ahead, 0);
   PyObject* old_outputs = PyList_GET_ITEM(self->ahead, 1);
-  PyList_SET_ITEM(self->ahead, 0, Py_NewRef(Py_None));
-  PyList_SET_ITEM(self->ahead, 1, Py_NewRef(Py_None));
+  PyList_SET_ITEM(self->ahead, 0, Py_NewRef(capsule));
+  PyList_SET_ITEM(self->ahead, 1, outputs);
   Py_DECREF(old_entry);
   Py_DECREF(old_outputs);
 }
+
+static void clear_ahead(Calls* self) { set_ahead(self, Py_None, Py_NewRef(Py_None)); }
 
 /* Makes the outputs of the entry's next call while the GPU runs this one: a synchronous call
  * then waits for its kernel without having allocated on its way to the launch. A device keeps
@@ -648,12 +651,7 @@ static void make_ahead(Calls* self, PyObject* capsule) {
     }
     PyTuple_SET_ITEM(made, i, output);
   }
-  PyObject* old_entry = PyList_GET_ITEM(self->ahead, 0); /* None, unless a factory's finalizers made a set */
-  PyObject* old_outputs = PyList_GET_ITEM(self->ahead, 1);
-  PyList_SET_ITEM(self->ahead, 0, Py_NewRef(capsule));
-  PyList_SET_ITEM(self->ahead, 1, made);
-  Py_DECREF(old_entry);
-  Py_DECREF(old_outputs);
+  set_ahead(self, capsule, made);
 }
 
 /* Moves the device's outputs made ahead for `capsule`'s entry into `outputs` (new references)

@@ -143,12 +143,13 @@ class _DeviceStream:
     stream of our own in it."""
 
     def __init__(self, ordinal: int):
-        cuda, device = _library(), _device(ordinal)
-        if device is None:
+        if _device(ordinal) is None:
             raise DeviceError(f"cuda://{ordinal}: the CUDA driver library (libcuda.so.1) can't open this device")
-        self._cuda = cuda
-        self._context = ctypes.c_void_p()
-        self._check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(self._context), device), "cuDevicePrimaryCtxRetain")
+        context = _primary_context(ordinal)
+        if context is None:
+            raise DeviceError(f"cuda://{ordinal}: cuDevicePrimaryCtxRetain failed")
+        self._cuda = cuda = _library()
+        self._context = ctypes.c_void_p(context)
         # Reentrant: a module's finalizer (Launcher.unload) may run in a collection that starts
         # while this thread holds it.
         self._lock = threading.RLock()
