@@ -12,7 +12,10 @@ pointers), element and scalar types, several fresh outputs of one dtype, how the
 (extern "C", C++, in a namespace, a template instantiation), element types spelled through
 `typedef`, `using` and a preprocessor-chosen alias, block and grid (one thread per element or a
 grid-stride loop), and the declaration options (`shape` or `shapes`, scalars computed from the
-size, an explicit function name).
+size, an explicit function name), and how non-const pointers are used: their roles declared in
+the spec (`readonly`, `inplace`, `outputs`) or left for the build to read from the PTX, each
+pointer accessed by index, through an offset pointer or a local alias, in the kernel or in a
+device function that is not inlined.
 
 Exactness: every kernel computes, for each writable pointer, two accumulators per element:
   f = f0 + sum_j c_j * F(src_j) + c_i * (i & 255)    (double; F: floats as they are, integers' low 4 bits)
@@ -115,6 +118,7 @@ COMPUTED = (
 BLOCKS = (1, 32, 64, 96, 128, 192, 256, 512, 1024)
 
 POINTER_ROLES = ("in", "ro", "io", "out")  # const T*, readonly T*, inplace T*, fresh output T*
+POINTER_ACCESS = ("index", "offset", "alias")
 SCALAR_ROLES = ("arg", "size", "computed")  # call argument, the size symbol, an expression of it
 _FLOAT_KINDS = ("float16", "bfloat16", "float32", "float64")
 # Float data are k / 4 with |k| <= _QUARTERS[dtype]: every such value is exact in its type
@@ -186,6 +190,11 @@ class FuzzKernel:
     formulas: tuple[tuple[str, Formula], ...]  # writable pointer → formula
     fuzz_bf16: bool  # the module defines FUZZ_BF16 (floatX is __nv_bfloat16)
     source: str  # the kernel's CUDA text (needs the module prelude, PRELUDE)
+    # How non-const pointers are used (drawn from a seed of their own, so the rest of a
+    # kernel is what it was before these existed):
+    roles_declared: bool = True  # readonly/inplace/outputs in the spec; else the build reads them from the PTX
+    access: str = "index"  # POINTER_ACCESS: p[i], (p + k)[i - k], or through a local copy of p
+    noinline: bool = False  # the per-element function is a call the analysis must follow
 
     # --- what the kernel declares --------------------------------------------------------
     @property
@@ -235,12 +244,11 @@ class FuzzKernel:
         computed = {p.name: p.expr for p in self.scalars if p.role == "computed"}
         if computed:
             options["scalars"] = computed
-        inplace = [p.name for p in self.pointers if p.role == "io"]
-        readonly = [p.name for p in self.pointers if p.role == "ro"]
-        if inplace:
-            options["inplace"] = inplace
-        if readonly:
-            options["readonly"] = readonly
+        if self.roles_declared:
+            declared = {"inplace": "io", "readonly": "ro", "outputs": "out"}
+            for key, role in declared.items():
+                if names := [p.name for p in self.pointers if p.role == role]:
+                    options[key] = names
         if self.explicit_function:
             options["function"] = self.function
         return options
@@ -436,6 +444,13 @@ def _scalar_decl(rng: random.Random, spelled: str, name: str) -> str:
     return f"{rng.choice(('', '', 'const '))}{spelled} {name}"
 
 
+def _element(k: FuzzKernel, pointer: str) -> str:
+    """Element i of `pointer` as the kernel's access style writes it."""
+    if k.access == "offset":
+        return f"({pointer} + 3)[i - 3]"
+    return f"fz_{pointer}[i]" if k.access == "alias" else f"{pointer}[i]"
+
+
 def _kernel_source(k: FuzzKernel, decls: Sequence[str]) -> str:
     lines = [f"// kernel {k.name} (seed {k.seed})"]
     for style, alias, ctype in k.aliases:
@@ -457,17 +472,22 @@ def _kernel_source(k: FuzzKernel, decls: Sequence[str]) -> str:
         else:
             elem_params.append(f"{p.spelled} {p.name}")
     body = []
+    if k.access == "alias":  # every pointer through a local copy
+        for p in k.pointers:
+            const = "const " if p.role in ("in", "ro") else ""
+            body.append(f"{const}{p.spelled}* fz_{p.name} = {p.name};")
     for j, p in enumerate(k.sources):
-        value = f"{p.name}[i]" if p.pointer else p.name
+        value = _element(k, p.name) if p.pointer else p.name
         body.append(f"const double fz_f{j} = fz_f({value}); const unsigned long long fz_u{j} = fz_u({value});")
     for name, fm in k.formulas:
         terms = [f"double f = {fm.f0!r};", f"unsigned long long u = {fm.u0:#x}ULL;"]
         terms += [f"f += {c}.0 * fz_f{j};" for j, c in enumerate(fm.f_coefs)]
         terms += [f"u += {c:#x}ULL * fz_u{j};" for j, c in enumerate(fm.u_coefs)]
         terms += [f"f += {fm.f_index}.0 * (double)(i & 255);", f"u += {fm.u_index:#x}ULL * (unsigned long long)i;"]
-        terms.append(f"fz_put({name} + i, f, u);")
+        terms.append(f"fz_put(&{_element(k, name)}, f, u);")
         body.append("{ " + " ".join(terms) + " }")
-    lines.append(f"{template}__host__ __device__ inline void {elem}({', '.join(elem_params)}) {{")
+    inline = "__noinline__" if k.noinline else "inline"
+    lines.append(f"{template}__host__ __device__ {inline} void {elem}({', '.join(elem_params)}) {{")
     lines += [f"  {line}" for line in body]
     lines.append("}")
 
@@ -659,6 +679,8 @@ def generate(
         grid=grid, grid_stride=grid_stride, per_tensor_shapes=rng.random() < 0.3, formulas=tuple(formulas), fuzz_bf16=fuzz_bf16,
         source="",
     )
+    uses = random.Random(_derive("fuzz-pointer-use", seed))
+    kernel = dataclasses.replace(kernel, roles_declared=uses.random() < 0.4, access=uses.choice(POINTER_ACCESS), noinline=uses.random() < 0.3)
     source = _kernel_source(kernel, [p.decl for p in params])
     kernel = dataclasses.replace(kernel, source=source)
     missing = set(require) - kernel.features

@@ -128,6 +128,12 @@ class KernelSpec:
     # A Triton kernel: what it is compiled from. Until the build compiles it (`pending`) it has
     # no objects and no shared memory size; then it is a prebuilt kernel that remembers this.
     triton: TritonSource | None = None
+    # Non-const pointers the spec leaves undeclared (not readonly, inplace or outputs): the
+    # build reads their roles from the PTX (backend/ptx_roles.py). Until then they count as
+    # fresh outputs whose names dims may also define sizes.
+    inferred: tuple[str, ...] = ()
+    # Made by with_outputs_in_place: a pointer the build finds only written is in place too.
+    outputs_in_place: bool = False
 
     @property
     def pending(self) -> bool:
@@ -218,6 +224,9 @@ class KernelSpec:
             "extern_c": self.signature.extern_c,
             "declared": self.signature.declared,
             "computed_scalars": {s.name: str(s.value) for s in self.scalars if s.value is not None},
+            # Roles the build decides from the PTX, and how (describe() shows them as outputs).
+            "inferred": list(self.inferred),
+            "outputs_in_place": self.outputs_in_place,
             **({"triton": self.triton.fingerprint()} if self.triton is not None else {}),
         }
 
@@ -234,6 +243,7 @@ class KernelSpec:
         scalars: Mapping[str, str | int] | None = None,
         inplace: Sequence[str] = (),
         readonly: Sequence[str] = (),
+        outputs: Sequence[str] = (),
         shared_memory: str | int | Mapping[str, str | int] = 0,
         function: str | None = None,
         signature: str | None = None,
@@ -256,6 +266,11 @@ class KernelSpec:
         value; any other scalar becomes an argument of the generated function.
         inplace: non-const pointers that are read and written (input and result, same buffer).
         readonly: non-const pointers the kernel only reads.
+        outputs: non-const pointers the kernel only writes (fresh, uninitialised outputs).
+        A non-const pointer in none of these lists takes the role its compiled PTX shows (read
+        only: input; read and written: in place; only written: output; not traceable: in
+        place); until the build has read it, it counts as an output. The build also refuses a
+        declaration the PTX contradicts.
         shared_memory: bytes of dynamic shared memory (`extern __shared__`), an integer or an
         expression of block_x, block_y, block_z. It is fixed per kernel (IREE sets it on the
         export, not per launch), so it can't depend on sizes. A mapping arch → size
@@ -300,12 +315,14 @@ class KernelSpec:
         scalar_exprs = _table(scalars, f"{where}: scalars")
         inplace = _names(inplace, f"{where}: inplace")
         readonly = _names(readonly, f"{where}: readonly")
+        outputs = _names(outputs, f"{where}: outputs")
         if function is not None and not isinstance(function, str):
             raise SpecError(f"{where}: function must be a string, got {function!r}")
         _check_names(where, "shapes", shapes, params_by_name, want_pointer=True)
         _check_names(where, "scalars", scalar_exprs, params_by_name, want_pointer=False)
         _check_names(where, "inplace", dict.fromkeys(inplace), params_by_name, want_pointer=True)
         _check_names(where, "readonly", dict.fromkeys(readonly), params_by_name, want_pointer=True)
+        _check_names(where, "outputs", dict.fromkeys(outputs), params_by_name, want_pointer=True)
 
         # IREE passes every binding before every push constant. A PTX entry is reordered to
         # match (ptx_adapt.py); machine code can't be rewritten, so its kernel must agree.
@@ -321,23 +338,35 @@ class KernelSpec:
                 )
 
         tensors = []
+        inferred: list[str] = []
         bound: dict[str, str] = {}  # symbol → where it is bound, for error messages
         for p in (p for p in signature.params if p.pointer):
             if p.ctype not in POINTEE_TYPES:
                 written = f" (written {p.written!r})" if p.written and p.written != p.ctype else ""
                 raise SpecError(f"{_param_where(signature, p)}: unknown element type {p.ctype!r}{written} of pointer {p.name!r}; supported: {', '.join(sorted(POINTEE_TYPES))}")
-            if p.name in inplace and p.name in readonly:
-                raise SpecError(f"{where}: {p.name!r} is listed both in inplace and readonly")
-            if p.const and (p.name in inplace):
-                raise SpecError(f"{where}: {p.name!r} points to const data, so it can't be in-place; drop const or the inplace entry")
+            lists = [field for field, names in (("inplace", inplace), ("readonly", readonly), ("outputs", outputs)) if p.name in names]
+            if len(lists) > 1:
+                raise SpecError(f"{where}: {p.name!r} is listed both in {lists[0]} and {lists[1]}; a pointer has one role")
+            if p.const and lists and lists[0] != "readonly":
+                role_name = "in-place" if lists[0] == "inplace" else "an output"
+                raise SpecError(f"{where}: {p.name!r} points to const data, so it can't be {role_name}; drop const or the {lists[0]} entry")
             role = "input" if (p.const or p.name in readonly) else ("inplace" if p.name in inplace else "output")
+            undecided = not p.const and not lists and triton is None
+            if undecided:
+                inferred.append(p.name)
             dims_src = shapes.get(p.name, shape)
             if dims_src is None:
                 raise SpecError(f"{where}: pointer parameter {p.name!r} needs a shape; add shape = [...] for all tensors or shapes.{p.name} = [...]")
             if not isinstance(dims_src, (list, tuple)) or not dims_src:
                 raise SpecError(f"{where}: shape of {p.name!r} must be a non-empty list of dims, got {dims_src!r}")
             dims = tuple(ex.parse(d, f"{where}: shape of {p.name}[{i}]") for i, d in enumerate(dims_src))
-            if role != "output":
+            if undecided:
+                # Its role is known after the compile: if it turns out an input its named dims
+                # define sizes, so they may already be used; the build checks the rest.
+                for i, d in enumerate(dims):
+                    if isinstance(d, ex.Sym):
+                        bound.setdefault(d.name, f"{p.name} dim {i}")
+            elif role != "output":
                 for i, d in enumerate(dims):
                     if not isinstance(d, (ex.Sym, ex.Num)):
                         raise SpecError(f"{where}: input {p.name!r} dim {i} is {d}; input dims must be a name or an integer (expressions are for output shapes)")
@@ -375,7 +404,7 @@ class KernelSpec:
             if s.value is not None:
                 _check_bound(s.value, bound, f"{where}: scalars.{s.name}")
         for t in tensors:
-            if t.role == "output":
+            if t.role == "output" and t.name not in inferred:
                 for i, d in enumerate(t.shape):
                     _check_bound(d, bound, f"{where}: output {t.name!r} dim {i}")
 
@@ -396,7 +425,8 @@ class KernelSpec:
         slots = sum(s.stype.slots for s in scalar_list)
         if slots > MAX_CONSTANTS:
             raise SpecError(f"{where}: the scalar parameters need {slots} 32-bit push constants (64-bit values take two), but IREE allows at most {MAX_CONSTANTS} per dispatch")
-        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects, by_arch, types_resolved_with, triton)
+        return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects, by_arch, types_resolved_with, triton,
+                   tuple(inferred))
 
     def with_outputs_in_place(self, function: str | None = None) -> KernelSpec:
         """The same kernel with every fresh output declared in place: its generated function
@@ -419,7 +449,26 @@ class KernelSpec:
                         f"{where}: output {t.name!r} dim {i} is {d}; a caller-provided output needs dims that are names or "
                         f"integers (declare shapes.{t.name} with a name, or keep the output allocated by IREE)"
                     )
-        return self._declared_again(inplace=[t.name for t in self.tensors if t.writable], function=function or self.function)
+        declared_writable = [t.name for t in self.tensors if t.writable and t.name not in self.inferred]
+        moved = self._declared_again(inplace=declared_writable, outputs=[], function=function or self.function)
+        return dataclasses.replace(moved, outputs_in_place=True)
+
+    def with_roles(self, roles: Mapping[str, Literal["input", "output", "inplace"]]) -> KernelSpec:
+        """The same kernel with the roles of its undeclared pointers decided (`roles`: one per
+        name in `inferred`, as the build read them from the PTX), checked again as declared."""
+        if set(roles) != set(self.inferred):
+            raise ValueError(f"kernel {self.name}: roles given for {sorted(roles)}, undecided: {sorted(self.inferred)}")
+        decided = {name: ("inplace" if role == "output" and self.outputs_in_place else role) for name, role in roles.items()}
+        declared = self._declared_again(
+            inplace=[*self._declared("inplace"), *(n for n, r in decided.items() if r == "inplace")],
+            readonly=[*self._declared("input"), *(n for n, r in decided.items() if r == "input")],
+            outputs=[*self._declared("output"), *(n for n, r in decided.items() if r == "output")],
+        )
+        return declared
+
+    def _declared(self, role: str) -> list[str]:
+        """The non-const pointers the spec itself declares with `role`."""
+        return [t.name for t in self.tensors if t.role == role and not t.param.const and t.name not in self.inferred]
 
     def with_types_resolved(self, nvcc_flags: Sequence[str], arch: Arch) -> KernelSpec:
         """The same kernel with its aliased parameter types resolved with these flags and arch
@@ -437,8 +486,9 @@ class KernelSpec:
             grid=[_dim_json(g) for g in self.grid],
             shapes={t.name: [_dim_json(d) for d in t.shape] for t in self.tensors},
             scalars={s.name: _dim_json(s.value) for s in self.scalars if s.value is not None and s.value != ex.Sym(s.name)},
-            inplace=[t.name for t in self.tensors if t.role == "inplace"],
-            readonly=[t.name for t in self.tensors if t.role == "input" and not t.param.const],
+            inplace=self._declared("inplace"),
+            readonly=self._declared("input"),
+            outputs=self._declared("output"),
             shared_memory={a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory,
             function=self.function,
             nvcc_flags=flags,
@@ -446,7 +496,8 @@ class KernelSpec:
             triton=self.triton,
         )
         source = changes.pop("source", [o.path for o in self.objects] if self.objects else self.source)
-        return KernelSpec.declare(source, self.name, **{**arguments, **changes})
+        again = KernelSpec.declare(source, self.name, **{**arguments, **changes})
+        return dataclasses.replace(again, outputs_in_place=self.outputs_in_place)
 
 
 def _declared_in_source(source: Path, name: str, signature: str) -> KernelSignature:

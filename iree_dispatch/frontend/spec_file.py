@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..core.archs import DEFAULT_ARCHS, parse_archs
 from ..core.errors import SpecError
-from ..core.inputs import check_input_file
+from ..core.files import check_input_file
 from .prebuilt import SUFFIXES, is_object_source
 from .spec import KernelSpec, ModuleSpec
 from .triton import load_triton_kernel
@@ -17,7 +17,8 @@ _MODULE_KEYS = {"name", "archs", "nvcc_flags", "objects"}
 _TRITON_KEYS = {"constexprs", "num_warps", "num_stages", "aligned"}  # for a .py source: a @triton.jit function
 # `replaces`: what the kernel can replace in a model; read and checked by iree_dispatch.models (docs/models.md), not needed to build.
 _MODEL_KEYS = {"replaces"}
-_KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "shared_memory", "function", "signature", *_TRITON_KEYS, *_MODEL_KEYS}
+_KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "outputs", "shared_memory",
+                "function", "signature", *_TRITON_KEYS, *_MODEL_KEYS}
 
 
 def load_spec(path: str | Path) -> ModuleSpec:
@@ -79,6 +80,7 @@ def load_spec(path: str | Path) -> ModuleSpec:
             "scalars": k.get("scalars"),
             "inplace": k.get("inplace", ()),
             "readonly": k.get("readonly", ()),
+            "outputs": k.get("outputs", ()),
             "function": k.get("function"),
         }
         if isinstance(source, Path) and source.suffix == ".py":
