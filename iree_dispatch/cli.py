@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from .core.errors import DispatchError
-from .core.inputs import check_input_file
+from .core.files import check_input_file, check_outputs, check_text_file, quoted_includes, spec_declares
 
 _print_lock = threading.Lock()
 
@@ -43,26 +43,6 @@ def _require_compiler() -> None:
         raise DispatchError(f"building needs iree-base-compiler, which is not installed here (a runtime-only install?): {_COMPILER_INSTALL}")
 
 
-def _declared(spec_path: Path) -> tuple[str, list[Path]]:
-    """The module name and source files a spec declares, read before load_spec reads the
-    sources (errors in the spec are left to load_spec, which names them precisely)."""
-    import tomllib
-
-    try:
-        data = tomllib.loads(spec_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return spec_path.stem, []
-    module = data.get("module") if isinstance(data.get("module"), dict) else {}
-    name = module.get("name") if isinstance(module.get("name"), str) else spec_path.stem
-    sources = []
-    for kernel in data.get("kernel", []) if isinstance(data.get("kernel"), list) else []:
-        source = kernel.get("source") if isinstance(kernel, dict) else None
-        for item in [source] if isinstance(source, str) else source if isinstance(source, list) else []:
-            if isinstance(item, str):
-                sources.append(spec_path.parent / item)
-    return name, sources
-
-
 def _check_iree_compile_knows(flags: list[str]) -> None:
     """iree-compile's own verdict on the user's flags (an unknown name, a bad value), asked with
     `--version` (about 20 ms), so a typo fails before the CUDA compilers run, not after."""
@@ -86,7 +66,7 @@ def _check_iree_compile_knows(flags: list[str]) -> None:
 def _cmd_build(args) -> int:
     _require_compiler()
     from .backend.compile import check_iree_compile_flags
-    from .backend.pipeline import build, build_inputs, check_outputs, objects_dirname, write_depfile
+    from .backend.pipeline import build, build_inputs, objects_dirname, write_depfile
     from .frontend.spec_file import load_spec
 
     iree_compile_flags = [*args.iree_compile_arg, *getattr(args, "passthrough", [])]
@@ -98,8 +78,8 @@ def _cmd_build(args) -> int:
     inputs: list[tuple[str, Path]] = []
     declared_names = []
     for path in spec_paths:
-        check_input_file("spec", path)
-        name, sources = _declared(path)
+        check_text_file("spec", path, "a TOML kernel spec; give the .toml file")
+        name, sources = spec_declares(path)
         declared_names.append(name)
         inputs += [("spec", path), *(("kernel source", src) for src in sources)]
     if program is not None:
@@ -107,6 +87,7 @@ def _cmd_build(args) -> int:
         inputs.append(("program", program))
     for what, path in inputs:
         check_input_file(what, path)
+    inputs += [("included header", header) for header in quoted_includes(path for what, path in inputs if what == "kernel source")]
 
     def outputs(names: list[str]) -> list[tuple[str, Path, str]]:
         stem = program.stem if program else names[0]
@@ -369,9 +350,12 @@ class _Version(argparse.Action):
 
 
 def _split_emit_mlir(argv: list[str]) -> list[str]:
-    """`--emit-mlir` takes an optional PATH; `--emit-mlir k.toml` means the default PATH and the
-    spec k.toml, never "write the MLIR over the spec"."""
+    """build's `--emit-mlir` takes an optional PATH; `--emit-mlir k.toml` means the default PATH
+    and the spec k.toml, never "write the MLIR over the spec". (compile's takes a PATH always,
+    and refuses one that is an input.)"""
     out = list(argv)
+    if next((token for token in out if not token.startswith("-")), None) != "build":
+        return out
     for i, token in enumerate(out[:-1]):
         if token == "--emit-mlir" and out[i + 1].lower().endswith(".toml"):
             out[i] = "--emit-mlir="

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from iree_dispatch.backend import pipeline
+from iree_dispatch.core import files
 
 from .conftest import ROOT, needs_build_tools
 from .test_break_cli import project, snapshot
@@ -79,7 +80,7 @@ def test_depfile_written_by_many_at_once(tmp_path):
 
 
 def test_objects_folder_replaced_by_many_at_once(tmp_path):
-    """pipeline._replace_folder from many threads: every move succeeds, one complete folder stays."""
+    """files.replace_folder from many threads: every move succeeds, one complete folder stays."""
     final = tmp_path / "m.objects"
     barrier = threading.Barrier(16)
 
@@ -91,7 +92,7 @@ def test_objects_folder_replaced_by_many_at_once(tmp_path):
             (staged / name).write_text(name)
         if i < 16:
             barrier.wait()
-        pipeline._replace_folder(staged, final)
+        files.replace_folder(staged, final)
         shutil.rmtree(private)
 
     with ThreadPoolExecutor(16) as pool:
@@ -100,9 +101,9 @@ def test_objects_folder_replaced_by_many_at_once(tmp_path):
 
 
 def test_sweep_stale_temporaries(tmp_path):
-    old = time.time() - 2 * pipeline.STALE_TEMP_SECONDS
+    old = time.time() - 2 * files.STALE_TEMP_SECONDS
     dead = 2**22 + 12345  # a pid no process has (pid_max is at most 2**22)
-    tag = pipeline._host_tag()
+    tag = files._host_tag()
     live = tmp_path / f".m.vmfb.{os.getpid()}@{tag}.abcd1234"
     killed = tmp_path / f".m.vmfb.{dead}@{tag}.abcd1234"
     other_host = tmp_path / f".m.vmfb.{dead}@00000000.abcd1234"
@@ -115,7 +116,7 @@ def test_sweep_stale_temporaries(tmp_path):
         path.write_text("x")
     for path in (ancient, old_depfile_tmp, *user_files, tmp_path / ".m.vmfb.original"):
         os.utime(path, (old, old))
-    removed = pipeline.sweep_stale_temps(tmp_path, "m.vmfb")
+    removed = files.sweep_stale_temps(tmp_path, "m.vmfb")
     assert sorted(removed) == sorted([killed, ancient, old_depfile_tmp])
     assert live.exists() and other_host.exists() and all(p.exists() for p in user_files)
 

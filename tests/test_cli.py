@@ -10,6 +10,7 @@ import pytest
 from iree_dispatch import cli
 from iree_dispatch.cli import main
 from iree_dispatch.cli_io import format_result, parse_input
+from iree_dispatch.core.errors import OutputError
 from iree_dispatch.runtime import cuda_device_available
 
 from .conftest import ROOT, SAMPLES_SPEC, needs_build_tools
@@ -264,7 +265,7 @@ def test_build_collects_iree_compile_flags(tmp_path, monkeypatch, capsys):
 
     def fake_build(*args, **kw):
         seen.update(kw)
-        raise pipeline.OutputError("stop here")
+        raise OutputError("stop here")
 
     monkeypatch.setattr(pipeline, "build", fake_build)
     argv = ["build", str(SAMPLES_SPEC), "-o", str(tmp_path / "m.vmfb"), "--iree-compile-arg=--iree-opt-level=O3", "--iree-compile-arg", "--mlir-timing",

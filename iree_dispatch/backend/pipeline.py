@@ -1,33 +1,27 @@
 """The build half, end to end: ModuleSpec → PTX per arch → ABI check → MLIR → .vmfb.
 
 Everything is produced in a private temporary folder beside the output and moved into place
-only when every stage succeeded, so a failed build leaves no partial artifact, and a
-concurrent reader never sees a half-written file. Before anything is written, every output is
-checked (check_outputs): writable, not a folder, not an input, not another output. The
-temporary folder's name carries its owner (`.NAME.PID@HOST.XXXXXXXX`), so a build killed with
-SIGKILL leaves nothing behind for long: the next build beside it sweeps it (sweep_stale_temps).
+only when every stage succeeded (core/files.Staging), so a failed build leaves no partial
+artifact, and a concurrent reader never sees a half-written file. Before anything is written,
+every output is checked (core/files.check_outputs): writable, not a folder, not an input, not
+another output.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
-import hashlib
 import json
-import os
-import re
 import shutil
-import socket
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
 from ..core.archs import Arch
-from ..core.errors import AbiError, DispatchError, SpecError
+from ..core.errors import AbiError, SpecError
+from ..core.files import Staging, check_outputs, quoted_includes, write_atomic
 from ..core.variants import Variant
 from ..frontend.spec import KernelSpec, ModuleSpec
 from ..frontend.triton import compile_module as compile_triton_kernels
@@ -40,10 +34,6 @@ from .emit import CompiledObjects, emit_module, executable_symbols
 from .ptx_adapt import adapt_module
 
 Progress = Callable[[str], None]
-
-
-class OutputError(DispatchError, ValueError):
-    """An output can't be written where asked, or would overwrite an input or another output."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +88,7 @@ def build(
     progress: Progress | None = None,
     cache: Cache | bool = True,
     toolchain: str | Toolchain | None = None,
+    program_as: str | Path | None = None,
 ) -> BuildResult:
     """Builds `spec` into the .vmfb `output`.
 
@@ -118,6 +109,10 @@ def build(
     refused with a SpecError. They are part of the cache key.
     cache: reuse and record builds in the build cache (cache.py); False builds from scratch.
     toolchain: "nvcc", "nvrtc", a toolchain.Toolchain, or None for nvcc if one is found, else NVRTC.
+    program_as: where `program` will be once its caller moves it into place, when the caller
+    staged it in a private folder (models/compiler.py): the cache key names the program by this
+    path instead of the staged one, so the next build of the same program finds this one; the
+    dependencies then leave the program out.
     """
     specs = _module_specs(spec, program)
     options = BuildOptions(embed_objects, asynchronous, strip_assertions, iree_compile_flags)  # type: ignore[arg-type]  # made a tuple, checked
@@ -130,15 +125,12 @@ def build(
     compile_name = mlir_out.name if mlir_out else f"{Path(program).stem if program is not None else specs[0].name}.mlir"
     # Nothing is written before every output is known to be writable and no output is an input.
     check_outputs(build_outputs(specs, output, mlir_out), build_inputs(specs, program))
-    made = _make_folders(output.parent) + _make_folders(objects_home)  # removed again if the build fails
-    sweep_stale_temps(output.parent, output.name)
-    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(output.name), dir=output.parent))
-    temps = [tmp]  # and copies made beside outputs on another file system
-    done = False
-    try:
+    with Staging(output) as staging:
+        tmp = staging.folder
         # Prebuilt objects need no compiler: a module of only those builds without one.
         tc = select_toolchain(toolchain) if any(not k.objects for s in specs for k in s.kernels) else None
-        manifest_key = _manifest_key(specs, program, options, compile_name, tc) if store else ""
+        known_as = Path(program_as).absolute() if program_as is not None else None
+        manifest_key = _manifest_key(specs, program, options, compile_name, tc, known_as) if store else ""
         with store.lock(manifest_key) if store else contextlib.nullcontext():
             hit = store.find(manifest_key, say) if store else None
             if hit is not None:
@@ -152,6 +144,10 @@ def build(
             else:
                 timings = {}
                 dependencies = _stage(specs, tmp, compile_name, program, options, say, timings, tc, store)
+                if known_as is not None:
+                    # A staged program is gone after this build (the key holds its bytes): the
+                    # cache must not look for it again.
+                    dependencies = [d for d in dependencies if d != Path(program).absolute()]
                 if store:
                     staged = {name: tmp / name for name in (*(objects_dirname(s.name) for s in specs), compile_name, _STAGED_VMFB)}
                     store.store(manifest_key, dependencies, staged, {"dependencies": [str(d) for d in dependencies]})
@@ -161,18 +157,12 @@ def build(
         # Every stage passed: move the artifacts into place.
         final_objects = tuple(objects_home / objects_dirname(s.name) for s in specs)
         for s, final in zip(specs, final_objects):
-            _replace_folder(_same_device(tmp / objects_dirname(s.name), final, temps), final)
+            staging.place(tmp / objects_dirname(s.name), final)
         if mlir_out:
-            os.replace(_same_device(tmp / compile_name, mlir_out, temps), mlir_out)
-        os.replace(tmp / _STAGED_VMFB, output)
-        done = True
-        return BuildResult(output, mlir_out, final_objects[0], timings, tuple(dependencies), final_objects)
-    finally:
-        for folder in temps:
-            shutil.rmtree(folder, ignore_errors=True)
-        for folder in () if done else reversed(made):
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only if still empty
+            staging.place(tmp / compile_name, mlir_out)
+        staging.place(tmp / _STAGED_VMFB, output)
+        staging.commit()
+    return BuildResult(output, mlir_out, final_objects[0], timings, tuple(dependencies), final_objects)
 
 
 _STAGED_VMFB = "module.vmfb"
@@ -203,8 +193,11 @@ def codegen_arch(specs: Sequence[ModuleSpec]) -> Arch:
     return min((s.archs[-1] for s in specs), key=lambda a: (a.major, a.minor))
 
 
-def _manifest_key(specs: Sequence[ModuleSpec], program: str | Path | None, options: BuildOptions, compile_name: str, tc: Toolchain | None) -> str:
-    """Everything known before building that decides the artifacts' bytes (see cache.py)."""
+def _manifest_key(
+    specs: Sequence[ModuleSpec], program: str | Path | None, options: BuildOptions, compile_name: str, tc: Toolchain | None, known_as: Path | None = None,
+) -> str:
+    """Everything known before building that decides the artifacts' bytes (see cache.py); the
+    program by the path it is known as (build's `program_as`) and the bytes it has."""
     parts = [
         f"iree_dispatch {__version__} {package_digest()}",
         f"iree-base-compiler {iree_compiler_version()}",
@@ -215,7 +208,7 @@ def _manifest_key(specs: Sequence[ModuleSpec], program: str | Path | None, optio
     parts += [f"{src.absolute()}\0{file_digest(src)}" for s in specs for src in s.sources]
     parts += [f"{o.path.absolute()}\0{file_digest(o.path)}" for s in specs for k in s.kernels for o in k.objects]
     if program is not None:
-        parts.append(f"program {Path(program).absolute()}\0{file_digest(Path(program))}")
+        parts.append(f"program {known_as or Path(program).absolute()}\0{file_digest(Path(program))}")
     return digest(*parts)
 
 
@@ -441,17 +434,7 @@ def write_depfile(path: str | Path, target: Path, prerequisites: Sequence[Path])
     """
     path = Path(path).absolute()
     check_outputs([("depfile", path, "file")], ())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale_temps(path.parent, path.name)
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(" \\\n  ".join([f"{_make_escape(target)}:", *map(_make_escape, prerequisites)]) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, (" \\\n  ".join([f"{_make_escape(target)}:", *map(_make_escape, prerequisites)]) + "\n").encode("utf-8"))
 
 
 def _make_escape(path: Path) -> str:
@@ -459,10 +442,7 @@ def _make_escape(path: Path) -> str:
     return str(path).replace("$", "$$").replace("#", "\\#").replace(" ", "\\ ")
 
 
-# ---- outputs: checked before the build, temporary files named by their owner, moved robustly ----
-
-STALE_TEMP_SECONDS = 3600  # a temporary beside an output whose owner can't be told alive is removed after this
-
+# ---- outputs: what build writes and reads, checked by core/files.check_outputs ----
 
 def build_outputs(specs: Sequence[ModuleSpec], output: Path, mlir_out: Path | None) -> list[tuple[str, Path, str]]:
     """(what, path, "file" or "folder") for everything `build` writes."""
@@ -474,185 +454,6 @@ def build_outputs(specs: Sequence[ModuleSpec], output: Path, mlir_out: Path | No
 def build_inputs(specs: Sequence[ModuleSpec], program: str | Path | None) -> list[tuple[str, Path]]:
     """(what, path) for every file `build` reads that is known before it runs."""
     inputs = [("kernel source", src) for s in specs for src in s.sources]
+    inputs += [("included header", header) for header in quoted_includes(src for s in specs for src in s.sources)]
     inputs += [("prebuilt object", o.path) for s in specs for k in s.kernels for o in k.objects]
     return inputs + ([("program", Path(program))] if program is not None else [])
-
-
-def check_outputs(outputs: Iterable[tuple[str, Path, str]], inputs: Iterable[tuple[str, Path]]) -> None:
-    """Raises OutputError unless every output can be written and none would replace an input or
-    another output: its folder exists (or can be made) and is writable, a file output is not a
-    folder, a folder output is not a file, no output is an input or holds one, no two outputs
-    are one path. Compares resolved paths (symlinks) and files (hard links)."""
-    outputs = [(what, Path(path).absolute(), kind) for what, path, kind in outputs]
-    inputs = [(what, Path(path).absolute()) for what, path in inputs]
-    for what, path, kind in outputs:
-        _check_writable(what, path, kind)
-    for what, path, kind in outputs:
-        for in_what, in_path in inputs:
-            if _same(path, in_path) or (kind == "folder" and _inside(in_path, path)):
-                holds = "is" if _same(path, in_path) else "holds"
-                raise OutputError(
-                    f"{what} {path} {holds} the {in_what} {in_path}: the build would overwrite its own input; choose another output path"
-                )
-    for i, (what, path, kind) in enumerate(outputs):
-        for other_what, other, other_kind in outputs[i + 1 :]:
-            if _same(path, other):
-                raise OutputError(f"{what} and {other_what} are both {path}: one would overwrite the other; give them different paths")
-            for (a_what, a, _), (b_what, b, b_kind) in (((what, path, kind), (other_what, other, other_kind)), ((other_what, other, other_kind), (what, path, kind))):
-                if b_kind == "folder" and _inside(a, b):
-                    raise OutputError(f"{a_what} {a} is inside {b_what} {b}, which the build replaces; write it elsewhere")
-
-
-def _make_folders(folder: Path) -> list[Path]:
-    """mkdir -p `folder`; returns the folders it made, outermost first."""
-    missing = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    for path in reversed(missing):
-        path.mkdir(exist_ok=True)
-    return missing[::-1]
-
-
-def _check_writable(what: str, path: Path, kind: str) -> None:
-    if path.is_dir() and kind == "file":
-        raise OutputError(f"{what} {path} is a folder; name a file (in it, or elsewhere) instead")
-    if path.exists() and not path.is_dir() and not path.is_file():
-        raise OutputError(f"{what} {path} is not a regular file (a device, pipe or socket); name a file to write instead")
-    if path.exists() and not path.is_dir() and kind == "folder":
-        raise OutputError(f"{what} {path} exists and is not a folder; the build puts objects there: remove it or choose another output path")
-    folder = path.parent
-    while not folder.exists():
-        if folder.is_symlink():
-            raise OutputError(f"can't write {what} {path}: {folder} is a broken symbolic link")
-        folder = folder.parent
-    if not folder.is_dir():
-        raise OutputError(f"can't write {what} {path}: {folder} is a file, not a folder; choose another output path")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        reason = "read-only file system" if _read_only_fs(folder) else "permission denied"
-        raise OutputError(f"can't write {what} {path}: folder {folder} is not writable ({reason}); choose another output path")
-
-
-def _read_only_fs(folder: Path) -> bool:
-    try:
-        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
-
-
-def _same(a: Path, b: Path) -> bool:
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    """Whether `path` is `folder` or lies under it, after resolving symlinks."""
-    real, home = os.path.realpath(path), os.path.realpath(folder)
-    return real == home or real.startswith(home.rstrip(os.sep) + os.sep)
-
-
-def _host_tag() -> str:
-    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
-
-
-def _temp_prefix(name: str) -> str:
-    """`.NAME.PID@HOST.`: a temporary beside output NAME, which tells whether its owner lives."""
-    return f".{name}.{os.getpid()}@{_host_tag()}."
-
-
-def sweep_stale_temps(folder: Path, name: str) -> list[Path]:
-    """Removes temporaries a killed build left beside output `name` in `folder`: those whose
-    process (on this host) is gone, and any older than an hour. Returns what it removed."""
-    # .NAME.PID@HOST.XXXXXXXX (tempfile's random part), or as older versions named them:
-    # .NAME.XXXXXXXX (a build's folder) and .NAME.tmp (a depfile's).
-    pattern = re.compile(rf"^\.{re.escape(name)}\.(?:(\d+)@([0-9a-f]{{8}})\.[a-z0-9_]{{8}}|[a-z0-9_]{{8}}|tmp)$")
-    removed = []
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return removed
-    host, now = _host_tag(), time.time()
-    for entry in entries:
-        match = pattern.match(entry.name)
-        if not match:
-            continue
-        try:
-            age = now - entry.stat(follow_symlinks=False).st_mtime
-        except OSError:
-            continue
-        pid, tag = match.group(1), match.group(2)
-        dead = pid is not None and tag == host and not _alive(int(pid))
-        if not (dead or age > STALE_TEMP_SECONDS):
-            continue
-        path = Path(entry.path)
-        if pid is None and not _looks_like_build_folder(path, name):
-            continue  # an old-style name (no owner in it): only what a build leaves in one
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                path.unlink()
-        removed.append(path)
-    return removed
-
-
-def _looks_like_build_folder(path: Path, name: str) -> bool:
-    if path.name == f".{name}.tmp":
-        return path.is_file()
-    try:
-        return path.is_dir() and all(re.fullmatch(r"module\.vmfb|.*\.objects|.*\.mlir|stale-.*", item) for item in os.listdir(path))
-    except OSError:
-        return False
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, owned by someone else
-    return True
-
-
-def _same_device(staged: Path, final: Path, temps: list[Path]) -> Path:
-    """`staged`, or a copy of it beside `final` when `final` is on another file system (where a
-    rename can't reach): the copy is made under a temporary name, so it too appears at once."""
-    try:
-        if os.stat(staged).st_dev == os.stat(final.parent).st_dev:
-            return staged
-    except OSError:
-        return staged
-    sweep_stale_temps(final.parent, final.name)
-    beside = Path(tempfile.mkdtemp(prefix=_temp_prefix(final.name), dir=final.parent))
-    temps.append(beside)
-    try:
-        target = beside / final.name
-        (shutil.copytree if staged.is_dir() else shutil.copy2)(staged, target)
-    except OSError as exc:
-        raise OutputError(f"can't copy {final.name} to {final.parent} (another file system): {exc.strerror or exc}") from None
-    return target
-
-
-def _replace_folder(staged: Path, final: Path) -> None:
-    """Moves folder `staged` to `final`, replacing what is there. Concurrent builds may do the
-    same at the same time: a folder in the way is renamed aside (into the private folder that
-    holds `staged`, under a unique name) and the move retried; the last one to move wins, and
-    every one of them succeeds."""
-    for attempt in range(1000):
-        try:
-            os.replace(staged, final)  # succeeds when `final` is missing or an empty folder
-            break
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EBUSY):
-                raise
-        with contextlib.suppress(FileNotFoundError):  # another build moved it first
-            os.replace(final, staged.parent / f"stale-{final.name}-{attempt}")
-    else:
-        raise OutputError(f"can't move objects folder {final} into place: other processes keep replacing it; retry the build")

@@ -30,3 +30,7 @@ class CompileError(DispatchError):
 
 class DeviceError(DispatchError, RuntimeError):
     """No usable CUDA device, or no variant in the module can run on it."""
+
+
+class OutputError(DispatchError, ValueError):
+    """An output can't be written where asked, or would overwrite an input or another output."""

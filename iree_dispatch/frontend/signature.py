@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import SignatureError
-from ..core.inputs import check_input_file
+from ..core.files import check_input_file
 
 _QUALIFIERS = {"__restrict__", "__restrict", "restrict", "volatile", "struct", "__grid_constant__"}
 _IDENT = re.compile(r"[A-Za-z_]\w*")

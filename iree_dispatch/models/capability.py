@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..core import expr as ex
 from ..core.errors import SpecError
+from ..core.files import check_text_file
 from ..frontend.spec import KernelSpec, ModuleSpec
 
 # op kind → (ranks of the kernel's input tensors in order, rank of its output, float scalars it takes)
@@ -125,11 +126,16 @@ def load_spec_with_replaces(path: Path) -> tuple[ModuleSpec, list[tuple[str, str
     """The spec's ModuleSpec and, per kernel with a `replaces` key: (kernel name, label, tables)."""
     from ..frontend.spec_file import load_spec
 
+    check_text_file("kernel spec", path, "a TOML kernel spec; give the .toml file")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8").removeprefix("\ufeff"))
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8").removeprefix("\ufeff"))
     except OSError as exc:
         raise SpecError(f"can't read spec {path}: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError(f"{path}:{line}: spec is not valid UTF-8 (byte 0x{raw[exc.start]:02x}); save it as UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: invalid TOML: {exc}") from None
     kernels = data.get("kernel", [])
     replaces = []

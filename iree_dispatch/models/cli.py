@@ -6,7 +6,6 @@ Registered by the main command line with `add_compile_command(sub)`.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 
 def add_compile_command(sub) -> None:
@@ -27,7 +26,7 @@ def add_compile_command(sub) -> None:
 
 
 def run_compile(args) -> int:
-    from .compiler import compile_model, report_json
+    from .compiler import compile_model
 
     def progress(message: str) -> None:
         if not args.quiet:
@@ -41,10 +40,9 @@ def run_compile(args) -> int:
         allow_wider_accumulation=args.allow_wider_accumulation,
         program=args.program,
         emit_mlir=args.emit_mlir,
+        report_json=args.report_json,
         progress=progress,
         cache=not args.no_cache,
     )
     sys.stdout.write(report.text())
-    if args.report_json:
-        Path(args.report_json).write_text(report_json(report), encoding="utf-8")
     return 0

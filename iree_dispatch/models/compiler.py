@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import CompileError, DispatchError
+from ..core.files import Staging, binary_kind, check_input_file, check_outputs, quoted_includes, spec_declares
 from .capability import KernelSet, load_kernels
 from .patterns import find_candidates
 from .select import Decision, decide
@@ -116,6 +118,7 @@ def compile_model(
     allow_wider_accumulation: bool = False,
     program: str | Path | None = None,
     emit_mlir: str | Path | None = None,
+    report_json: str | Path | None = None,
     progress: Progress | None = None,
     cache: bool = True,
 ) -> ModelReport:
@@ -128,39 +131,99 @@ def compile_model(
     between steps), narrowing its result to the model's type.
     program: where to write the rewritten model (default: `<output>.program.mlir`).
     emit_mlir: also write the linked IR (model + kernels) there.
+    report_json: also write the report as JSON there (with dry_run too).
+
+    Every output is checked against every input (the model, the specs, their sources, headers
+    and prebuilt objects) and every other output before anything is compiled, all are made in
+    a private folder, and they are moved into place only once everything succeeded.
     """
+    from ..backend.pipeline import build_inputs, objects_dirname
+
     say = progress or (lambda _msg: None)
     model = Path(model)
-    _check_model(model)
-    kernel_set = load_kernels(list(kernels))
+    spec_paths = [Path(k) for k in kernels]
+    check_model_file(model)
+    for path in spec_paths:
+        check_input_file("kernel spec", path)
     if not dry_run and output is None:
         raise DispatchError("an output path (-o MODEL.vmfb) is needed unless --dry-run")
+    outputs = _outputs(None if dry_run else Path(output), program, emit_mlir, report_json)
+    # Before a spec is loaded (its type probe compiles): no output may be an input named so far.
+    declared = [src for path in spec_paths for src in spec_declares(path)[1]]
+    inputs = [("model", model), *(("kernel spec", p) for p in spec_paths), *(("kernel source", s) for s in declared)]
+    check_outputs(outputs, [*inputs, *(("included header", h) for h in quoted_includes(declared))])
+    kernel_set = load_kernels(spec_paths)
+    inputs += build_inputs(kernel_set.modules, None)
+    check_outputs(outputs, inputs)
     report, text = _rewrite(model, kernel_set, allow_wider_accumulation, not dry_run, say)
     if dry_run:
+        if report_json is not None:
+            with Staging(Path(report_json)) as staging:
+                _stage_report(staging, report, Path(report_json))
+                staging.commit()
         return report
     output = Path(output)
-    decisions = report.decisions
-    program_path = Path(program) if program else output.with_name(output.stem + ".program.mlir")
-    program_path.parent.mkdir(parents=True, exist_ok=True)
-    program_path.write_text(text, encoding="utf-8")
-    used = {d.capability.module.name for d in decisions if d.replaced}
+    program_path = outputs[1][1]
+    used = {d.capability.module.name for d in report.decisions if d.replaced}
     modules = [m for m in kernel_set.modules if m.name in used]
-    if modules:
-        from ..backend.pipeline import build
-
-        build(modules, output, program=program_path, emit_mlir=emit_mlir, progress=say, cache=cache)
-    else:
-        say("no op replaced: compiling the model with IREE alone")
-        _compile_alone(program_path, output, kernel_set, emit_mlir)
+    objects_home = (Path(emit_mlir) if emit_mlir else output).parent
+    objects = [(f"module {m.name}'s objects folder", objects_home / objects_dirname(m.name), "folder") for m in modules]
+    check_outputs([*outputs, *objects], inputs)
     report.output, report.program = output, program_path
+    with Staging(output) as staging:
+        # One subfolder per output: two outputs may have one name in different folders.
+        staged_vmfb, staged_program = _staged(staging, "vmfb", output), _staged(staging, "program", program_path)
+        staged_mlir = _staged(staging, "mlir", Path(emit_mlir)) if emit_mlir else None
+        staged_program.write_text(text, encoding="utf-8")
+        if modules:
+            from ..backend.pipeline import build
+
+            result = build(modules, staged_vmfb, program=staged_program, emit_mlir=staged_mlir, progress=say, cache=cache, program_as=program_path.absolute())
+            # The headers the sources include (through -I too) are known only now.
+            check_outputs([*outputs, *objects], [("file the build read", d) for d in result.dependencies])
+            for (_, final, _), staged in zip(objects, result.objects_dirs):
+                staging.place(staged, final)
+        else:
+            say("no op replaced: compiling the model with IREE alone")
+            _compile_alone(staged_program, staged_vmfb, kernel_set, staged_mlir)
+        staging.place(staged_program, program_path)
+        if staged_mlir is not None:
+            staging.place(staged_mlir, Path(emit_mlir))
+        staging.place(staged_vmfb, output)
+        if report_json is not None:
+            _stage_report(staging, report, Path(report_json))
+        staging.commit()
     return report
+
+
+def _outputs(output: Path | None, program, emit_mlir, report_json) -> list[tuple[str, Path, str]]:
+    """What compile_model writes, as core/files.check_outputs takes them: the vmfb and the
+    program first (nothing but the report with dry_run)."""
+    found = []
+    if output is not None:
+        program = Path(program) if program else output.with_name(output.stem + ".program.mlir")
+        found += [("output (-o)", output, "file"), ("program (--program)", program, "file")]
+        found += [("emit_mlir (--emit-mlir)", Path(emit_mlir), "file")] if emit_mlir else []
+    return found + ([("report_json (--report-json)", Path(report_json), "file")] if report_json is not None else [])
+
+
+def _staged(staging: Staging, kind: str, final: Path) -> Path:
+    folder = staging.folder / kind
+    folder.mkdir()
+    return folder / final.name
+
+
+def _stage_report(staging: Staging, report: ModelReport, final: Path) -> None:
+    staged = _staged(staging, "report", final)
+    staged.write_text(report_json(report), encoding="utf-8")
+    staging.place(staged, final)
 
 
 def rewrite_model(model: str | Path, kernels: Sequence[str | Path], *, allow_wider_accumulation: bool = False) -> tuple[ModelReport, str]:
     """The report and the rewritten model (a program calling `@<module>.<function>`, declared
     but not defined), without building anything."""
     model = Path(model)
-    _check_model(model)
+    check_model_file(model)
     return _rewrite(model, load_kernels(list(kernels)), allow_wider_accumulation, True, lambda _msg: None)
 
 
@@ -175,52 +238,81 @@ def _rewrite(model: Path, kernel_set: KernelSet, allow_wider: bool, rewrite_it: 
             try:
                 module = ir.Module.parse(input_ir.read_text(encoding="utf-8"))
             except ir.MLIRError as exc:
-                raise CompileError(f"{model}: the input-level IR does not parse: {exc}") from None
+                raise CompileError(f"{model}: the input-level IR does not parse: {_mlir_error(exc)}") from None
             decisions = decide(find_candidates(module), kernel_set, allow_wider_accumulation=allow_wider)
             report = ModelReport(model, kernel_set, decisions)
             if not rewrite_it:
                 return report, None
             from . import rewrite
 
-            rewrite.declare(module, decisions)
-            replaced: dict = {}
-            for d in decisions:
-                if d.replaced:
-                    rewrite.apply(d, replaced)
-            if not module.operation.verify():
-                raise CompileError(f"{model}: the rewritten model does not verify (a bug in iree_dispatch, please report it)")
+            _check_no_clash(model, module, decisions)
+            try:
+                rewrite.declare(module, decisions)
+                replaced: dict = {}
+                for d in decisions:
+                    if d.replaced:
+                        rewrite.apply(d, replaced)
+                module.operation.verify()
+            except ir.MLIRError as exc:
+                raise CompileError(f"{model}: the rewritten model does not verify: {_mlir_error(exc)} (a bug in iree_dispatch, please report it)") from None
             return report, module.operation.get_asm(enable_debug_info=False)
 
 
-def _check_model(model: Path) -> None:
-    """A regular file (models with inlined weights are large: no size limit, unlike specs)."""
+def _check_no_clash(model: Path, module, decisions: list[Decision]) -> None:
+    """The rewrite declares `@<module>.<function>` for each kernel it calls: a model that
+    already has a symbol of that name would end as an MLIR redefinition error."""
+    symbols = {str(op.attributes["sym_name"]).strip('"') for op in module.body.operations if "sym_name" in op.attributes}
+    for d in decisions:
+        if d.replaced and d.capability.label in symbols:
+            raise CompileError(
+                f"{model}: the model already defines @{d.capability.label}, the name of the kernel function that replaces "
+                f"#{d.candidate.order} {d.candidate.kind}; rename it in the model, or leave spec {d.capability.module.name} out of --kernels"
+            )
+
+
+def _mlir_error(exc: Exception) -> str:
+    """The first error of an MLIRError, on one line."""
+    diagnostics = getattr(exc, "error_diagnostics", None)
+    if diagnostics:
+        first = diagnostics[0]
+        return f"{first.location}: {first.message}".replace("\n", " ")
+    return " ".join(str(exc).split())
+
+
+def check_model_file(model: Path) -> None:
+    """A regular file of MLIR text or bytecode (models with inlined weights are large: no size
+    limit, unlike specs); a compiled module, an executable or other binary file is named as such."""
     try:
         st = os.stat(model)
     except OSError as exc:
         raise DispatchError(f"can't read model {model}: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
         raise DispatchError(f"model {model} is not a regular file; give the .mlir file of an imported model")
+    with open(model, "rb") as handle:
+        bytecode = handle.read(4) == b"ML\xefR"  # MLIR bytecode, which iree-compile reads too
+    kind = None if bytecode else binary_kind(model)
+    if kind is not None:
+        raise DispatchError(f"model {model} is {kind}, not MLIR; give the .mlir file of an imported model (torch dialect or linalg on tensors)")
 
 
 def to_input_level(model: Path, out: Path) -> None:
     from iree.compiler.tools.binaries import find_tool
 
     cmd = [find_tool("iree-compile"), *INPUT_FLAGS, "--compile-to=input", "--mlir-print-debuginfo", str(model), "-o", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, capture_output=True, check=False)
     if proc.returncode != 0:
-        log = "\n".join((proc.stderr + proc.stdout).strip().splitlines()[:30])
-        raise CompileError(f"{model}: iree-compile could not bring the model to IREE's input level:\n{log}")
+        # iree-compile quotes the offending line, which may hold any bytes.
+        lines = (proc.stderr + proc.stdout).decode("utf-8", "replace").strip().splitlines()
+        first = next((line.strip() for line in lines if "error:" in line), lines[0].strip() if lines else f"exit {proc.returncode}")
+        raise CompileError(f"{model}: iree-compile could not bring the model to IREE's input level: {first}")
 
 
-def _compile_alone(program: Path, output: Path, kernel_set: KernelSet, emit_mlir) -> None:
-    import shutil
-
+def _compile_alone(program: Path, output: Path, kernel_set: KernelSet, emit_mlir: Path | None) -> None:
     from ..backend.compile import compile_vmfb
     from ..backend.pipeline import codegen_arch
 
-    output.parent.mkdir(parents=True, exist_ok=True)
     compile_vmfb(program.absolute(), output.absolute(), codegen_arch(kernel_set.modules))
-    if emit_mlir:
+    if emit_mlir is not None:
         shutil.copyfile(program, emit_mlir)
 
 
