@@ -66,7 +66,7 @@ def executable_symbols(module: ModuleSpec) -> dict[Path, str]:
     """A unique, readable symbol per source file: `simple_mul.cu` → `simple_mul_cu`."""
     symbols: dict[Path, str] = {}
     for source in module.sources:
-        base = "".join(c if c.isalnum() else "_" for c in source.name)
+        base = "".join(c if c.isascii() and c.isalnum() else "_" for c in source.name)  # MLIR symbols are ASCII
         symbol, n = base, 1
         while symbol in symbols.values():
             n += 1

@@ -122,13 +122,20 @@ def pipeline_layout(constants: int, read_only: Sequence[bool]) -> str:
     return f"#hal.pipeline.layout<constants = {constants}, bindings = [{bindings}]>"
 
 
+def string_literal(text: str) -> str:
+    """`text` as an MLIR string literal: a quote, a backslash and control characters (a file name
+    may have any of them) escaped as MLIR reads them, `\\XX` in hex."""
+    return '"' + "".join(f"\\{ord(c):02X}" if c in '"\\' or ord(c) < 0x20 else c for c in text) + '"'
+
+
 def executable_object(path: str, data: bytes | None = None) -> str:
     """An object file the variant carries, by path, or with its bytes embedded."""
+    path = string_literal(path)
     if data is None:
-        return f'#hal.executable.object<{{path = "{path}"}}>'
+        return f'#hal.executable.object<{{path = {path}}}>'
     # Embedded bytes keep the path too: an object with data alone prints back as `{, data = ...}`,
     # which does not parse again.
-    return f'#hal.executable.object<{{path = "{path}", data = dense<"0x{data.hex().upper()}"> : vector<{len(data)}xi8>}}>'
+    return f'#hal.executable.object<{{path = {path}, data = dense<"0x{data.hex().upper()}"> : vector<{len(data)}xi8>}}>'
 
 
 def executable(symbol: str, variants: Sequence[list[str]]) -> list[str]:

@@ -98,11 +98,20 @@ def _probe(source: Path, expressions: list[str], flags: tuple[str, ...], arch: A
         # adds, per kernel, one kernel taking a pointer to a template instance over the kernel's
         # function type: the only way that type reaches a mangled name is spelled out in full.
         probes = "".join(f"__global__ void {_PROBE}_{i}({_HOLDER}<decltype(&{e})>*) {{}}\n" for i, e in enumerate(expressions))
-        probe.write_text(f'#include "{source}"\ntemplate <class F> struct {_HOLDER};\n{probes}', encoding="utf-8")
+        included, linked = source, Path(tmp) / "source"
+        if any(c in str(source) for c in '"\n\r'):
+            # No #include can spell these: the source is reached through a link to its folder
+            # (its own #includes resolve from there as before), which read is mapped back from.
+            if any(c in source.name for c in '"\n\r'):
+                raise SignatureError(f"{where}: the type probe can't #include a file whose name has a quote or a line break; rename {source.name!r}")
+            linked.symlink_to(source.parent, target_is_directory=True)
+            included = linked / source.name
+        probe.write_text(f'#include "{included}"\ntemplate <class F> struct {_HOLDER};\n{probes}', encoding="utf-8")
         try:
             compiled = tc.compile_ptx(probe, arch, Path(tmp) / "probe.ptx", flags)
             ptx = compiled.text()
-            read = {str(d): file_digest(d) for d in compiled.dependencies if d != probe.absolute()}
+            read = {str(source.parent / d.relative_to(linked) if d.is_relative_to(linked) else d): file_digest(d)
+                    for d in compiled.dependencies if d != probe.absolute()}
         except ToolchainError as exc:
             log = str(exc).replace(str(probe), f"{source.name} (with a type probe appended)").split("\ncommand: ")[0]
             raise SignatureError(

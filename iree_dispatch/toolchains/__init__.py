@@ -6,11 +6,12 @@ Two toolchains behind one interface (`base.Toolchain`):
 - NVRTC (`nvrtc.NvrtcToolchain`): the `nvidia-cuda-nvrtc` wheel through `cuda-bindings`
   (`pip install iree-dispatch[nvrtc]`), in-process, no toolkit at all.
 `select_toolchain()` picks nvcc if one is found and its host compiler can run, else NVRTC,
-unless told which.
+unless told which (a $NVCC that is no nvcc is an error, not a reason to pick NVRTC).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,6 +43,8 @@ def select_toolchain(choice: str | Toolchain | None = None) -> Toolchain:
         nvcc = find_nvcc()
         problem = host_compiler_problem()
     except ToolchainError as nvcc_missing:
+        if os.environ.get("NVCC"):
+            raise  # an nvcc named by $NVCC is used or the build stops: never another compiler instead
         nvcc, problem = None, str(nvcc_missing)
     if nvcc is not None and problem is None:
         return NvccToolchain(nvcc)

@@ -185,8 +185,11 @@ def wheel_nvcc() -> Path | None:
 
 
 def find_nvcc() -> Path:
-    """$NVCC, then PATH, then $CUDA_HOME/$CUDA_PATH, then /usr/local/cuda, then the nvcc wheel."""
-    candidates: list[str | None] = [os.environ.get("NVCC"), shutil.which("nvcc")]
+    """$NVCC, then PATH, then $CUDA_HOME/$CUDA_PATH, then /usr/local/cuda, then the nvcc wheel.
+    A $NVCC that is not an nvcc is an error, never passed over for another compiler."""
+    if os.environ.get("NVCC"):
+        return checked_nvcc(os.environ["NVCC"], "$NVCC")
+    candidates: list[str | None] = [shutil.which("nvcc")]
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             candidates.append(os.path.join(os.environ[var], "bin", "nvcc"))
@@ -203,12 +206,31 @@ def find_nvcc() -> Path:
     )
 
 
+def checked_nvcc(value: str, where: str) -> Path:
+    """`value` (from `where`, such as $NVCC) as nvcc's path, if it is an executable file whose
+    `--version` says it is nvcc; else a ToolchainError naming both."""
+    path = Path(value)
+    if not path.exists():
+        problem = "does not exist"
+    elif path.is_dir():
+        problem = "is a folder; name the nvcc program in it (…/bin/nvcc)"
+    elif not os.access(path, os.X_OK):
+        problem = "is not executable"
+    else:
+        stat = path.stat()
+        said = _version_output(str(path), stat.st_size, stat.st_mtime_ns).strip()
+        if "Cuda compiler driver" in said:
+            return path
+        problem = f"is not nvcc: its --version says {said.splitlines()[0]!r}" if said else "is not nvcc: it says nothing for --version"
+    raise ToolchainError(f"{where}={value!r} {problem}; set it to the CUDA toolkit's nvcc, or unset it to find one on PATH, in $CUDA_HOME or in the nvidia-cuda-nvcc wheel")
+
+
 @functools.cache
 def _version_output(program: str, size: int, mtime_ns: int) -> str:
     """`program --version`'s output: asked once per process for each version of the program."""
     try:
-        return subprocess.run([program, "--version"], capture_output=True, text=True, check=False).stdout
-    except OSError:
+        return subprocess.run([program, "--version"], capture_output=True, text=True, check=False, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
         return ""
 
 
