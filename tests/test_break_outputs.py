@@ -75,14 +75,14 @@ def command(proj: Path, command_name: str, outputs: dict[str, Path]) -> list[str
 
 def refused(proj: Path, argv: list[str], capsys, *names: str, one_line: bool = True) -> str:
     """Runs argv, which must fail in one line naming `names` (or, one_line=False, with a
-    compiler's log after it), changing nothing under proj's folder."""
-    before = snapshot(proj.parent)
+    compiler's log after it), changing nothing in the project (the build cache may be made)."""
+    before = snapshot(proj)
     code = main(argv)
     err = capsys.readouterr().err
     assert code != 0, err
     assert "Traceback" not in err and err.startswith(f"iree-dispatch {argv[0]}: error: ") and (err.count("\n") == 1 or not one_line), err
     assert all(name in err for name in names), err
-    after = snapshot(proj.parent)
+    after = snapshot(proj)
     assert after == before, f"changed: {sorted(set(after) ^ set(before))} {[k for k in after if after.get(k) != before.get(k)]}"
     return err
 

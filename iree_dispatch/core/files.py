@@ -169,7 +169,7 @@ def check_outputs(outputs: Iterable[Output], inputs: Iterable[Input]) -> None:
                 raise OutputError(f"{what} and {other_what} are both {path}: one would overwrite the other; give them different paths")
             for (a_what, a, _), (b_what, b, b_kind) in (((what, path, kind), (other_what, other, other_kind)), ((other_what, other, other_kind), (what, path, kind))):
                 if b_kind == "folder" and _inside(a, b):
-                    raise OutputError(f"{a_what} {a} is inside {b_what} {b}, which is replaced as a whole; write it elsewhere")
+                    raise OutputError(f"{a_what} {a} is inside {b_what} {b}, which the command replaces whole; write it elsewhere")
 
 
 def _check_writable(what: str, path: Path, kind: str) -> None:

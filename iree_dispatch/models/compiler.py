@@ -178,7 +178,11 @@ def compile_model(
         if modules:
             from ..backend.pipeline import build
 
-            result = build(modules, staged_vmfb, program=staged_program, emit_mlir=staged_mlir, progress=say, cache=cache, program_as=program_path.absolute())
+            try:
+                result = build(modules, staged_vmfb, program=staged_program, emit_mlir=staged_mlir, progress=say, cache=cache, program_as=program_path.absolute())
+            except DispatchError as exc:
+                # The program was never written where the user asked: name it, not the private folder.
+                raise type(exc)(str(exc).replace(str(staged_program), f"the rewritten {model.name} ({program_path.name})")) from None
             # The headers the sources include (through -I too) are known only now.
             check_outputs([*outputs, *objects], [("file the build read", d) for d in result.dependencies])
             for (_, final, _), staged in zip(objects, result.objects_dirs):
