@@ -194,7 +194,8 @@ def _cmd_inspect(args) -> int:
 
         spec = load_spec(path)
         print(f"module {spec.name}  archs: {', '.join(a.name for a in spec.archs)} (variant order: newest first)")
-        descriptions = {k.function: dict(k.describe(), archs=[a.name for a in spec.archs]) for k in spec.kernels}
+        # Undeclared non-const pointers get their roles when the build reads the PTX: say so.
+        descriptions = {k.function: dict(k.describe(), archs=[a.name for a in spec.archs], undecided=k.inferred) for k in spec.kernels}
     else:
         from .runtime import read_descriptions
 
@@ -210,10 +211,15 @@ def _cmd_inspect(args) -> int:
             archs = next(iter(descriptions.values()))["archs"]
             print(f"  variants: {', '.join(archs)} (newest first; each guarded by a compute-capability condition)")
     for name, d in descriptions.items():
-        ins = ", ".join(f"{t['name']}: {t['dtype']}[{', '.join(map(str, t['shape']))}]" for t in d["inputs"])
-        scal = "".join(f", {s['name']}: {s['ctype']}" for s in d["scalars"])
-        outs = ", ".join(f"{t['name']}: {t['dtype']}[{', '.join(map(str, t['shape']))}]{' (in place)' if t['inplace'] else ''}" for t in d["outputs"])
-        print(f"  kernel {name}({ins}{scal}) -> ({outs})")
+        undecided = d.get("undecided", ())
+
+        def tensor(t: dict) -> str:
+            note = " (role read from the PTX when built)" if t["name"] in undecided else " (in place)" if t.get("inplace") else ""
+            return f"{t['name']}: {t['dtype']}[{', '.join(map(str, t['shape']))}]{note}"
+
+        params = [tensor(t) for t in d["inputs"]] + [f"{s['name']}: {s['ctype']}" for s in d["scalars"]]
+        outs = ", ".join(tensor(t) for t in d["outputs"])
+        print(f"  kernel {name}({', '.join(params)}) -> ({outs})")
         entry = f"  ({d['kernel']})" if d.get("kernel", name) != name else ""
         sizes = d.get("shared_memory")
         if isinstance(sizes, dict):  # per arch (spec.py)

@@ -24,6 +24,7 @@ from iree_dispatch.frontend.spec_file import load_spec
 from iree_dispatch.runtime import KernelFunction
 
 MUL = 'extern "C" __global__ void mul(const float* a, const float* b, float* out, int n) {}\n'
+READS_A = 'extern "C" __global__ void mul(float* a, float* out, int n) { out[threadIdx.x] = a[threadIdx.x]; }'
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,12 @@ CASES = [
     Case("tensor declared as a scalar", lambda d: _declare(d, MUL, scalars={"a": "n"}), DispatchError),
     Case("prebuilt cubin with a pointer after a scalar", lambda d: _prebuilt(d, "void mul(int n, const float* a, const float* b, float* out)"), DispatchError, True),
     Case("in-place const pointer", lambda d: _declare(d, MUL, inplace=["a"]), DispatchError),
+    Case("pointer listed with two roles", lambda d: _declare(d, MUL.replace("const float* a", "float* a"), readonly=["a"], outputs=["a"]), DispatchError),
+    Case("fresh output declared for a pointer the kernel reads", lambda d: _build(d, READS_A, outputs=["a"]), DispatchError, True),
+    Case("readonly declared for a pointer the kernel writes", lambda d: _build(d, 'extern "C" __global__ void mul(float* a, float* out, int n) { a[0] = 1; out[0] = 2; }',
+                                                                          readonly=["a"]), DispatchError, True),
+    Case("const pointer the kernel writes through a cast", lambda d: _build(d, 'extern "C" __global__ void mul(const float* a, float* out, int n) { *(float*)a = 1; *out = 2; }'),
+         DispatchError, True),
     Case("kernel writes no tensor", lambda d: _declare(d, 'extern "C" __global__ void mul(const float* a, int n) {}'), DispatchError),
     Case("17 bindings", lambda d: _declare(d, 'extern "C" __global__ void mul(' + ", ".join(f"float* p{i}" for i in range(17)) + ", int n) {}"), DispatchError),
     Case("65 push constants", lambda d: _declare(d, 'extern "C" __global__ void mul(float* out, ' + ", ".join(f"int s{i}" for i in range(65)) + ") {}", shape=[4], grid=1), DispatchError),
@@ -117,7 +124,9 @@ CASES = [
     Case("variadic template kernel", lambda d: _declare(d, "template <typename... Ts> __global__ void mul(float* out, Ts... rest) {}", "mul<int>"), DispatchError),
     Case("list of .cu files as a source", lambda d: _spec_file(d, "[[kernel]]\nname = 'mul'\nsource = ['mul.cu']\nblock = [64]\ngrid = ['n']\nshape = ['n']\n"), DispatchError),
     Case("grid uses '/'", lambda d: _declare(d, MUL, grid="n / 64"), DispatchError),
-    Case("output dim with no input defining it", lambda d: _declare(d, MUL, shapes={"out": ["m"]}), DispatchError),
+    Case("output dim with no input defining it", lambda d: _declare(d, MUL, shapes={"out": ["m"]}, outputs=["out"]), DispatchError),
+    Case("output dim only an input could define, and the PTX shows an output", lambda d: _build(d, 'extern "C" __global__ void mul(float* out) { *out = 1; }',
+                                                                                               grid=1, shape=["m"]), DispatchError, True),
     Case("shared memory over the limit", lambda d: ModuleSpec("m", (_declare(d, MUL, shared_memory=200 * 1024),)), DispatchError),
     Case("shared memory depending on a size", lambda d: _declare(d, MUL, shared_memory="n * 4"), DispatchError),
     Case("per-arch shared memory missing a built arch", lambda d: ModuleSpec("m", (_declare(d, MUL, shared_memory={"sm_90": 65536}),)), DispatchError),

@@ -5,6 +5,8 @@ contradicts, and what `inspect` shows. The GPU half is tests/test_gpu_pointer_ro
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from iree_dispatch.backend.ptx_roles import pointer_uses
@@ -235,3 +237,51 @@ def test_outputs_are_declared_by_name_and_checked():
         KernelSpec.declare(NONCONST_CU, "saxpy", block=256, grid="ceildiv(n, 256)", shape=["n"], outputs=["n"])
     k = KernelSpec.declare(NONCONST_CU, "saxpy", block=256, grid="ceildiv(n, 256)", shape=["n"], readonly=["x"])
     assert k.inferred == ("y",)
+
+
+def test_a_pointer_chosen_by_a_predicate_taints_no_data():
+    # The predicate comes from the address's alignment; the values selp picks between are data.
+    ptx = entry(LOADS + "  cvt.u32.u64 %r1, %rd4;\n  and.b32 %r2, %r1, 15;\n  setp.eq.s32 %p1, %r2, 0;\n  selp.b32 %r3, %r4, %r5, %p1;\n"
+                "  st.global.u32 [%rd4], %r3;\n  st.global.u32 [%rd3], %r2;")
+    assert roles(ptx) == {0: "w", 1: "w"}
+
+
+def test_an_address_aligned_down_stays_an_address():
+    ptx = entry(LOADS + "  and.b64 %rd5, %rd3, -16;\n  ld.global.f32 %f1, [%rd5];")
+    assert roles(ptx) == {0: "r"}
+
+
+TENSOR_MAPS = LOADS + """
+  tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%r1], %rd3;
+  tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.cta.sync.aligned [%rd4], [%r1], 128;
+  fence.proxy.tensormap::generic.acquire.cta [%rd4], 128;
+  cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r2], [%rd4, {%r3, %r4}], [%r5];
+"""
+
+
+def test_tensor_maps_a_kernel_writes_into_a_buffer_are_its_own():
+    # Param 0's address goes into a map (untraceable); param 1 holds the maps, read back by the
+    # copy and the fence, and is otherwise only written.
+    assert roles(entry(TENSOR_MAPS + "  st.global.f32 [%rd4+512], %f1;")) == {0: "?", 1: "w"}
+
+
+def test_a_tensor_map_read_from_caller_memory_is_a_read():
+    body = LOADS + "  cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r2], [%rd4, {%r3, %r4}], [%r5];"
+    assert roles(entry(body)) == {1: "r"}
+
+
+@needs_build_tools
+def test_library_kernels_keep_their_outputs(tmp_path):
+    """Kernels of kernels/ whose outputs hold their own TMA maps, or whose stores depend on an
+    output's alignment, still have fresh outputs."""
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec_file import load_spec
+    from iree_dispatch.runtime import read_descriptions
+
+    root = Path(__file__).resolve().parent.parent
+    for spec in ("gemm.toml", "gemm_nt.toml"):
+        said: list[str] = []
+        result = build(load_spec(root / "kernels" / spec), tmp_path / f"{spec}.vmfb", progress=said.append)
+        assert not [line for line in said if "can't tell" in line], said
+        for d in read_descriptions(result.vmfb)[1].values():
+            assert not any(t["inplace"] for t in d["outputs"]), d["kernel"]

@@ -62,7 +62,7 @@ def test_derived_dims_scalars_and_3d_grid(cu):
         ({"shapes": {"q": ["n"]}}, "shapes names 'q', which is not a parameter"),
         ({"inplace": ["a"]}, "points to const data, so it can't be in-place"),
         ({"shapes": {"a": ["2 * n"]}}, "input dims must be a name or an integer"),
-        ({"shapes": {"out": ["k"]}}, "output 'out' dim 0"),
+        ({"shapes": {"out": ["k"]}, "outputs": ["out"]}, "output 'out' dim 0"),
     ],
 )
 def test_bad_declarations(kw, message, cu):

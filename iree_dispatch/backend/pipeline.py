@@ -32,6 +32,7 @@ from .cache import ENTRY_FILES, ENTRY_META, OBJECTS, Cache, CacheError, digest, 
 from .compile import check_iree_compile_flags, compile_flags, compile_vmfb, iree_compiler_version, link_program, parse_check
 from .emit import CompiledObjects, emit_module, executable_symbols
 from .ptx_adapt import adapt_module
+from .ptx_roles import PtxEvidence, decide_roles, pointer_uses
 
 Progress = Callable[[str], None]
 
@@ -293,6 +294,7 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
                         raise AbiError(f"{obj.path}: kernel {kernel} is named {entry} here but {entries[kernel]} in another object")
 
     started = time.perf_counter()
+    evidence: dict[str, list[PtxEvidence]] = {k.name: [] for k in spec.kernels}
     for o in objects:
         kernels = [k for k in spec.kernels if k.source == o.source]
         text = o.text()
@@ -301,11 +303,14 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
             if entries.setdefault(kernel.name, entry) != entry:
                 raise AbiError(f"{kernel.signature.where}: kernel {kernel.name} has entry {entry} for {o.arch.name} but {entries[kernel.name]} for another arch")
             check_entry(kernel, entry, text, o.arch.name)
+            if kernel.triton is None:  # (a Triton kernel's C signature declares its outputs)
+                evidence[kernel.name].append(PtxEvidence(o.arch.name, pointer_uses(text, entry)))
         adapted = adapt_module(text, kernels, entries, o.arch.name)
         for kernel in kernels:
             check_adapted(kernel, entries[kernel.name], adapted, o.arch.name)
         if adapted != text:
             o.path.write_text(adapted, encoding="utf-8")
+    spec = _with_pointer_roles(spec, evidence, say)
     ptx_paths = {(o.source, o.arch): o.path for o in objects}
     paths = {
         (src, variant.name): f"{objects_rel}/{_make_object(variant, src, ptx_paths, tmp / objects_rel, tmp, tc, objects_cache).name}"
@@ -323,6 +328,18 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
     dependencies = [d for o in objects for d in o.dependencies] + read
     dependencies += [o.path.absolute() for src, objs in prebuilt.items() if src not in fresh for o in objs]
     return CompiledObjects.of(spec, paths, entries, dependencies)
+
+
+def _with_pointer_roles(spec: ModuleSpec, evidence: dict[str, list[PtxEvidence]], say: Progress) -> ModuleSpec:
+    """`spec` with each kernel's undeclared pointer roles read from its PTX, and its declared
+    ones checked against it (ptx_roles.py)."""
+    kernels = []
+    for kernel in spec.kernels:
+        decided, lines = decide_roles(kernel, evidence[kernel.name])
+        for line in lines:
+            say(line)
+        kernels.append(decided)
+    return dataclasses.replace(spec, kernels=tuple(kernels))
 
 
 def _make_object(

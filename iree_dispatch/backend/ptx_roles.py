@@ -9,7 +9,12 @@ every memory access through one is classified:
 
 - loads (`ld`, `ldu`, `ldmatrix`), the source of a copy (`cp.*`): the parameter is read;
 - stores (`st`, `stmatrix`), the destination of a copy, `discard`: it is written;
-- atomics and reductions (`atom`, `red`, `cp.reduce`, `multimem`): read and written.
+- atomics and reductions (`atom`, `red`, `cp.reduce`, `multimem`): read and written;
+- TMA tensor maps: `tensormap.replace` of a map's global address keeps no trace of where the
+  map's data goes (the address escapes); `tensormap.cp_fenceproxy` writes a map into memory. A
+  map read through a parameter (`[map, {coords}]` of `cp.async.bulk.tensor`, `fence.proxy.
+  tensormap`, tensor-map prefetches) is a read of that parameter's memory, unless the kernel
+  writes tensor maps into it itself: then it reads back its own maps, not the caller's data.
 
 Where the trace loses the address (stored to global or shared memory, passed to an indirect or
 external function, used by an instruction this module doesn't know), the parameter's use is
@@ -101,6 +106,7 @@ def decide_roles(kernel: KernelSpec, evidence: Sequence[PtxEvidence]) -> tuple[K
     index = {p.name: i for i, p in enumerate(kernel.signature.params)}
     said: list[str] = []
     roles: dict[str, str] = {}
+    untouched: list[str] = []
     for tensor in kernel.tensors:
         uses = [(e.arch, e.uses[index[tensor.name]]) for e in evidence if index[tensor.name] in e.uses]
         read = next(((arch, u.read_at) for arch, u in uses if u.read), None)
@@ -117,13 +123,18 @@ def decide_roles(kernel: KernelSpec, evidence: Sequence[PtxEvidence]) -> tuple[K
             roles[tensor.name] = "inplace"
             said.append(f"{where}: can't tell whether it reads {tensor.name!r}: {unknown}; so it is in place (passed in and returned); "
                         f"declare readonly = [\"{tensor.name}\"] or outputs = [\"{tensor.name}\"] if it is only read or only written")
-        else:
+        elif read or written:
             roles[tensor.name] = "inplace" if read and written else "output" if written else "input"
+        else:
+            # Never accessed: nothing says it is an input, and the kernel can't misread it.
+            roles[tensor.name] = "output"
+            untouched.append(tensor.name)
     if not roles:
         return kernel, said
     decided = kernel.with_roles(roles)  # type: ignore[arg-type]  # the three role names
     names = {"input": "input", "output": "output", "inplace": "in place"}
-    said.insert(0, f"kernel {kernel.name}: pointer roles read from its PTX: " + ", ".join(f"{n} {names[t.role]}" for t in decided.tensors if (n := t.name) in roles))
+    described = [f"{t.name} {names[t.role]}{' (never accessed)' if t.name in untouched else ''}" for t in decided.tensors if t.name in roles]
+    said.insert(0, f"kernel {kernel.name}: pointer roles read from its PTX: {', '.join(described)}")
     return decided, said
 
 
@@ -135,7 +146,7 @@ def _check_declared(kernel: KernelSpec, name: str, role: str, const: bool, read,
         )
     if role == "input" and written:
         declared = f"{name!r} points to const data" if const else f"readonly declares {name!r} read-only"
-        fix = "make the parameter non-const and drop it from readonly" if const else f"declare it inplace = [\"{name}\"] instead of readonly"
+        fix = "make the parameter non-const (the build then reads its role from the PTX)" if const else f"declare it inplace = [\"{name}\"] instead of readonly"
         raise AbiError(
             f"{where}: {declared}, but the kernel writes it ({written[0]} PTX line {written[1]}): the caller's array would change; {fix}"
         )
@@ -239,6 +250,14 @@ def _base(opcode: str) -> str:
     return opcode.partition(".")[0]
 
 
+def _small_mask(operand: str) -> bool:
+    """An immediate in [0, 65535]: what `and` with it keeps of an address is no address."""
+    try:
+        return 0 <= int(operand, 0) <= 0xFFFF
+    except ValueError:
+        return False
+
+
 class _Trace:
     """The labels each register may hold (entry parameter indexes, `local`, `address of i`),
     iterated to a fixpoint over the entry and every device function it may call."""
@@ -253,6 +272,8 @@ class _Trace:
         self.reads: dict[int, int] = {}
         self.writes: dict[int, int] = {}
         self.unknown: dict[int, str] = {}
+        self.map_reads: dict[int, int] = {}  # tensor maps read from a parameter's memory
+        self.map_writes: set[int] = set()  # parameters the kernel writes tensor maps into
         self.changed = False
 
     def run(self) -> dict[int, PointerUse]:
@@ -265,6 +286,9 @@ class _Trace:
                     self._walk(function)
             if not self.changed:
                 break
+        for i, line in self.map_reads.items():
+            if i not in self.map_writes:
+                self._read({i}, line)
         indexes = set(self.reads) | set(self.writes) | set(self.unknown)
         return {i: PointerUse(self.reads.get(i, 0), self.writes.get(i, 0), self.unknown.get(i, "")) for i in sorted(indexes)}
 
@@ -358,6 +382,8 @@ class _Trace:
                 self._write(address, ins.line)
                 stored = set().union(*(self._labels(function, o) for o in ops[at + 1 :]))
                 self._lose(stored, f"its address is stored to memory by {ins.opcode} (PTX line {ins.line})")
+            elif base == "tensormap" or ".tensor" in ins.opcode or (base == "fence" and "tensormap" in ins.opcode):
+                self._tensor_map(function, ins)
             elif base == "cp" and len(ops) >= 2 and ops[0].startswith("[") and ops[1].startswith("["):
                 destination, source = self._labels(function, ops[0]), self._labels(function, ops[1])
                 self._write(destination, ins.line)
@@ -372,6 +398,28 @@ class _Trace:
                 continue  # no effect on memory contents
             else:
                 self._other(function, ins)
+
+    def _tensor_map(self, function: _Function, ins: _Instruction) -> None:
+        """TMA tensor maps: built (`tensormap.replace`), published (`tensormap.cp_fenceproxy`),
+        used by bulk tensor copies and fences (see the module doc)."""
+        ops = ins.operands
+        if ins.opcode.startswith("tensormap.replace"):
+            self._write(self._labels(function, ops[0]), ins.line)
+            self._lose(set().union(*(self._labels(function, o) for o in ops[1:])), f"it is put in a tensor map (PTX line {ins.line})")
+        elif ins.opcode.startswith("tensormap.cp_fenceproxy"):
+            destination = self._labels(function, ops[0])
+            self._write(destination, ins.line)
+            self.map_writes |= self._parameters(destination)
+        for operand in ops:
+            if not operand.startswith("["):
+                continue
+            labels = self._parameters(self._labels(function, operand))
+            if "{" in operand or ins.opcode.startswith("fence") or ".prefetch" in ins.opcode or ins.opcode.startswith("prefetch"):
+                for i in labels:  # a map operand: the descriptor is read
+                    self.map_reads.setdefault(i, ins.line)
+            elif not ins.opcode.startswith("tensormap.") and labels:
+                # The data side of a bulk tensor copy is shared memory; a parameter here is unexpected.
+                self._lose(labels, f"{ins.opcode} accesses it (PTX line {ins.line})")
 
     def _load_param(self, function: _Function, ins: _Instruction, slots: dict[str, set], last_callee: str | None) -> None:
         symbol = (_ADDRESS.search(ins.operands[1]) or re.match(r"(.*)", ins.operands[1]))[1].split("+")[0].strip()
@@ -414,5 +462,9 @@ class _Trace:
             if operand.startswith("["):
                 self._lose(self._labels(function, operand), f"{ins.opcode} accesses it (PTX line {ins.line})")
         if ops[0].startswith("%") or ops[0].startswith("{"):
-            sources = set().union(*(self._labels(function, o) for o in ops[1:])) if len(ops) > 1 else set()
-            self._set(function, ops[0], sources)
+            sources = ops[1:]
+            if _base(ins.opcode) == "selp":
+                sources = sources[:-1]  # the predicate picks a value; it is not part of one
+            elif _base(ins.opcode) == "and" and any(_small_mask(o) for o in sources):
+                return  # low bits of an address (its alignment) are no address
+            self._set(function, ops[0], set().union(*(self._labels(function, o) for o in sources)) if sources else set())
