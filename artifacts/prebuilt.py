@@ -61,9 +61,11 @@ def prebuilt_kernels(objects: list[Path]):
     def of(stem: str) -> list[Path]:
         return [p for p in objects if p.name.startswith(f"{stem}.")]
 
+    # Machine code shows nothing of how a pointer is used: fresh outputs are declared as such
+    # (undeclared, a non-const pointer of a cubin is in place, the safe role).
     kernels = [
-        KernelSpec.declare(of("simple_mul"), "simple_mul", signature=SIMPLE_MUL, block=64, grid="ceildiv(n, 64)", shape=["n"]),
-        KernelSpec.declare(of("axpby"), "axpby", signature=AXPBY, block=256, grid="max(min(ceildiv(n, 1024), 4096), 1)", shape=["n"]),
+        KernelSpec.declare(of("simple_mul"), "simple_mul", signature=SIMPLE_MUL, block=64, grid="ceildiv(n, 64)", shape=["n"], outputs=["out"]),
+        KernelSpec.declare(of("axpby"), "axpby", signature=AXPBY, block=256, grid="max(min(ceildiv(n, 1024), 4096), 1)", shape=["n"], outputs=["out"]),
     ]
     if objects[0].suffix == ".ptx":
         kernels.append(KernelSpec.declare(of("abi"), "iota_sized", signature=IOTA_SIZED, block=128, grid="ceildiv(n, 128)", shape=["n"]))

@@ -285,3 +285,25 @@ def test_library_kernels_keep_their_outputs(tmp_path):
         assert not [line for line in said if "can't tell" in line], said
         for d in read_descriptions(result.vmfb)[1].values():
             assert not any(t["inplace"] for t in d["outputs"]), d["kernel"]
+
+
+@needs_build_tools
+def test_machine_code_alone_makes_an_undeclared_pointer_in_place(tmp_path):
+    import subprocess
+
+    from artifacts.nonconst import NONCONST_CU
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
+    from iree_dispatch.runtime import read_descriptions
+    from iree_dispatch.toolchains import find_nvcc
+
+    cubin = tmp_path / "k.sm_90.cubin"
+    subprocess.run([str(find_nvcc()), "-cubin", "-arch=sm_90", str(NONCONST_CU), "-o", str(cubin)], check=True, capture_output=True)
+    signature = "void block_sums(float* g_idata, float* g_odata, unsigned int n)"
+    said: list[str] = []
+    k = KernelSpec.declare([cubin], "block_sums", signature=signature, block=256, grid="ceildiv(n, 256)",
+                           shapes={"g_idata": ["n"], "g_odata": ["m"]})
+    result = build(ModuleSpec("m", (k,)), tmp_path / "m.vmfb", progress=said.append, cache=False)
+    d = read_descriptions(result.vmfb)[1][k.function]
+    assert [(t["name"], t["inplace"]) for t in d["outputs"]] == [("g_idata", True), ("g_odata", True)]
+    assert sum("no PTX to read how it uses" in line for line in said) == 2
