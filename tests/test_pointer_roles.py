@@ -307,3 +307,22 @@ def test_machine_code_alone_makes_an_undeclared_pointer_in_place(tmp_path):
     d = read_descriptions(result.vmfb)[1][k.function]
     assert [(t["name"], t["inplace"]) for t in d["outputs"]] == [("g_idata", True), ("g_odata", True)]
     assert sum("no PTX to read how it uses" in line for line in said) == 2
+
+
+@needs_build_tools
+def test_the_command_line_says_the_roles_it_read(tmp_path, capsys):
+    import shutil
+
+    from artifacts.nonconst import NONCONST_CU
+    from iree_dispatch.cli import main
+
+    shutil.copyfile(NONCONST_CU, tmp_path / "nonconst.cu")
+    (tmp_path / "t.toml").write_text('[module]\nname = "t"\narchs = ["sm_80"]\n\n[[kernel]]\nname = "transpose_naive"\nsource = "nonconst.cu"\n'
+                                     'block = [32, 8]\ngrid = ["ceildiv(width, 32)", "ceildiv(height, 32)"]\n'
+                                     'shapes = { odata = ["width", "height"], idata = ["height", "width"] }\n')
+    assert main(["inspect", str(tmp_path / "t.toml")]) == 0
+    assert "idata: f32[height, width] (role read from the PTX when built)" in capsys.readouterr().out
+    assert main(["build", str(tmp_path / "t.toml"), "-o", str(tmp_path / "t.vmfb")]) == 0
+    assert "kernel transpose_naive: pointer roles read from its PTX: odata output, idata input" in capsys.readouterr().err
+    assert main(["inspect", str(tmp_path / "t.vmfb")]) == 0
+    assert "kernel transpose_naive(idata: f32[height, width]) -> (odata: f32[width, height])" in capsys.readouterr().out
