@@ -211,15 +211,14 @@ def _cmd_inspect(args) -> int:
             archs = next(iter(descriptions.values()))["archs"]
             print(f"  variants: {', '.join(archs)} (newest first; each guarded by a compute-capability condition)")
     for name, d in descriptions.items():
-        undecided = d.get("undecided", ())
-
         def tensor(t: dict) -> str:
-            note = " (role read from the PTX when built)" if t["name"] in undecided else " (in place)" if t.get("inplace") else ""
-            return f"{t['name']}: {t['dtype']}[{', '.join(map(str, t['shape']))}]{note}"
+            return f"{t['name']}: {t['dtype']}[{', '.join(map(str, t['shape']))}]{' (in place)' if t.get('inplace') else ''}"
 
         params = [tensor(t) for t in d["inputs"]] + [f"{s['name']}: {s['ctype']}" for s in d["scalars"]]
         outs = ", ".join(tensor(t) for t in d["outputs"])
         print(f"  kernel {name}({', '.join(params)}) -> ({outs})")
+        if d.get("undecided"):
+            print(f"    roles of {', '.join(d['undecided'])} read from the PTX when built (shown here as until then)")
         entry = f"  ({d['kernel']})" if d.get("kernel", name) != name else ""
         sizes = d.get("shared_memory")
         if isinstance(sizes, dict):  # per arch (spec.py)

@@ -321,8 +321,28 @@ def test_the_command_line_says_the_roles_it_read(tmp_path, capsys):
                                      'block = [32, 8]\ngrid = ["ceildiv(width, 32)", "ceildiv(height, 32)"]\n'
                                      'shapes = { odata = ["width", "height"], idata = ["height", "width"] }\n')
     assert main(["inspect", str(tmp_path / "t.toml")]) == 0
-    assert "idata: f32[height, width] (role read from the PTX when built)" in capsys.readouterr().out
+    assert "roles of odata, idata read from the PTX when built" in capsys.readouterr().out
     assert main(["build", str(tmp_path / "t.toml"), "-o", str(tmp_path / "t.vmfb")]) == 0
     assert "kernel transpose_naive: pointer roles read from its PTX: odata output, idata input" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "t.vmfb")]) == 0
     assert "kernel transpose_naive(idata: f32[height, width]) -> (odata: f32[width, height])" in capsys.readouterr().out
+
+
+@needs_build_tools
+def test_a_program_written_for_another_role_names_the_declaration_to_add(tmp_path):
+    from artifacts.nonconst import declare
+    from iree_dispatch.backend.program import Program
+    from iree_dispatch.core.errors import SpecError
+    from iree_dispatch.frontend.spec import ModuleSpec
+
+    saxpy = declare("saxpy", block=256, grid="ceildiv(n, 256)", shape=["n"])
+    p = Program("twice")
+    p.output(*p.call(saxpy, 8, 2.0))  # until the build, x and y count as fresh outputs
+    with pytest.raises(SpecError, match=r"kernel saxpy: its PTX shows 'x' is an input, but the program calls it as a fresh output.*readonly = \[\"x\"\]"):
+        p.build(ModuleSpec("m", (saxpy,)), tmp_path / "p.vmfb")
+    assert not (tmp_path / "p.vmfb").exists()
+    declared = declare("saxpy", block=256, grid="ceildiv(n, 256)", shape=["n"], readonly=["x"], inplace=["y"])
+    p = Program("once")
+    x, y = p.input("x", "f32", ["n"]), p.input("y", "f32", ["n"])
+    p.output(p.call(declared, x, y, 2.0))
+    p.build(ModuleSpec("m", (declared,)), tmp_path / "p.vmfb")

@@ -222,6 +222,9 @@ def _stage(
     store: the cache whose compiled objects the objects stage reuses and adds to."""
     arch = codegen_arch(specs)
     staged = [_stage_objects(spec, tmp, say, timings, tc, store) for spec in specs]
+    if program is not None:
+        for written, objects in zip(specs, staged):
+            _check_program_roles(written, objects.module)
 
     started = time.perf_counter()
     header = (
@@ -340,6 +343,23 @@ def _with_pointer_roles(spec: ModuleSpec, evidence: dict[str, list[PtxEvidence]]
             say(line)
         kernels.append(decided)
     return dataclasses.replace(spec, kernels=tuple(kernels))
+
+
+_ROLE_WORDS = {"input": ("an input", "readonly"), "output": ("a fresh output", "outputs"), "inplace": ("in place", "inplace")}
+
+
+def _check_program_roles(written: ModuleSpec, built: ModuleSpec) -> None:
+    """A program calls kernels with the roles they had when it was written; a pointer whose role
+    the build read from the PTX must still have it, or the program's calls don't fit."""
+    for before, after in zip(written.kernels, built.kernels):
+        for assumed, found in zip(before.tensors, after.tensors):
+            if assumed.role != found.role:
+                role, key = _ROLE_WORDS[found.role]
+                raise SpecError(
+                    f"{after.signature.where}: kernel {after.name}: its PTX shows {found.name!r} is {role}, but the program calls it as "
+                    f"{_ROLE_WORDS[assumed.role][0]} (its role until the build reads the PTX); declare it in the kernel's spec "
+                    f"({key} = [\"{found.name}\"]) and write the program for that role"
+                )
 
 
 def _make_object(

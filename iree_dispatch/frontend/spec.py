@@ -130,7 +130,7 @@ class KernelSpec:
     triton: TritonSource | None = None
     # Non-const pointers the spec leaves undeclared (not readonly, inplace or outputs): the
     # build reads their roles from the PTX (backend/ptx_roles.py). Until then they count as
-    # fresh outputs whose names dims may also define sizes.
+    # fresh outputs (in place after with_outputs_in_place) whose named dims may also define sizes.
     inferred: tuple[str, ...] = ()
     # Made by with_outputs_in_place: a pointer the build finds only written is in place too.
     outputs_in_place: bool = False
@@ -340,6 +340,7 @@ class KernelSpec:
         tensors = []
         inferred: list[str] = []
         bound: dict[str, str] = {}  # symbol → where it is bound, for error messages
+        tentative: dict[str, str] = {}  # symbols only undeclared pointers may bind
         for p in (p for p in signature.params if p.pointer):
             if p.ctype not in POINTEE_TYPES:
                 written = f" (written {p.written!r})" if p.written and p.written != p.ctype else ""
@@ -362,10 +363,11 @@ class KernelSpec:
             dims = tuple(ex.parse(d, f"{where}: shape of {p.name}[{i}]") for i, d in enumerate(dims_src))
             if undecided:
                 # Its role is known after the compile: if it turns out an input its named dims
-                # define sizes, so they may already be used; the build checks the rest.
+                # define sizes, so expressions may use them already (the build checks them
+                # again); a scalar of that name stays an argument until then, as for an output.
                 for i, d in enumerate(dims):
                     if isinstance(d, ex.Sym):
-                        bound.setdefault(d.name, f"{p.name} dim {i}")
+                        tentative.setdefault(d.name, f"{p.name} dim {i}")
             elif role != "output":
                 for i, d in enumerate(dims):
                     if not isinstance(d, (ex.Sym, ex.Num)):
@@ -400,6 +402,7 @@ class KernelSpec:
                     f"({', '.join(machine_code)}) can't be: give PTX instead, or make the parameter 32-bit"
                 )
 
+        bound = {**tentative, **bound}
         for s in scalar_list:
             if s.value is not None:
                 _check_bound(s.value, bound, f"{where}: scalars.{s.name}")
@@ -449,8 +452,8 @@ class KernelSpec:
                         f"{where}: output {t.name!r} dim {i} is {d}; a caller-provided output needs dims that are names or "
                         f"integers (declare shapes.{t.name} with a name, or keep the output allocated by IREE)"
                     )
-        declared_writable = [t.name for t in self.tensors if t.writable and t.name not in self.inferred]
-        moved = self._declared_again(inplace=declared_writable, outputs=[], function=function or self.function)
+        # Undeclared pointers count as in place too until the build reads their roles.
+        moved = self._declared_again(inplace=[t.name for t in self.tensors if t.writable], outputs=[], function=function or self.function)
         return dataclasses.replace(moved, outputs_in_place=True)
 
     def with_roles(self, roles: Mapping[str, Literal["input", "output", "inplace"]]) -> KernelSpec:
@@ -460,6 +463,7 @@ class KernelSpec:
             raise ValueError(f"kernel {self.name}: roles given for {sorted(roles)}, undecided: {sorted(self.inferred)}")
         decided = {name: ("inplace" if role == "output" and self.outputs_in_place else role) for name, role in roles.items()}
         declared = self._declared_again(
+            keep_inferred=False,
             inplace=[*self._declared("inplace"), *(n for n, r in decided.items() if r == "inplace")],
             readonly=[*self._declared("input"), *(n for n, r in decided.items() if r == "input")],
             outputs=[*self._declared("output"), *(n for n, r in decided.items() if r == "output")],
@@ -477,16 +481,19 @@ class KernelSpec:
             return self
         return self._declared_again(nvcc_flags=nvcc_flags, arch=arch)
 
-    def _declared_again(self, **changes) -> KernelSpec:
-        """Declared again from the source, with `changes` to the declaration's arguments."""
+    def _declared_again(self, *, keep_inferred: bool = True, **changes) -> KernelSpec:
+        """Declared again from the source, with `changes` to the declaration's arguments.
+        keep_inferred: the undeclared pointers stay to be read from the PTX (False: `changes`
+        declares them)."""
         flags, arch = self.types_resolved_with or ((), None)
+        provisional = list(self.inferred) if self.outputs_in_place else []  # in place until the build reads them
         arguments = dict(
             signature=signature_text(self.signature, written=True) if self.signature.declared else None,
             block=list(self.block),
             grid=[_dim_json(g) for g in self.grid],
             shapes={t.name: [_dim_json(d) for d in t.shape] for t in self.tensors},
             scalars={s.name: _dim_json(s.value) for s in self.scalars if s.value is not None and s.value != ex.Sym(s.name)},
-            inplace=self._declared("inplace"),
+            inplace=[*self._declared("inplace"), *provisional],
             readonly=self._declared("input"),
             outputs=self._declared("output"),
             shared_memory={a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory,
@@ -497,7 +504,7 @@ class KernelSpec:
         )
         source = changes.pop("source", [o.path for o in self.objects] if self.objects else self.source)
         again = KernelSpec.declare(source, self.name, **{**arguments, **changes})
-        return dataclasses.replace(again, outputs_in_place=self.outputs_in_place)
+        return dataclasses.replace(again, inferred=self.inferred if keep_inferred else again.inferred, outputs_in_place=self.outputs_in_place)
 
 
 def _declared_in_source(source: Path, name: str, signature: str) -> KernelSignature:
