@@ -27,6 +27,7 @@ over its call sites): it can only over-approximate, so "never read" is a proof.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -184,6 +185,7 @@ def _symbols(declarations: str | None) -> tuple[str, ...]:
     return tuple(d.split()[-1].partition("[")[0] for d in declarations.split(",") if d.strip())
 
 
+@functools.lru_cache(maxsize=4)  # a module's entries are analysed one after another
 def _functions(ptx: str) -> dict[str, _Function]:
     text = _strip_comments_and_strings(ptx)
     functions: dict[str, _Function] = {}
