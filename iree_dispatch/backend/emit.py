@@ -67,6 +67,8 @@ def executable_symbols(module: ModuleSpec) -> dict[Path, str]:
     symbols: dict[Path, str] = {}
     for source in module.sources:
         base = "".join(c if c.isascii() and c.isalnum() else "_" for c in source.name)  # MLIR symbols are ASCII
+        if not base[0].isalpha():
+            base = f"src_{base}"  # and start with a letter or _ (`1_naive.cuh` → `src_1_naive_cuh`)
         symbol, n = base, 1
         while symbol in symbols.values():
             n += 1

@@ -10,8 +10,9 @@ from ..core.errors import ToolchainError
 from .base import PtxObject, Toolchain, describe_program, find_cuda_tool, host_compiler_problem, program_identity, run_tool, say
 from .nvcc_command import run_nvcc
 
-# Fixed flags: optimized device code, C++17. `-ptx` keeps the output forward-compatible text.
-BASE_FLAGS = ("-ptx", "-O3", "-std=c++17")
+# Fixed flags: optimized device code, C++17. `-ptx` keeps the output forward-compatible text;
+# `-x cu` compiles the source as CUDA whatever its name ends in (`kernels.cuh`, `k.cpp`).
+BASE_FLAGS = ("-ptx", "-O3", "-std=c++17", "-x", "cu")
 
 
 class NvccToolchain(Toolchain):
