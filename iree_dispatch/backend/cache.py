@@ -26,8 +26,8 @@ of the entry (and its own checksum and key), and every use checks them all. Any 
 missing, extra or changed file, unreadable JSON, a missing folder) is a miss: the build runs,
 says once what was wrong, and the entry is replaced. The cache folder must be the user's own
 and not writable by anyone else (like ccache and pip); it is created with mode 0o700 and
-tagged with a CACHEDIR.TAG, and `clear` deletes only the cache's own files, and only where
-that tag is.
+tagged with a CACHEDIR.TAG (core/store.py checks it, and keeps the small records the front end
+stores there), and `clear` deletes only the cache's own files, and only where that tag is.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import errno
 import fcntl
 import functools
 import hashlib
-import json
 import os
 import shutil
 import stat
@@ -47,46 +46,18 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..core.errors import DispatchError
-from ..core.paths import cache_dir
+from ..core.files import write_atomic
+from ..core.store import FORMAT, MARKER, MARKER_SIGNATURE, SETTING, SUBDIRS, CacheError, Store, digest, file_digest, sealed, unseal
 
 ENTRY_FILES = "files"  # an entry's artifacts, by relative path
 ENTRY_META = "meta.json"
-FORMAT = 2  # of entries and manifests; older ones read as damaged, never as hits
-MARKER = "CACHEDIR.TAG"
-MARKER_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"  # https://bford.info/cachedir/
-MARKER_TEXT = (
-    f"{MARKER_SIGNATURE}\n# This file is a cache directory tag created by iree_dispatch (its build cache).\n"
-    "# For information about cache directory tags, see:\n#\thttps://bford.info/cachedir/\n"
-)
-SUBDIRS = ("entries", "objects", "manifests", "locks", "records")  # everything the cache writes lives in these (and MARKER)
 BUILDS, OBJECTS = "entries", "objects"  # the sections of entries: whole builds, compiled objects
 RESERVED = frozenset({"format", "key", "files", "check"})  # meta.json's keys of the cache's own; the rest is the caller's meta
 STALE_SECONDS = 3600  # temporary files older than this are left over by killed builds
-SETTING = "set IREE_DISPATCH_CACHE_DIR to a folder of your own, or build without the cache (iree-dispatch build --no-cache, or build(..., cache=False))"
-
-
-class CacheError(DispatchError):
-    """The build cache folder can't be used safely (owner, mode, not a folder, not writable)."""
 
 
 class CacheWarning(UserWarning):
     """A damaged cache entry was found and is being rebuilt."""
-
-
-def digest(*parts: str | bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else part
-        h.update(len(data).to_bytes(8, "little") + data)
-    return h.hexdigest()
-
-
-def file_digest(path: Path) -> str:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return "missing"
 
 
 @functools.cache
@@ -97,23 +68,6 @@ def package_digest() -> str:
     root = Path(__file__).resolve().parent.parent  # the package, not only this folder
     files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     return digest(*(f"{p.relative_to(root)}\0{file_digest(p)}" for p in files))
-
-
-def _sealed(record: dict) -> bytes:
-    """`record` as JSON with a checksum of its own content, so any change to it is seen."""
-    body = {k: v for k, v in record.items() if k != "check"}
-    return json.dumps({**body, "check": digest(json.dumps(body, sort_keys=True))}, sort_keys=True).encode()
-
-
-def _unseal(data: bytes) -> dict:
-    """The record written by _sealed; ValueError if it isn't one, intact."""
-    record = json.loads(data)
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise ValueError("not a record of this cache format")
-    body = {k: v for k, v in record.items() if k != "check"}
-    if record.get("check") != digest(json.dumps(body, sort_keys=True)):
-        raise ValueError("checksum mismatch (edited or garbled)")
-    return body
 
 
 class _Damaged(Exception):
@@ -142,54 +96,8 @@ def _entry_files(files: Path) -> dict[str, str]:
     return found
 
 
-class Cache:
-    def __init__(self, root: Path | None = None):
-        self.root = Path(root or cache_dir())
-        self._checked = False
-
-    # --- the folder itself -------------------------------------------------------------------
-
-    def _ready(self) -> None:
-        """Creates the cache folder (mode 0o700, tagged) if it is missing, and refuses one that
-        isn't safe to use: not a folder, another user's, writable by group or others, or not
-        writable. Raises CacheError naming the path and the setting to change."""
-        if self._checked:
-            return
-        root = self.root
-        try:
-            if not root.exists():
-                root.mkdir(mode=0o700, parents=True, exist_ok=True)
-                self._tag()
-        except FileExistsError as exc:
-            raise CacheError(f"build cache {root}: is not a folder; {SETTING}") from exc
-        except OSError as exc:
-            raise CacheError(f"build cache {root}: can't be created ({exc.strerror or exc}); {SETTING}") from exc
-        try:
-            st = os.stat(root)
-        except OSError as exc:
-            raise CacheError(f"build cache {root}: can't be read ({exc.strerror or exc}); {SETTING}") from exc
-        if not stat.S_ISDIR(st.st_mode):
-            raise CacheError(f"build cache {root}: is not a folder; {SETTING}")
-        if st.st_uid != os.geteuid():
-            raise CacheError(
-                f"build cache {root}: owned by another user (uid {st.st_uid}, you are uid {os.geteuid()}); a cache someone else can write could serve you "
-                f"their builds, so it is not used; {SETTING}"
-            )
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            who = " and ".join(w for w, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if st.st_mode & bit)
-            raise CacheError(
-                f"build cache {root}: writable by {who} "
-                f"(mode {stat.S_IMODE(st.st_mode):o}); another user could plant builds in it, so it is not used; make it yours alone (chmod go-w {root}), or {SETTING}"
-            )
-        if not os.access(root, os.W_OK | os.X_OK):
-            raise CacheError(f"build cache {root}: not writable; {SETTING}")
-        if not (root / MARKER).exists() and self._only_cache_files():
-            with contextlib.suppress(OSError):
-                self._tag()  # a cache from before the tag: tag it, so `clear` knows it
-        self._checked = True
-
-    def _tag(self) -> None:
-        self._write_atomic(self.root / MARKER, MARKER_TEXT.encode())
+class Cache(Store):
+    """The build cache: whole builds and compiled objects, kept in the cache folder."""
 
     def _tagged(self) -> bool:
         try:
@@ -197,20 +105,6 @@ class Cache:
                 return handle.read(len(MARKER_SIGNATURE)) == MARKER_SIGNATURE.encode()
         except OSError:
             return False
-
-    def _only_cache_files(self) -> bool:
-        try:
-            return all(name in SUBDIRS or name == MARKER or name.startswith(f".{MARKER}.") for name in os.listdir(self.root))
-        except OSError:
-            return False
-
-    def _subdir(self, name: str) -> Path:
-        folder = self.root / name
-        try:
-            folder.mkdir(mode=0o700, exist_ok=True)
-        except OSError as exc:
-            raise CacheError(f"build cache {self.root}: can't create {name}/ ({exc.strerror or exc}); {SETTING}") from exc
-        return folder
 
     # --- builds ------------------------------------------------------------------------------
 
@@ -247,7 +141,7 @@ class Cache:
         except OSError as exc:
             raise _Damaged(f"manifest {path} unreadable ({exc.strerror or exc})") from exc
         try:
-            record = _unseal(data)
+            record = unseal(data)
             dependencies = record["dependencies"]
             if record.get("key") != manifest_key or not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
                 raise ValueError("not this manifest's record")
@@ -312,7 +206,7 @@ class Cache:
             if not stat.S_ISREG(os.lstat(meta_path).st_mode):
                 raise _Damaged(f"{ENTRY_META} is not a plain file")
             try:
-                record = _unseal(meta_path.read_bytes())
+                record = unseal(meta_path.read_bytes())
             except ValueError as exc:
                 raise _Damaged(f"{ENTRY_META} unreadable ({exc})") from exc
             recorded = record.get("files")
@@ -340,7 +234,7 @@ class Cache:
 
     def meta(self, entry: Path) -> dict:
         """The meta given to `store` for a (verified) entry."""
-        return {k: v for k, v in _unseal((entry / ENTRY_META).read_bytes()).items() if k not in RESERVED}
+        return {k: v for k, v in unseal((entry / ENTRY_META).read_bytes()).items() if k not in RESERVED}
 
     @staticmethod
     def _warn(warn: Callable[[str], None] | None, message: str) -> None:
@@ -369,7 +263,7 @@ class Cache:
         self._ready()
         deps = [str(d) for d in dependencies]
         self._sweep()
-        self._write_atomic(self._subdir("manifests") / f"{manifest_key}.json", _sealed({"format": FORMAT, "key": manifest_key, "dependencies": deps}))
+        write_atomic(self._subdir("manifests") / f"{manifest_key}.json", sealed({"format": FORMAT, "key": manifest_key, "dependencies": deps}))
         entry_key = self._entry_key(manifest_key, deps)
         entries = self._subdir(section)
         final = entries / entry_key
@@ -388,7 +282,7 @@ class Cache:
             if not (tmp / ENTRY_FILES).exists():
                 (tmp / ENTRY_FILES).mkdir()
             files = _entry_files(tmp / ENTRY_FILES)
-            (tmp / ENTRY_META).write_bytes(_sealed({**meta, "format": FORMAT, "key": entry_key, "files": files}))
+            (tmp / ENTRY_META).write_bytes(sealed({**meta, "format": FORMAT, "key": entry_key, "files": files}))
             if os.path.lexists(final):  # damaged: moved aside, so the rename below puts the new one in its place
                 self._discard(final)
             os.rename(tmp, final)
@@ -410,35 +304,6 @@ class Cache:
                 continue
             for path in stale:
                 _remove(path)
-
-    def _write_atomic(self, path: Path, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
-    # --- small records (what a front-end stage learned, e.g. type_probe.py's answers) ----------
-
-    def record(self, kind: str, key: str) -> dict | None:
-        """The record of `kind` stored under `key`, or None when there is none intact (an edited
-        or garbled one is a miss, like a damaged entry)."""
-        self._ready()
-        try:
-            return _unseal((self.root / "records" / kind / f"{key}.json").read_bytes())
-        except (OSError, ValueError):
-            return None
-
-    def save_record(self, kind: str, key: str, record: dict) -> None:
-        """Stores `record` (JSON-able) under `key`, atomically."""
-        self._ready()
-        folder = self._subdir("records") / kind
-        folder.mkdir(mode=0o700, exist_ok=True)
-        self._write_atomic(folder / f"{key}.json", _sealed({**record, "format": FORMAT}))
 
     # --- info and clear ----------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ import stat
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -266,9 +266,7 @@ class Staging:
 def write_atomic(path: Path, data: bytes) -> None:
     """Writes `data` to `path` through a uniquely named file beside it, renamed into place: a
     reader never sees half of it, and concurrent writers never share a temporary."""
-    path = Path(path).absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale_temps(path.parent, path.name)
+    path = _beside(path)
     fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path.name), dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -278,6 +276,33 @@ def write_atomic(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path) -> Iterator[Path]:
+    """Where a tool (a compiler, a copy) writes `path` so that it appears whole: a file of that
+    name in a uniquely named private folder beside `path`, renamed to `path` when the block ends
+    without an error; the folder goes either way. The tool creates the file itself, so it gets
+    the mode the tool gives it (a shared library stays executable).
+
+        with atomic_output(cubin) as partial:
+            run_ptxas(ptx, "-o", partial)
+    """
+    path = _beside(path)
+    folder = Path(tempfile.mkdtemp(prefix=temp_prefix(path.name), dir=path.parent))
+    try:
+        yield folder / path.name
+        os.replace(folder / path.name, path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _beside(path: Path) -> Path:
+    """`path`, absolute, with its folder made and swept of temporaries killed writers left beside it."""
+    path = Path(path).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale_temps(path.parent, path.name)
+    return path
 
 
 def make_folders(folder: Path) -> list[Path]:

@@ -41,7 +41,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -51,6 +50,7 @@ from ..core import expr as ex
 from ..core.archs import parse_archs
 from ..core.dtypes import POINTEE_TYPES, SCALAR_TYPES
 from ..core.errors import SpecError
+from ..core.files import atomic_output, write_atomic
 from ..toolchains import Toolchain, assemble_cubin
 from .prebuilt import ptx_arch
 from .signature import Param, parse_signature
@@ -301,13 +301,13 @@ def compile_triton(kernel: KernelSpec, out: Path, toolchain: Toolchain | None = 
         shared = max(shared, meta.shared)
         stem = f"{meta.name}-{meta.hash[:16]}"
         ptx = strip_hidden_params(compiled.asm["ptx"], meta.name, len(kernel.signature.params), where)
-        ptx_path = _write_atomic(out / f"{stem}.{arch.name}.ptx", ptx.encode())
+        ptx_path = out / f"{stem}.{arch.name}.ptx"
+        write_atomic(ptx_path, ptx.encode())
         target = ptx_arch(ptx.encode(), ptx_path)  # sm_90a for cc 90
         cubin = out / f"{stem}.{target.name}.cubin"
         if not cubin.exists():
-            partial = cubin.with_name(f".{cubin.name}.{os.getpid()}")
-            toolchain.assemble_cubin(ptx_path, target, partial) if toolchain else assemble_cubin(ptx_path, target, partial)
-            os.replace(partial, cubin)
+            with atomic_output(cubin) as partial:
+                toolchain.assemble_cubin(ptx_path, target, partial) if toolchain else assemble_cubin(ptx_path, target, partial)
         objects.append(cubin)
         ptx_objects.append(ptx_path)
     # The jit functions the module holds (and so the ones the kernel may call) are read too.
@@ -367,9 +367,3 @@ def _substitute(e: ex.Expr, values: Mapping[str, int]) -> ex.Expr:
         return ex.Call(e.func, tuple(_substitute(a, values) for a in e.args))
     return e
 
-
-def _write_atomic(path: Path, data: bytes) -> Path:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path

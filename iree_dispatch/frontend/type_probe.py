@@ -19,10 +19,10 @@ import re
 import tempfile
 from pathlib import Path
 
-from ..backend.cache import Cache, CacheError, digest, file_digest
 from ..core.archs import Arch
 from ..core.dtypes import POINTEE_TYPES, SCALAR_TYPES
 from ..core.errors import SignatureError, ToolchainError
+from ..core.store import CacheError, Store, digest, file_digest
 from ..toolchains import select_toolchain
 from .cxx_names import demangle, parse_demangled
 from .signature import KernelSignature, Param, parse_kernels, read_source
@@ -70,9 +70,9 @@ _RECORDS = "type_probe"
 
 def _persisted(key: str) -> dict[str, tuple[str, ...]]:
     """The answers a build cache record holds for `key`, if every file the probe read is
-    unchanged; else none. A cache that can't be used (see cache.py) holds none."""
+    unchanged; else none. A cache that can't be used (see core/store.py) holds none."""
     try:
-        record = Cache().record(_RECORDS, key)
+        record = Store().record(_RECORDS, key)
     except CacheError:
         return {}
     if not record or any(file_digest(Path(path)) != sha for path, sha in record.get("read", {}).items()):
@@ -82,7 +82,7 @@ def _persisted(key: str) -> dict[str, tuple[str, ...]]:
 
 def _persist(key: str, answers: dict[str, tuple[str, ...]], read: dict[str, str]) -> None:
     with contextlib.suppress(CacheError, OSError):  # the record only saves time
-        Cache().save_record(_RECORDS, key, {"answers": {n: list(t) for n, t in answers.items()}, "read": read})
+        Store().save_record(_RECORDS, key, {"answers": {n: list(t) for n, t in answers.items()}, "read": read})
 
 
 # digest of (source, its bytes, flags, arch, toolchain identity) → kernel → canonical parameter types

@@ -15,8 +15,6 @@ symbols. Each rule is checked when the spec is loaded, against the kernel's decl
 
 from __future__ import annotations
 
-import os
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,64 +145,7 @@ def load_spec_with_replaces(path: Path) -> tuple[ModuleSpec, list[tuple[str, str
             if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
                 raise SpecError(f"{label}: replaces must be a table (replaces = {{ op = \"matmul\" }}) or a list of tables")
             replaces.append((k.get("name"), label, tables))
-    if not replaces:
-        return load_spec(path), []
-    try:
-        module = load_spec(path)  # a spec loader that knows `replaces` takes the file as it is
-    except SpecError as exc:
-        if "replaces" not in str(exc):
-            raise
-        module = _load_without_replaces(path, data)
-    return module, replaces
-
-
-def _load_without_replaces(path: Path, data: dict) -> ModuleSpec:
-    """load_spec of the spec less its `replaces` keys: a copy with absolute source paths, so it
-    can be read from a temporary folder; errors name the original file."""
-    from ..frontend.spec_file import load_spec
-
-    module = dict(data.get("module", {}))
-    module.setdefault("name", path.stem)
-    kernels = []
-    for k in data.get("kernel", []):
-        k = {key: value for key, value in k.items() if key != "replaces"}
-        source = k.get("source")
-        if isinstance(source, str):
-            k["source"] = str((path.parent / source).absolute())
-        elif isinstance(source, list):
-            k["source"] = [str((path.parent / s).absolute()) if isinstance(s, str) else s for s in source]
-        kernels.append(k)
-    text = _toml({"module": module}) + "".join("\n[[kernel]]\n" + _toml(k) for k in kernels)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".toml", dir=tempfile.gettempdir())
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        try:
-            return load_spec(tmp)
-        except SpecError as exc:
-            raise SpecError(str(exc).replace(tmp, str(path))) from None
-    finally:
-        os.unlink(tmp)
-
-
-def _toml(table: dict, prefix: str = "") -> str:
-    if prefix == "" and set(table) == {"module"}:
-        return "[module]\n" + _toml(table["module"], "module")
-    return "".join(f"{key} = {_toml_value(value)}\n" for key, value in table.items())
-
-
-def _toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_toml_value(k) if not k.isidentifier() else k} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise SpecError(f"unsupported value in a spec: {value!r}")
+    return load_spec(path), replaces
 
 
 def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str, order: int) -> Capability:

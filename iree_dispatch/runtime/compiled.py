@@ -16,11 +16,11 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+from ..core.files import atomic_output
 from ..core.paths import cache_dir
 
 COMPILED_LAUNCH_ENV = "IREE_DISPATCH_COMPILED_LAUNCH"  # "off": launch through ctypes only
@@ -68,15 +68,12 @@ def _import(target: Path) -> ModuleType:
 def _build(compiler: str, headers: Path, target: Path) -> str | None:
     """Compiles _launch.c into `target`; None, or the reason it failed."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         # Built under a temporary name and renamed: a process never loads a half-written file.
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            built = Path(tmp) / target.name
-            result = subprocess.run([compiler, "-O2", "-shared", "-fPIC", f"-I{headers}", str(SOURCE), "-o", str(built)],
-                                    capture_output=True, text=True, timeout=120)
-            if result.returncode != 0:
-                return f"ctypes ({compiler} failed on {SOURCE.name}: {(result.stderr or result.stdout).strip()[:300]})"
-            os.replace(built, target)
+        with atomic_output(target) as built:
+            subprocess.run([compiler, "-O2", "-shared", "-fPIC", f"-I{headers}", str(SOURCE), "-o", str(built)],
+                           capture_output=True, text=True, timeout=120, check=True)
+    except subprocess.CalledProcessError as exc:
+        return f"ctypes ({compiler} failed on {SOURCE.name}: {(exc.stderr or exc.stdout).strip()[:300]})"
     except (OSError, subprocess.SubprocessError) as exc:
         return f"ctypes (building {SOURCE.name} failed: {exc})"
     return None

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import ToolchainError
+from ..core.files import atomic_output
 
 # Characters a path may have on nvcc's command line, and a flag (which also needs `=`, `,`, `:`
 # as in -Xptxas=-v,-O3 or --diag-suppress=177; `@` and `%` are inert in sh too).
@@ -290,11 +291,5 @@ def _move_into_place(produced: Path, out: Path) -> None:
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-        fd, temporary = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-        os.close(fd)
-        try:
+        with atomic_output(out) as temporary:
             shutil.copyfile(produced, temporary)
-            os.replace(temporary, out)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
