@@ -252,6 +252,17 @@ def _base(opcode: str) -> str:
     return opcode.partition(".")[0]
 
 
+def _symbol(operand: str) -> str:
+    """The symbol an address operand names: `[param0+8]` → `param0`."""
+    inside = _ADDRESS.search(operand)
+    return (inside[1] if inside else operand).split("+")[0].strip()
+
+
+def _held_at(address: set) -> set[int]:
+    """The entry parameters whose value a load through `address` reads (it is their address)."""
+    return {int(label[len(_ADDRESS_OF) :]) for label in address if isinstance(label, str) and label.startswith(_ADDRESS_OF)}
+
+
 def _small_mask(operand: str) -> bool:
     """An immediate in [0, 65535]: what `and` with it keeps of an address is no address."""
     try:
@@ -350,27 +361,24 @@ class _Trace:
             base, ops = _base(ins.opcode), ins.operands
             space = ins.opcode.split(".")[1] if "." in ins.opcode else ""
             if base in ("ld", "ldu") and space == "param" and len(ops) >= 2:
-                self._load_param(function, ins, slots, last_callee)
+                self._load_param(function, ins, last_callee)
             elif base in ("ld", "ldu", "ldmatrix") and len(ops) >= 2:
                 address = self._labels(function, ops[1])
                 self._read(address, ins.line)
                 loaded: set = set()
                 if _LOCAL in address or space == "local":
                     loaded |= self.local_memory
-                loaded |= {int(label[len(_ADDRESS_OF) :]) for label in address if isinstance(label, str) and label.startswith(_ADDRESS_OF)}
-                self._set(function, ops[0], loaded)
+                self._set(function, ops[0], loaded | _held_at(address))
             elif base in ("st", "stmatrix") and space == "param" and len(ops) >= 2:
-                slot = _ADDRESS.search(ops[0])
-                value = self._labels(function, ops[1])
-                if slot and slot[1].split("+")[0].strip() in function.returns:
+                slot, value = _symbol(ops[0]), self._labels(function, ops[1])
+                if slot in function.returns:
                     self._add(self.returned.setdefault(function.name, set()), value)
-                elif slot:
-                    slots[slot[1].split("+")[0].strip()] = value
+                else:
+                    slots[slot] = value
             elif base in ("st", "stmatrix") and len(ops) >= 2:
                 address, value = self._labels(function, ops[0]), self._labels(function, ops[-1])
                 self._write(address, ins.line)
-                to_stack = space == "local" or _LOCAL in address
-                if to_stack:
+                if space == "local" or _LOCAL in address:
                     self._add(self.local_memory, value)
                 if not (space == "local" or (address and address <= {_LOCAL})):
                     self._lose(value, f"its address is stored to memory (PTX line {ins.line})")
@@ -423,15 +431,14 @@ class _Trace:
                 # The data side of a bulk tensor copy is shared memory; a parameter here is unexpected.
                 self._lose(labels, f"{ins.opcode} accesses it (PTX line {ins.line})")
 
-    def _load_param(self, function: _Function, ins: _Instruction, slots: dict[str, set], last_callee: str | None) -> None:
-        symbol = (_ADDRESS.search(ins.operands[1]) or re.match(r"(.*)", ins.operands[1]))[1].split("+")[0].strip()
+    def _load_param(self, function: _Function, ins: _Instruction, last_callee: str | None) -> None:
+        symbol = _symbol(ins.operands[1])
         if symbol in function.params:
             labels = self.arguments.get((function.name, function.params.index(symbol)), set())
         elif last_callee is not None and symbol.startswith("retval"):
             labels = self.returned.get(last_callee, set())
         else:
-            labels = self._labels(function, ins.operands[1])  # a parameter's address held in a register
-            labels = {int(label[len(_ADDRESS_OF) :]) for label in labels if isinstance(label, str) and label.startswith(_ADDRESS_OF)}
+            labels = _held_at(self._labels(function, ins.operands[1]))  # a parameter's address held in a register
         self._set(function, ins.operands[0], labels)
 
     def _call(self, function: _Function, ins: _Instruction, slots: dict[str, set]) -> str | None:
