@@ -423,7 +423,7 @@ def _register_frameworks(compiled: Any) -> None:
     if _registered_frameworks == (torch, cupy):
         return
     compiled.set_frameworks(
-        dlpack.DeviceArray,
+        dlpack.DeviceArray, dlpack.LAUNCH_ENTRY,
         dlpack.torch_tensor_type(), dlpack.stream_getter("torch") if torch is not None else None,
         dlpack.cupy_array_type(), dlpack.stream_getter("cupy") if cupy is not None else None,
     )
