@@ -231,8 +231,10 @@ _KEYS: dict[str, type[KernelDescription] | type[ProgramDescription]] = {REFLECTI
 
 
 def encode(description: Description) -> str:
-    """The description as its reflection entry's value: compact, sorted JSON (deterministic IR)."""
-    return json.dumps(description.to_dict(), sort_keys=True, separators=(",", ":"))
+    """The description as its reflection entry's value: compact JSON, deterministic (to_dict
+    writes its keys in one order). Not sorted: a per-arch shared memory table keeps its order
+    (the spec's, newest arch first), as everything else in a description does."""
+    return json.dumps(description.to_dict(), separators=(",", ":"))
 
 
 def reflection_key(description: Description) -> str:
