@@ -219,9 +219,9 @@ def measure(args) -> dict:
     arch = "sm_90a" if (major, minor) == (9, 0) else "sm_80" if major == 8 else None
     objects = args.dir / "gemm.objects"
     spec = module.functions["gemm_bf16"].description
-    shared = spec["shared_memory"]  # {arch: bytes} (kernels/gemm.toml sizes each arch's variant)
+    shared = dict(spec.shared_memory)  # {arch: bytes} (kernels/gemm.toml sizes each arch's variant)
     kernels_under_test = [{"name": "gemm.toml", "path": objects / (f"gemm.{arch}.cubin" if arch else "gemm.sm_80.ptx"),
-                           "shared_memory": shared[arch or "sm_80"], "grid": spec["grid"]}]
+                           "shared_memory": shared[arch or "sm_80"], "grid": list(spec.grid)}]
     if arch == "sm_90a":
         manifest = args.dir / "variants" / "manifest.json"
         if manifest.exists():
@@ -230,7 +230,7 @@ def measure(args) -> dict:
                 kernels_under_test.append({"name": v["name"], "path": args.dir / "variants" / v["object"], "shared_memory": v["shared_memory"], "grid": grid})
         # The sm_80 body (mma.sync), JIT-compiled from PTX for this GPU, for comparison.
         kernels_under_test.append({"name": "sm_80 mma.sync (PTX JIT)", "path": objects / "gemm.sm_80.ptx",
-                                   "shared_memory": shared["sm_80"], "grid": spec["grid"]})
+                                   "shared_memory": shared["sm_80"], "grid": list(spec.grid)})
     loaded = {}
     for k in kernels_under_test:
         raw = cp.RawModule(path=str(k["path"]))

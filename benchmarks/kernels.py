@@ -118,12 +118,12 @@ def kernel_params(name: str, rows: int, cols: int, ins, outs, scalars):
     return (*ins, *outs, *(np.int32(v) for v in ints), *(np.float32(s) for s in scalars))
 
 
-def launch_dims(description: dict, rows: int, cols: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def launch_dims(description, rows: int, cols: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     from iree_dispatch.core import expr as ex
 
     env = {"rows": rows, "cols": cols}
-    grid = tuple(ex.evaluate(ex.parse(g, "grid"), env) for g in description["grid"])
-    return grid, tuple(description["block"])
+    grid = tuple(ex.evaluate(ex.parse(g, "grid"), env) for g in description.grid)
+    return grid, tuple(description.block)
 
 
 def event_times_us(cp, launch) -> list[float]:
@@ -207,7 +207,7 @@ def measure(args) -> dict:
                 c_out = [cp.empty(got.shape, np.uint16 if got.dtype.itemsize == 2 else got.dtype)]
                 grid, block = launch_dims(fn.description, rows, cols)
                 params = kernel_params(name, rows, cols, c_in, c_out, scalars)
-                cupy_launch = lambda: kernel(grid, block, params, shared_mem=fn.description["shared_memory"])  # noqa: E731
+                cupy_launch = lambda: kernel(grid, block, params, shared_mem=fn.description.shared_memory)  # noqa: E731
                 row["cupy_us"] = summarize(event_times_us(cp, cupy_launch))
 
                 def cupy_calls(k):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import errno
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
+from .core.contract import TensorDescription
 from .core.errors import DispatchError
 from .core.files import check_input_file, check_outputs, check_text_file, quoted_includes, spec_declares
 
@@ -195,7 +197,8 @@ def _cmd_inspect(args) -> int:
         spec = load_spec(path)
         print(f"module {spec.name}  archs: {', '.join(a.name for a in spec.archs)} (variant order: newest first)")
         # Undeclared non-const pointers get their roles when the build reads the PTX: say so.
-        descriptions = {k.function: dict(k.describe(), archs=[a.name for a in spec.archs], undecided=k.inferred) for k in spec.kernels}
+        descriptions = {k.function: dataclasses.replace(k.describe(), archs=tuple(a.name for a in spec.archs)) for k in spec.kernels}
+        undecided = {k.function: k.inferred for k in spec.kernels}
     else:
         from .runtime import read_descriptions
 
@@ -205,26 +208,27 @@ def _cmd_inspect(args) -> int:
             raise DispatchError(f"{path}: not a module IREE can read ({str(exc).strip().splitlines()[-1]}); inspect takes a spec (.toml) or a built .vmfb") from None
         print(f"module {name}  ({path})")
         descriptions = {k: v for k, v in found.items() if v}
+        undecided = {}
         for other in (k for k, v in found.items() if not v):
             print(f"  function {other}: not an iree_dispatch kernel (no description)")
         if descriptions:
-            archs = next(iter(descriptions.values()))["archs"]
+            archs = next(iter(descriptions.values())).archs
             print(f"  variants: {', '.join(archs)} (newest first; each guarded by a compute-capability condition)")
     for name, d in descriptions.items():
-        def tensor(t: dict) -> str:
-            return f"{t['name']}: {t['dtype']}[{', '.join(map(str, t['shape']))}]{' (in place)' if t.get('inplace') else ''}"
+        def tensor(t: TensorDescription) -> str:
+            return f"{t.name}: {t.dtype}[{', '.join(map(str, t.shape))}]{' (in place)' if t.inplace else ''}"
 
-        params = [tensor(t) for t in d["inputs"]] + [f"{s['name']}: {s['ctype']}" for s in d["scalars"]]
-        outs = ", ".join(tensor(t) for t in d["outputs"])
+        params = [tensor(t) for t in d.inputs] + [f"{s.name}: {s.ctype}" for s in d.scalars]
+        outs = ", ".join(tensor(t) for t in d.outputs)
         print(f"  kernel {name}({', '.join(params)}) -> ({outs})")
-        if d.get("undecided"):
-            print(f"    roles of {', '.join(d['undecided'])} read from the PTX when built (shown here as until then)")
-        entry = f"  ({d['kernel']})" if d.get("kernel", name) != name else ""
-        sizes = d.get("shared_memory")
-        if isinstance(sizes, dict):  # per arch (spec.py)
-            sizes = ", ".join(f"{arch} {n}" for arch, n in sizes.items())
+        if undecided.get(name):
+            print(f"    roles of {', '.join(undecided[name])} read from the PTX when built (shown here as until then)")
+        entry = f"  ({d.name})" if d.name != name else ""
+        sizes = d.shared_memory
+        if isinstance(sizes, tuple):  # per arch (spec.py)
+            sizes = ", ".join(f"{arch} {n}" for arch, n in sizes)
         shared = f"  shared memory {sizes} B" if sizes else ""
-        print(f"    source {d['source']}{entry}  block {d['block']}  grid {d['grid']}{shared}")
+        print(f"    source {d.source}{entry}  block {list(d.block)}  grid {list(d.grid)}{shared}")
     return 0
 
 

@@ -13,6 +13,7 @@ from types import ModuleType
 import numpy as np
 
 from .backend.pipeline import build
+from .core.contract import FunctionDescription
 from .core.dtypes import ELEMENT_TYPES
 from .frontend.spec_file import load_spec
 
@@ -29,12 +30,12 @@ def load_references(root: Path) -> ModuleType:
     return module
 
 
-def random_arguments(description: dict, sizes: dict[str, int], rng: np.random.Generator) -> list:
+def random_arguments(description: FunctionDescription, sizes: dict[str, int], rng: np.random.Generator) -> list:
     """Fresh random inputs (never zeros) and scalar arguments for a kernel description."""
     args: list = []
-    for t in description["inputs"]:
-        shape = [d if isinstance(d, int) else sizes[d] for d in t["shape"]]
-        dtype = np.dtype(ELEMENT_TYPES[t["dtype"]].numpy)
+    for t in description.inputs:
+        shape = [d if isinstance(d, int) else sizes[d] for d in t.shape]
+        dtype = np.dtype(ELEMENT_TYPES[t.dtype].numpy)
         if dtype.kind == "b":
             values = rng.integers(0, 2, size=shape)
         elif dtype.kind == "f":
@@ -42,8 +43,8 @@ def random_arguments(description: dict, sizes: dict[str, int], rng: np.random.Ge
         else:
             values = rng.integers(1, 100, size=shape)
         args.append(values.astype(dtype))
-    for s in description["scalars"]:
-        args.append(float(rng.uniform(-3, 3)) if s["kind"] == "float" else int(rng.integers(1, 100)))
+    for s in description.scalars:
+        args.append(float(rng.uniform(-3, 3)) if s.kind == "float" else int(rng.integers(1, 100)))
     return args
 
 

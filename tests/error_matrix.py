@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 import iree_dispatch
-from iree_dispatch.core.errors import DispatchError
+from iree_dispatch.core.contract import REFLECTION_KEY, FunctionDescription, ScalarDescription, TensorDescription, read_description
+from iree_dispatch.core.errors import ContractError, DispatchError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 from iree_dispatch.frontend.spec_file import load_spec
 from iree_dispatch.runtime import KernelFunction
@@ -61,13 +62,20 @@ def _spec_file(folder: Path, text: str) -> None:
 
 
 def _call(*args):
-    description = {
-        "kernel": "axpby",
-        "inputs": [{"name": "x", "dtype": "f32", "shape": ["n"]}, {"name": "y", "dtype": "f32", "shape": ["n"]}],
-        "scalars": [{"name": "alpha", "ctype": "float", "kind": "float", "bytes": 4}, {"name": "count", "ctype": "uint16_t", "kind": "uint", "bytes": 2}],
-        "outputs": [],
-    }
+    description = FunctionDescription(
+        name="axpby",
+        function="axpby",
+        inputs=(TensorDescription("x", "f32", ("n",)), TensorDescription("y", "f32", ("n",))),
+        scalars=(ScalarDescription("alpha", "float", "float", 4), ScalarDescription("count", "uint16_t", "uint", 2)),
+        outputs=(),
+    )
     KernelFunction(description, lambda *a: None, device=None)(*args)
+
+
+def _old_description():
+    """A kernel description as builds wrote it before descriptions had a version."""
+    old = '{"kernel":"mul","inputs":[{"name":"a","dtype":"f32","shape":["n"]}],"outputs":[],"scalars":[]}'
+    read_description({REFLECTION_KEY: old}, "m.vmfb: function mul")
 
 
 def _f32(n):
@@ -139,6 +147,7 @@ CASES = [
     Case("call: missing argument", lambda d: _call(_f32(4), _f32(4), 1.0), TypeError),
     Case("call: scalar out of its C type's range", lambda d: _call(_f32(4), _f32(4), 1.0, 70000), ValueError),
     Case("call: float scalar that would round to infinity", lambda d: _call(_f32(4), _f32(4), 1e40, 2), ValueError),
+    Case("load: a module built by an older iree_dispatch (its descriptions have no version)", lambda d: _old_description(), ContractError),
     # Prebuilt objects (iree_dispatch/frontend/prebuilt.py): a cubin of `mul`, declared by a signature.
     Case("prebuilt object without a signature", lambda d: KernelSpec.declare(_cubin(d), "mul", block=64, grid="n", shape=["n"]), DispatchError, True),
     Case("prebuilt cubin with a 64-bit scalar", lambda d: _prebuilt(d, "void mul(const float* a, const float* b, float* out, long long n)"), DispatchError, True),

@@ -10,7 +10,7 @@ from artifacts.abi import abi_module
 from iree_dispatch.backend.abi import check_adapted, ptx_entries
 from iree_dispatch.backend.pipeline import build
 from iree_dispatch.backend.ptx_adapt import adapt_entry
-from iree_dispatch.core.contract import bfloat16_bits, scalar_argument
+from iree_dispatch.core.contract import ScalarDescription, bfloat16_bits, scalar_argument
 from iree_dispatch.core.errors import AbiError
 from iree_dispatch.frontend.spec import KernelSpec
 
@@ -18,7 +18,7 @@ from .conftest import needs_build_tools
 
 
 def scalar(kind, nbytes, ctype="t"):
-    return {"name": "v", "ctype": ctype, "kind": kind, "bytes": nbytes}
+    return ScalarDescription("v", ctype, kind, nbytes)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_f64_tensors_are_not_demoted(tmp_path):
 
     result = build(abi_module(), tmp_path / "abi.vmfb", emit_mlir=tmp_path / "abi.mlir")
     _, descriptions = read_descriptions(result.vmfb)
-    assert descriptions["reverse_f64"]["inputs"][0]["dtype"] == "f64"
+    assert descriptions["reverse_f64"].inputs[0].dtype == "f64"
     import iree.runtime as rt
 
     instance = rt.VmInstance()

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from artifacts import fuzz_kernels
 from artifacts.fuzz_kernels import FEATURES, FuzzKernel, FuzzModule
+from iree_dispatch.core.contract import KernelDescription
 
 from .conftest import needs_build_tools
 
@@ -157,15 +158,15 @@ def slots(k: FuzzKernel) -> int:
     return sum(2 if p.nbytes == 8 else 1 for p in k.scalars)
 
 
-def check_description(k: FuzzKernel, d: dict, in_place: bool) -> None:
+def check_description(k: FuzzKernel, d: KernelDescription, in_place: bool) -> None:
     where = f"{k.name} ({'in place' if in_place else 'declared'})"
-    assert d["kernel"] == k.name and d["function"] == k.function, where
-    assert d["block"] == [k.block, 1, 1] and d["grid"] == [k.grid, "1", "1"], where
-    assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [(p.name, p.mlir, [k.size]) for p in k.call_tensors(in_place)], where
+    assert d.name == k.name and d.function == k.function, where
+    assert d.block == (k.block, 1, 1) and d.grid == (k.grid, "1", "1"), where
+    assert [(t.name, t.dtype, t.shape) for t in d.inputs] == [(p.name, p.mlir, (k.size,)) for p in k.call_tensors(in_place)], where
     # C types compared by what they are (int64_t is `long` once a kernel's types were resolved by the compiler).
-    assert [(s["name"], fuzz_kernels.SCALAR.get(s["ctype"], s["ctype"]), s["bytes"]) for s in d["scalars"]] == [
+    assert [(s.name, fuzz_kernels.SCALAR.get(s.ctype, s.ctype), s.nbytes) for s in d.scalars] == [
         (p.name, p.numpy, p.nbytes) for p in k.call_scalars(in_place)], where
-    assert [(t["name"], t["dtype"], t["inplace"]) for t in d["outputs"]] == [(p.name, p.mlir, in_place or p.role == "io") for p in k.writable], where
+    assert [(t.name, t.dtype, t.inplace) for t in d.outputs] == [(p.name, p.mlir, in_place or p.role == "io") for p in k.writable], where
 
 
 def ptx_entry_names(kernels: tuple[FuzzKernel, ...], ptx: str) -> dict[str, str]:

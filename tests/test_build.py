@@ -64,11 +64,11 @@ def test_vmfb_functions_and_descriptions(samples_build):
 
     name, descriptions = read_descriptions(samples_build.vmfb)
     assert name == "samples" and set(descriptions) == {"simple_mul", "simple_mul_inplace", "axpby"}
-    assert descriptions["axpby"]["scalars"] == [
+    assert [s.to_dict() for s in descriptions["axpby"].scalars] == [
         {"bytes": 4, "ctype": "float", "kind": "float", "name": "alpha"},
         {"bytes": 4, "ctype": "float", "kind": "float", "name": "beta"},
     ]
-    assert descriptions["simple_mul"]["archs"] == ["sm_90", "sm_80"]
+    assert descriptions["simple_mul"].archs == ("sm_90", "sm_80")
 
 
 def test_rebuild_is_byte_identical(samples_build, tmp_path):

@@ -44,7 +44,7 @@ def test_spec_declares_shapes_block_grid_and_shared_memory():
         "gemm_batched_bf16": ([("a", "bf16"), ("b", "bf16")], ("c", "f32")),
     }
     for kernel in spec.kernels:
-        d = kernel.describe()
+        d = kernel.describe().to_dict()
         batched = kernel.function in BATCHED
         lead = ["B"] if batched else []
         shapes = {name: lead + dims for name, dims in operands} | {"bias": ["N"], "residual": ["M", "N"]}

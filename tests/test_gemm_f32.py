@@ -42,7 +42,7 @@ def test_spec_declares_shapes_block_and_grid():
     assert [a.name for a in spec.archs] == list(ARCHS)
     assert [k.function for k in spec.kernels] == list(KERNELS)
     for kernel in spec.kernels:
-        d = kernel.describe()
+        d = kernel.describe().to_dict()
         batch = ["B"] if kernel.function == "gemm_batched_f32" else []
         assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [("a", "f32", [*batch, "M", "K"]), ("b", "f32", B_SHAPE[kernel.function])]
         assert [(t["name"], t["dtype"], t["shape"], t["inplace"]) for t in d["outputs"]] == [("c", "f32", [*batch, "M", "N"], False)]

@@ -143,12 +143,12 @@ def test_sm100_variant_listed_first_is_skipped_on_older_gpus(artifacts):
     if capability >= (10, 0):
         pytest.skip("this GPU runs sm_100 itself")
     module = runtime.load(artifacts["samples_sm100_first"])
-    assert module.simple_mul.description["archs"][0] == "sm_100"
+    assert module.simple_mul.description.archs[0] == "sm_100"
     rng = np.random.default_rng()
     a, b = fresh(rng, 2**20 + 3), fresh(rng, 2**20 + 3)
     # Had the sm_100 PTX been picked, loading it would fail with CUDA_ERROR_INVALID_PTX.
     np.testing.assert_array_equal(module.simple_mul(a, b), a * b)
-    assert runtime.runs_on(module.simple_mul.description["archs"], capability) != "sm_100"
+    assert runtime.runs_on(module.simple_mul.description.archs, capability) != "sm_100"
 
 
 def test_no_runnable_variant_names_gpu_and_archs(artifacts):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from iree_dispatch.backend.pipeline import build
-from iree_dispatch.core.contract import LAUNCH_KEY, scalar_argument
+from iree_dispatch.core.contract import KernelDescription, LaunchPlan, PushConstant, ScalarDescription, TensorDescription, scalar_argument
 from iree_dispatch.frontend.spec_file import load_spec
 from iree_dispatch.runtime import launch, read_descriptions
 
@@ -27,13 +27,14 @@ def samples_build(tmp_path_factory):
 @needs_build_tools
 def test_every_kernel_carries_a_launch_plan(samples_build):
     _, descriptions = read_descriptions(samples_build.vmfb)
-    plan = descriptions["axpby"][LAUNCH_KEY]
-    assert plan["executable"] == "axpby_cu" and plan["entry"] == "axpby"
-    assert [v["name"] for v in plan["variants"]] == ["sm_90_cubin", "sm_80_cubin", "sm_90"]
-    assert plan["variants"][0]["rules"] == [[9, 0, "family"]] and plan["variants"][2]["rules"] == [[9, 0, "at_least"]]
-    assert plan["bindings"] == ["x", "y", "out"]
-    assert [(c["name"], c["value"]) for c in plan["constants"]] == [("n", "n"), ("alpha", None), ("beta", None)]
-    assert descriptions["simple_mul_inplace"][LAUNCH_KEY]["bindings"] == ["lhs", "rhs"]
+    plan = descriptions["axpby"].launch
+    assert plan.executable == "axpby_cu" and plan.entry == "axpby" and plan.block == (256, 1, 1)
+    assert [v.name for v in plan.variants] == ["sm_90_cubin", "sm_80_cubin", "sm_90"]
+    assert plan.variants[0].rules == ((9, 0, "family"),) and plan.variants[2].rules == ((9, 0, "at_least"),)
+    assert [v.shared_memory for v in plan.variants] == [0, 0, 0]
+    assert plan.bindings == ("x", "y", "out")
+    assert [(c.scalar.name, c.value) for c in plan.constants] == [("n", "n"), ("alpha", None), ("beta", None)]
+    assert descriptions["simple_mul_inplace"].launch.bindings == ("lhs", "rhs")
 
 
 @needs_build_tools
@@ -43,16 +44,18 @@ def test_images_read_from_the_vmfb_are_the_built_objects(samples_build):
     with zipfile.ZipFile(samples_build.vmfb) as archive:
         for function, source in (("simple_mul", "simple_mul"), ("simple_mul_inplace", "simple_mul"), ("axpby", "axpby")):
             d = descriptions[function]
-            plan = d[LAUNCH_KEY]
+            plan = d.launch
             for variant, file in (("sm_90_cubin", f"{source}.sm_90.cubin"), ("sm_80_cubin", f"{source}.sm_80.cubin"), ("sm_90", f"{source}.sm_90.ptx")):
-                export = launch.read_export(archive, plan["executable"], variant, plan["entry"])
+                export = launch.read_export(archive, plan.executable, variant, plan.entry)
                 assert export is not None, (function, variant)
                 assert export.image.rstrip(b"\0") == (objects / file).read_bytes().rstrip(b"\0")
-                assert list(export.block) == d["block"] and export.shared_memory == d["shared_memory"]
-                assert export.binding_count == len(plan["bindings"])
-                assert export.constant_count == len(plan["constants"])
-            assert launch.read_export(archive, plan["executable"], "sm_90_cubin", "no_such_entry") is None
-            assert launch.read_export(archive, plan["executable"], "sm_75", plan["entry"]) is None
+                # What the plan says IREE's export declares: the direct launch uses the plan's.
+                shared_memory = next(v.shared_memory for v in plan.variants if v.name == variant)
+                assert export.block == plan.block == d.block and export.shared_memory == shared_memory == d.shared_memory
+                assert export.binding_count == len(plan.bindings)
+                assert export.constant_count == len(plan.constants)
+            assert launch.read_export(archive, plan.executable, "sm_90_cubin", "no_such_entry") is None
+            assert launch.read_export(archive, plan.executable, "sm_75", plan.entry) is None
 
 
 def _f32_bits(value: float) -> int:
@@ -60,44 +63,44 @@ def _f32_bits(value: float) -> int:
 
 
 SCALARS = [
-    {"name": "flag", "ctype": "bool", "kind": "bool", "bytes": 1},
-    {"name": "i8", "ctype": "int8_t", "kind": "int", "bytes": 1},
-    {"name": "u16", "ctype": "uint16_t", "kind": "uint", "bytes": 2},
-    {"name": "i32", "ctype": "int", "kind": "int", "bytes": 4},
-    {"name": "u32", "ctype": "unsigned", "kind": "uint", "bytes": 4},
-    {"name": "i64", "ctype": "int64_t", "kind": "int", "bytes": 8},
-    {"name": "u64", "ctype": "uint64_t", "kind": "uint", "bytes": 8},
-    {"name": "f", "ctype": "float", "kind": "float", "bytes": 4},
-    {"name": "d", "ctype": "double", "kind": "double", "bytes": 8},
-    {"name": "h", "ctype": "__half", "kind": "half", "bytes": 2},
-    {"name": "bf", "ctype": "__nv_bfloat16", "kind": "bf16", "bytes": 2},
+    ScalarDescription("flag", "bool", "bool", 1),
+    ScalarDescription("i8", "int8_t", "int", 1),
+    ScalarDescription("u16", "uint16_t", "uint", 2),
+    ScalarDescription("i32", "int", "int", 4),
+    ScalarDescription("u32", "unsigned", "uint", 4),
+    ScalarDescription("i64", "int64_t", "int", 8),
+    ScalarDescription("u64", "uint64_t", "uint", 8),
+    ScalarDescription("f", "float", "float", 4),
+    ScalarDescription("d", "double", "double", 8),
+    ScalarDescription("h", "__half", "half", 2),
+    ScalarDescription("bf", "__nv_bfloat16", "bf16", 2),
 ]
 
 
-def _direct(computed: list[dict]) -> launch.DirectLaunch:
-    description = {
-        "kernel": "k",
-        "grid": ["ceildiv(n, 128)", "rows % 3", "1"],
-        "inputs": [{"name": "x", "dtype": "f32", "shape": ["rows", "n"]}],
-        "scalars": SCALARS,
-        "outputs": [{"name": "y", "dtype": "f32", "shape": ["2 * n"], "inplace": False}],
-        LAUNCH_KEY: {"bindings": ["x", "y"], "constants": [dict(s, value=None) for s in SCALARS] + computed},
-    }
-    export = launch.Export(b"", "k", (128, 1, 1), 0, 0, 2)
-    return launch.DirectLaunch(description, export, device=None, output_dtypes=[np.dtype(np.float32)])
+def _direct(computed: list[PushConstant]) -> launch.DirectLaunch:
+    plan = LaunchPlan(executable="k_cu", entry="k", block=(128, 1, 1), variants=(), bindings=("x", "y"),
+                      constants=tuple(PushConstant(s, None) for s in SCALARS) + tuple(computed))
+    description = KernelDescription(
+        name="k", function="k", source="k.cu", block=(128, 1, 1), grid=("ceildiv(n, 128)", "rows % 3", "1"),
+        inputs=(TensorDescription("x", "f32", ("rows", "n")),),
+        scalars=tuple(SCALARS),
+        outputs=(TensorDescription("y", "f32", ("2 * n",)),),
+        launch=plan,
+    )
+    return launch.DirectLaunch(description, b"", 0, device=None, output_dtypes=[np.dtype(np.float32)])
 
 
 def test_push_constants_are_packed_as_the_generated_function_packs_them():
     computed = [
-        {"name": "n", "ctype": "int", "kind": "int", "bytes": 4, "value": "n"},
-        {"name": "total", "ctype": "size_t", "kind": "uint", "bytes": 8, "value": "rows * n"},
-        {"name": "scale", "ctype": "float", "kind": "float", "bytes": 4, "value": "n"},
+        PushConstant(ScalarDescription("n", "int", "int", 4), "n"),
+        PushConstant(ScalarDescription("total", "size_t", "uint", 8), "rows * n"),
+        PushConstant(ScalarDescription("scale", "float", "float", 4), "n"),
     ]
     direct = _direct(computed)
     raw = [True, -5, 65535, -(2**31), 2**32 - 1, -(2**40) - 3, 2**64 - 1, -1.5, 1e300, 65504.0, 3.140625]
     scalars = [scalar_argument("k", s, v) for s, v in zip(SCALARS, raw)]
     env = {"rows": 3, "n": 2**31 - 1}
-    words = direct.constants_for(env, dict(zip([s["name"] for s in SCALARS], scalars)))
+    words = direct.constants_for(env, dict(zip([s.name for s in SCALARS], scalars)))
     d_bits = struct.unpack("<Q", struct.pack("<d", 1e300))[0]
     i64 = (-(2**40) - 3) & (2**64 - 1)
     total = 3 * (2**31 - 1)
@@ -110,10 +113,10 @@ def test_push_constants_are_packed_as_the_generated_function_packs_them():
 
 
 def test_grid_shapes_and_computed_scalars_are_checked_like_the_generated_function():
-    direct = _direct([{"name": "n", "ctype": "int16_t", "kind": "int", "bytes": 2, "value": "n"}])
+    direct = _direct([PushConstant(ScalarDescription("n", "int16_t", "int", 2), "n")])
     assert direct.grid_for({"rows": 4, "n": 1000}) == (8, 1, 1)
     assert direct.shape_of(direct.outputs["y"], {"n": 5}) == (10,)
-    scalars = {s["name"]: 0 for s in SCALARS}
+    scalars = {s.name: 0 for s in SCALARS}
     with pytest.raises(ValueError, match=r"k\(\): scalar n exceeds the range of int16_t"):
         direct.constants_for({"rows": 1, "n": 40000}, scalars)
     with pytest.raises(ValueError, match=r"k\(\): output y dim 0 = \(2 \* n\) is negative"):

@@ -155,8 +155,8 @@ def test_each_pointer_gets_the_role_its_ptx_shows(nonconst):
     _, descriptions = read_descriptions(paths["nonconst"])
     for kernel, expected in EXPECTED_ROLES.items():
         d = descriptions[kernel]
-        got = {t["name"]: "input" for t in d["inputs"]}
-        got.update({t["name"]: "inplace" if t["inplace"] else "output" for t in d["outputs"]})
+        got = {t.name: "input" for t in d.inputs}
+        got.update({t.name: "inplace" if t.inplace else "output" for t in d.outputs})
         assert got == expected, kernel
     assert [line for line in said if "can't tell" in line and "kernel pick" in line and "stored to memory" in line]
     assert any(line.startswith("kernel transpose_naive: pointer roles read from its PTX: odata output, idata input") for line in said)
@@ -169,8 +169,8 @@ def test_the_poisonable_build_takes_every_output_and_keeps_inputs_inputs(noncons
     paths, _ = nonconst
     _, descriptions = read_descriptions(paths["nonconst_poisonable"])
     transpose = descriptions["transpose_naive"]
-    assert [t["name"] for t in transpose["inputs"]] == ["odata", "idata"]
-    assert [(t["name"], t["inplace"]) for t in transpose["outputs"]] == [("odata", True)]
+    assert [t.name for t in transpose.inputs] == ["odata", "idata"]
+    assert [(t.name, t.inplace) for t in transpose.outputs] == [("odata", True)]
 
 
 @needs_build_tools
@@ -215,7 +215,7 @@ def test_declarations_the_ptx_agrees_with_are_kept(tmp_path):
 
     result = _build(tmp_path, "transpose_naive", outputs=["odata"], readonly=["idata"], **TRANSPOSE)
     d = read_descriptions(result.vmfb)[1]["transpose_naive"]
-    assert [t["name"] for t in d["inputs"]] == ["idata"] and [t["name"] for t in d["outputs"]] == ["odata"]
+    assert [t.name for t in d.inputs] == ["idata"] and [t.name for t in d.outputs] == ["odata"]
 
 
 @needs_build_tools
@@ -284,7 +284,7 @@ def test_library_kernels_keep_their_outputs(tmp_path):
         result = build(load_spec(root / "kernels" / spec), tmp_path / f"{spec}.vmfb", progress=said.append)
         assert not [line for line in said if "can't tell" in line], said
         for d in read_descriptions(result.vmfb)[1].values():
-            assert not any(t["inplace"] for t in d["outputs"]), d["kernel"]
+            assert not any(t.inplace for t in d.outputs), d.name
 
 
 @needs_build_tools
@@ -305,7 +305,7 @@ def test_machine_code_alone_makes_an_undeclared_pointer_in_place(tmp_path):
                            shapes={"g_idata": ["n"], "g_odata": ["m"]})
     result = build(ModuleSpec("m", (k,)), tmp_path / "m.vmfb", progress=said.append, cache=False)
     d = read_descriptions(result.vmfb)[1][k.function]
-    assert [(t["name"], t["inplace"]) for t in d["outputs"]] == [("g_idata", True), ("g_odata", True)]
+    assert [(t.name, t.inplace) for t in d.outputs] == [("g_idata", True), ("g_odata", True)]
     assert sum("no PTX to read how it uses" in line for line in said) == 2
 
 

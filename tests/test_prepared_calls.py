@@ -18,6 +18,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from iree_dispatch.runtime.dlpack import LAUNCH_ENTRY
+
 from .compiled_stand_ins import FakeDriver, needs_compiler, private_module  # noqa: F401
 
 FUNCTION_ADDRESS = 0x1234
@@ -37,17 +39,17 @@ def bits(value: float) -> int:
 
 
 class Device:
-    """What the `_direct_launch` entries of one device's arrays name."""
+    """What the LAUNCH_ENTRY entries of one device's arrays name."""
 
 
 DEVICE = Device()
 
 
 class DeviceArray:
-    """The runtime's device array as a direct call sees it: `_direct_launch` = (device, dtype, shape, address)."""
+    """The runtime's device array as a direct call sees it: its LAUNCH_ENTRY entry = (device, dtype, shape, address)."""
 
     def __init__(self, address: int, dtype: str = "float32", shape: tuple = (4,), device: object = DEVICE):
-        self._direct_launch = (device, dtype, shape, address)
+        self.__dict__[LAUNCH_ENTRY] = (device, dtype, shape, address)
 
 
 class TorchTensor:
@@ -99,7 +101,7 @@ class Harness:
         self.failures: list[tuple] = []
         self.ahead: list = [None, None]  # the device's outputs made ahead, shared by its kernels' Calls
         module.set_driver(*self.driver.addresses())
-        module.set_frameworks(DeviceArray, TorchTensor, self.torch_stream, CupyArray, self.cupy_stream)
+        module.set_frameworks(DeviceArray, LAUNCH_ENTRY, TorchTensor, self.torch_stream, CupyArray, self.cupy_stream)
 
     def torch_stream(self, ordinal):
         self.streams.append(("torch", ordinal))
@@ -170,7 +172,7 @@ def test_our_arrays_of_another_signature_are_left_to_the_checked_path(private_mo
     a, b = DeviceArray(0xA000), DeviceArray(0xB000)
     assert calls.prepare((a, b, 1), (8, 1, 1), (1,), (output,)) is True
     without_entry = DeviceArray(0xA000)
-    del without_entry._direct_launch
+    del without_entry.__dict__[LAUNCH_ENTRY]
     misses = [
         (DeviceArray(0xA000, shape=(5,)), b, 1),  # another shape
         (DeviceArray(0xA000, shape=(2, 2)), b, 1),
@@ -299,7 +301,7 @@ def test_arrays_of_two_frameworks_or_of_unknown_types_have_no_signature(private_
     class DeviceArraySubclass(DeviceArray):
         pass
 
-    others = [np.zeros(4, np.float32), DeviceArraySubclass(0xA000), None, 0xA000, SimpleNamespace(_direct_launch=(DEVICE, "float32", (4,), 0xA000))]
+    others = [np.zeros(4, np.float32), DeviceArraySubclass(0xA000), None, 0xA000, SimpleNamespace(**{LAUNCH_ENTRY: (DEVICE, "float32", (4,), 0xA000)})]
     pairs = [(ours, torch), (torch, ours), (torch, cupy), (cupy, torch), (ours, cupy), (cupy, ours)] + [(ours, other) for other in others]
     for args in pairs:
         assert calls.prepare(args, (1, 1, 1), (), (output,)) is False, args
@@ -581,8 +583,8 @@ def test_calls_keep_no_references(private_module):
     assert calls.prepare((a, b, int("123456789"), float("0.5")), (8, 1, 1), (7, 0), (lambda: out,)) is True
     h.driver.expected = 5
     miss = DeviceArray(0xA000, shape=(9,))
-    watched = {"a": a, "b": b, "out": out, "n": n, "alpha": alpha, "entry": a._direct_launch, "dtype": a._direct_launch[1],
-               "shape": a._direct_launch[2], "miss": miss}
+    watched = {"a": a, "b": b, "out": out, "n": n, "alpha": alpha, "entry": a.__dict__[LAUNCH_ENTRY], "dtype": a.__dict__[LAUNCH_ENTRY][1],
+               "shape": a.__dict__[LAUNCH_ENTRY][2], "miss": miss}
     assert calls.call((a, b, n, alpha)) == (out, a)  # warm-up
     before = counts(watched)
     for _ in range(1000):

@@ -17,7 +17,7 @@ import pytest
 from iree_dispatch import runtime
 from iree_dispatch.backend.program import Program
 from iree_dispatch.core.archs import parse_arch
-from iree_dispatch.core.contract import REFLECTION_KEY, encode
+from iree_dispatch.core.contract import REFLECTION_KEY, KernelDescription, ProgramDescription, ScalarDescription, TensorDescription, encode
 from iree_dispatch.core.errors import SpecError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 from iree_dispatch.frontend.spec_file import load_spec
@@ -160,9 +160,9 @@ def test_k_calls_build_into_k_dispatches(samples, tmp_path):
     assert len(re.findall(r"= (?:func\.)?call @samples\.axpby\.unchecked\(", result.mlir.read_text())) == k
     assert compile_to("flow", result.mlir, samples).count("flow.dispatch {") == k
     instance = runtime.rt.VmInstance()
-    described = runtime._descriptions(runtime.rt.VmModule.mmap(instance, str(result.vmfb)))["chain"]
-    assert described["program"] and described["calls"] == k
-    assert [t["name"] for t in described["inputs"]] == ["x", "y"] and described["scalars"][0]["name"] == "alpha"
+    described = runtime.loading.descriptions_of(runtime.rt.VmModule.mmap(instance, str(result.vmfb)), result.vmfb)["chain"]
+    assert isinstance(described, ProgramDescription) and described.calls == k
+    assert [t.name for t in described.inputs] == ["x", "y"] and described.scalars[0].name == "alpha"
 
 
 @needs_build_tools
@@ -230,7 +230,7 @@ def test_relations_between_sizes_are_checked_at_entry_and_before_launch(relation
     assert "program rel: call 3 to head: output out dim 0 = (n - keep) is negative" in messages
     assert sum("must equal" in msg for msg in messages) == 1
     description = p.describe(["sm_90"])
-    assert [(c["op"], c["lhs"], c["rhs"]) for c in description["checks"] if c["op"] == "eq"] == [("eq", "n", "(rows * cols)")]
+    assert [(c.op, c.lhs, c.rhs) for c in description.checks if c.op == "eq"] == [("eq", "n", "(rows * cols)")]
 
     # runtime.KernelFunction checks the same relations in Python, before invoking anything.
     launched = []
@@ -316,12 +316,13 @@ func.func @shift(%x: tensor<?xf32>, %a: f32) -> tensor<?xf32> attributes {iree.r
   return %r : tensor<?xf32>
 }
 """
-SHIFT_DESCRIPTION = {
-    "kernel": "shift", "archs": [],
-    "inputs": [{"name": "x", "dtype": "f32", "shape": ["n"]}],
-    "scalars": [{"name": "a", "ctype": "float", "kind": "float", "bytes": 4}],
-    "outputs": [{"name": "out", "dtype": "f32", "shape": ["n"], "inplace": False}],
-}
+# A kernel description without a launch plan: the runtime checks the calls and invokes through IREE.
+SHIFT_DESCRIPTION = KernelDescription(
+    name="shift", function="shift", source="shift.mlir", block=(1, 1, 1), grid=("1", "1", "1"),
+    inputs=(TensorDescription("x", "f32", ("n",)),),
+    scalars=(ScalarDescription("a", "float", "float", 4),),
+    outputs=(TensorDescription("out", "f32", ("n",)),),
+)
 
 
 @pytest.fixture(scope="module")

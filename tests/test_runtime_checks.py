@@ -7,21 +7,23 @@ import sys
 import numpy as np
 import pytest
 
+from iree_dispatch.core.contract import FunctionDescription, ScalarDescription, TensorDescription
 from iree_dispatch.runtime import KernelFunction, no_variant_message, runs_on
 
-DESCRIPTION = {
-    "kernel": "axpby",
-    "archs": ["sm_90", "sm_80"],
-    "inputs": [{"name": "x", "dtype": "f32", "shape": ["n"]}, {"name": "y", "dtype": "f32", "shape": ["n"]}],
-    "scalars": [{"name": "alpha", "ctype": "float", "kind": "float", "bytes": 4}, {"name": "count", "ctype": "unsigned", "kind": "uint", "bytes": 4}],
-    "outputs": [{"name": "out", "dtype": "f32", "shape": ["n"], "inplace": False}],
-}
-MATRIX = {
-    "kernel": "t",
-    "inputs": [{"name": "a", "dtype": "i32", "shape": ["m", 4]}, {"name": "b", "dtype": "i32", "shape": [4, "m"]}],
-    "scalars": [],
-    "outputs": [],
-}
+DESCRIPTION = FunctionDescription(
+    name="axpby",
+    function="axpby",
+    archs=("sm_90", "sm_80"),
+    inputs=(TensorDescription("x", "f32", ("n",)), TensorDescription("y", "f32", ("n",))),
+    scalars=(ScalarDescription("alpha", "float", "float", 4), ScalarDescription("count", "unsigned", "uint", 4)),
+    outputs=(TensorDescription("out", "f32", ("n",)),),
+)
+MATRIX = FunctionDescription(
+    name="t",
+    function="t",
+    inputs=(TensorDescription("a", "i32", ("m", 4)), TensorDescription("b", "i32", (4, "m"))),
+    outputs=(),
+)
 
 
 class Recorder:

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from iree_dispatch.backend.pipeline import build
-from iree_dispatch.core.contract import scalar_argument
+from iree_dispatch.core.contract import ScalarDescription, scalar_argument
 from iree_dispatch.core.errors import DispatchError, SpecError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 from iree_dispatch.frontend.spec_file import load_spec
@@ -62,12 +62,12 @@ def test_other_flags_are_kept(cu):
 )
 def test_finite_floats_that_would_arrive_as_infinity_are_refused(kind, ctype, nbytes, value):
     with pytest.raises(ValueError, match=r"out of the range of"):
-        scalar_argument("k", {"name": "x", "ctype": ctype, "kind": kind, "bytes": nbytes}, value)
+        scalar_argument("k", ScalarDescription("x", ctype, kind, nbytes), value)
 
 
 @pytest.mark.parametrize("kind, ctype, nbytes, value", [("float", "float", 4, 3.4e38), ("half", "__half", 2, 65519.0), ("float", "float", 4, math.inf)])
 def test_floats_in_range_and_infinities_pass(kind, ctype, nbytes, value):
-    scalar_argument("k", {"name": "x", "ctype": ctype, "kind": kind, "bytes": nbytes}, value)
+    scalar_argument("k", ScalarDescription("x", ctype, kind, nbytes), value)
 
 
 SPEC = '[module]\nname = "m"\n[[kernel]]\nname = "mul"\nsource = "k.cu"\nblock = [64]\ngrid = ["n"]\nshape = ["n"]\n'

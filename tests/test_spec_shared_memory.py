@@ -42,7 +42,7 @@ def test_each_variant_export_gets_its_arch_size(cu):
     (k,) = spec.kernels
     assert [(a.name, n) for a, n in k.shared_memory_by_arch] == [("sm_90a", HOPPER), ("sm_80", AMPERE)]
     assert k.shared_memory == HOPPER  # the largest, for code that reads one number
-    assert k.describe()["shared_memory"] == {"sm_90a": HOPPER, "sm_80": AMPERE}
+    assert k.describe().to_dict()["shared_memory"] == {"sm_90a": HOPPER, "sm_80": AMPERE}
     # cubin policy: a cubin per arch, then the newest arch's PTX.
     assert _exports(spec) == {"sm_90a_cubin": HOPPER, "sm_80_cubin": AMPERE, "sm_90a": HOPPER}
 
@@ -50,7 +50,7 @@ def test_each_variant_export_gets_its_arch_size(cu):
 def test_plain_size_still_means_every_arch(cu):
     spec = _spec(cu, 4096, objects="ptx")
     assert spec.kernels[0].shared_memory_by_arch == ()
-    assert spec.kernels[0].describe()["shared_memory"] == 4096
+    assert spec.kernels[0].describe().shared_memory == 4096
     assert _exports(spec) == {"sm_90a": 4096, "sm_80": 4096}
 
 

@@ -14,11 +14,12 @@ variants.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import expr as ex
-from ..core.contract import LAUNCH_KEY, REFLECTION_KEY, encode, scalar_description
+from ..core.contract import REFLECTION_KEY, LaunchPlan, LaunchVariant, PushConstant, ScalarDescription, encode
 from ..core.variants import Variant
 from ..frontend.spec import KernelSpec, ModuleSpec, TensorParam
 from . import ir
@@ -215,25 +216,26 @@ def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, fun
     args = [ir.argument(t.name, _tensor_type(t)) for t in k.inputs] + [ir.argument(s.name, s.stype.func_arg) for s in k.scalar_args]
     # A prebuilt kernel runs on its objects' archs, not the module's.
     archs = list(dict.fromkeys(a.name for v in exe.variants for a in v.archs)) if k.objects else [a.name for a in module.archs]
-    description = dict(k.describe(), archs=archs, objects="+".join(o.kind for o in k.objects) if k.objects else module.objects)
-    description[LAUNCH_KEY] = _launch_plan(k, exe, entry)
+    objects = "+".join(o.kind for o in k.objects) if k.objects else module.objects
+    description = dataclasses.replace(k.describe(), archs=tuple(archs), objects=objects, launch=_launch_plan(k, exe, entry))
     # Only public wrappers are called from outside and need their description at run time.
     attributes = "" if private else ir.reflection(REFLECTION_KEY, encode(description))
     return ir.function(function, args, out_types, b.lines, private=private, attributes=attributes)
 
 
-def _launch_plan(k: KernelSpec, exe: Executable, entry: str) -> dict:
+def _launch_plan(k: KernelSpec, exe: Executable, entry: str) -> LaunchPlan:
     """What the runtime needs to launch the kernel itself, exactly as this function's dispatch
     does (runtime/launch.py): the executable and its variants in IREE's order of preference with
-    their conditions, the entry, the tensors in binding order, and every push constant's scalar
-    (argument or size expression) in order."""
-    return {
-        "executable": exe.symbol,
-        "entry": entry,
-        "variants": [{"name": v.name, "rules": [list(rule) for rule in v.rules]} for v in exe.variants],
-        "bindings": [t.name for t in k.tensors],
-        "constants": [dict(scalar_description(s.name, s.stype), value=None if s.value is None else str(s.value)) for s in k.scalars],
-    }
+    their conditions and shared memory, the entry, the block, the tensors in binding order, and
+    every push constant's scalar (argument or size expression) in order."""
+    return LaunchPlan(
+        executable=exe.symbol,
+        entry=entry,
+        block=tuple(k.block),
+        variants=tuple(LaunchVariant(v.name, tuple(v.rules), k.shared_memory_for(v)) for v in exe.variants),
+        bindings=tuple(t.name for t in k.tensors),
+        constants=tuple(PushConstant(ScalarDescription.of(s.name, s.stype), None if s.value is None else str(s.value)) for s in k.scalars),
+    )
 
 
 def _pack_argument(b: FunctionBuilder, s) -> list[str]:

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import expr as ex
-from ..core.contract import PROGRAM_REFLECTION_KEY, RELATIONS, encode, scalar_argument, scalar_description
+from ..core.contract import PROGRAM_REFLECTION_KEY, RELATIONS, ProgramDescription, ScalarDescription, SizeCheck, TensorDescription, encode, scalar_argument
 from ..core.dtypes import ELEMENT_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
 from ..frontend.spec import KernelSpec, ModuleSpec
 from . import ir
@@ -101,8 +101,8 @@ class _Check:
     def key(self) -> tuple[str, str, str]:
         return (self.op, str(self.lhs), str(self.rhs))
 
-    def describe(self) -> dict:
-        return {"op": self.op, "lhs": _expr_text(self.lhs), "rhs": _expr_text(self.rhs), "message": self.message}
+    def describe(self) -> SizeCheck:
+        return SizeCheck(self.op, _expr_text(self.lhs), _expr_text(self.rhs), self.message)
 
 
 _PYTHON_OPS = {"eq": "==", "ne": "!=", "sge": ">=", "sle": "<="}
@@ -234,21 +234,19 @@ class Program:
 
     # -- results -------------------------------------------------------------------------
 
-    def describe(self, archs: Sequence[str] = ()) -> dict:
-        """The function's description, in the form runtime.KernelFunction checks calls with."""
-        return {
-            "kernel": self.name,
-            "function": self.name,
-            "program": True,
-            "archs": list(archs),
-            "calls": self._calls,
-            "inputs": [{"name": v.ssa[1:], "dtype": v.dtype, "shape": list(v.shape)} for v in self._inputs],
-            "scalars": [scalar_description(s.name, s.stype) for s in self._scalars],
-            "outputs": [{"name": f"result{i}", "dtype": v.dtype, "shape": ["?" if d is None else d for d in v.shape], "inplace": False}
-                        for i, v in enumerate(self._outputs)],
-            # Relations between sizes beyond equal names (runtime.KernelFunction checks them too).
-            "checks": [c.describe() for c in self._checks.values()],
-        }
+    def describe(self, archs: Sequence[str] = ()) -> ProgramDescription:
+        """The function's description, which runtime's KernelFunction checks calls with."""
+        return ProgramDescription(
+            name=self.name,
+            function=self.name,
+            archs=tuple(archs),
+            calls=self._calls,
+            inputs=tuple(TensorDescription(v.ssa[1:], v.dtype, tuple(v.shape)) for v in self._inputs),
+            scalars=tuple(ScalarDescription.of(s.name, s.stype) for s in self._scalars),
+            outputs=tuple(TensorDescription(f"result{i}", v.dtype, tuple("?" if d is None else d for d in v.shape)) for i, v in enumerate(self._outputs)),
+            # Relations between sizes beyond equal names (runtime's KernelFunction checks them too).
+            checks=tuple(c.describe() for c in self._checks.values()),
+        )
 
     def entry_checks(self) -> list[str]:
         """What the generated function checks at entry, as `lhs op rhs: message` (for tests and
@@ -353,7 +351,7 @@ class Program:
         if isinstance(value, Value):
             raise TypeError(f"{where}: argument {s.name!r} is a scalar ({s.stype.ctype}), got {value.origin}")
         # The run-time conversions: one place decides how numbers travel.
-        converted = scalar_argument(where, scalar_description(s.name, s.stype), value)
+        converted = scalar_argument(where, ScalarDescription.of(s.name, s.stype), value)
         if s.stype.integer:
             sizes.setdefault(s.name, (ex.Num(int(value)), f"argument {s.name!r}"))
         return self._constant(converted, s.stype.func_arg)

@@ -1,9 +1,15 @@
 """The contract between the build half and the run-time half, dependency-free (numpy only).
 
-- Where a generated function's description lives in the vmfb: an `iree.reflection` entry
-  (REFLECTION_KEY for a kernel's function, PROGRAM_REFLECTION_KEY for a program's), compact JSON.
-- The description's scalar entries (`scalar_description`) and how a Python number travels as a
-  scalar argument (`scalar_argument`): the builder writes the unpacking, the runtime packs.
+- What the build tells the runtime about each generated function, as typed data: a kernel's
+  `KernelDescription` (its arguments, results, grid and block, the archs and objects it was
+  built for, and the `LaunchPlan` the runtime launches it directly with), a program's
+  `ProgramDescription` (its arguments, results and the relations between sizes it checks).
+- Where they live in the vmfb: an `iree.reflection` entry of the function (REFLECTION_KEY for a
+  kernel's, PROGRAM_REFLECTION_KEY for a program's), one versioned compact JSON form written by
+  `encode` and read by `read_description`, the one parser of both. A description of another
+  version (an older build's) is refused with a `ContractError` that says to rebuild.
+- How a Python number travels as a scalar argument (`scalar_argument`): the builder writes the
+  unpacking, the runtime packs.
 """
 
 from __future__ import annotations
@@ -11,47 +17,269 @@ from __future__ import annotations
 import json
 import math
 import operator
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .dtypes import ScalarType
+from .errors import ContractError
 
 REFLECTION_KEY = "iree_dispatch.kernel"
+PROGRAM_REFLECTION_KEY = "iree_dispatch.program"
+# The version of the JSON form below. Any change to what a description holds or means gets a
+# new number: the runtime then refuses the modules an older build wrote instead of misreading them.
+CONTRACT_VERSION = 1
 # The relations between sizes a description's checks use, by their arith.cmpi predicate: the
 # generated functions assert them, the runtime checks them before a call.
 RELATIONS = {"eq": operator.eq, "ne": operator.ne, "sge": operator.ge, "sle": operator.le}
-PROGRAM_REFLECTION_KEY = "iree_dispatch.program"
-# A kernel description's launch plan (emit.py writes it, runtime/launch.py launches from it): the
-# executable, its variants and their conditions, the entry, the binding order, the push constants.
-LAUNCH_KEY = "launch"
+
+Dim = str | int  # a dim as descriptions write it: a size's name or expression, or a static size
 
 
-def encode(description: dict) -> str:
-    return json.dumps(description, sort_keys=True, separators=(",", ":"))
+@dataclass(frozen=True)
+class ScalarDescription:
+    """A scalar argument (or push constant) by its C type: `kind` and `nbytes` say how it travels."""
+
+    name: str
+    ctype: str
+    kind: str  # ScalarType.kind: int, uint, bool, float, double, half, bf16
+    nbytes: int
+
+    @classmethod
+    def of(cls, name: str, stype: ScalarType) -> ScalarDescription:
+        return cls(name, stype.ctype, stype.kind, stype.nbytes)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "ctype": self.ctype, "kind": self.kind, "bytes": self.nbytes}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> ScalarDescription:
+        return cls(d["name"], d["ctype"], d["kind"], d["bytes"])
 
 
-def decode(text: str) -> dict:
-    return json.loads(text)
+@dataclass(frozen=True)
+class TensorDescription:
+    """A tensor argument or result: element type (MLIR's name) and dims. inplace: a result
+    that is the input of the same name, written in place."""
+
+    name: str
+    dtype: str
+    shape: tuple[Dim, ...]
+    inplace: bool = False
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "inplace": self.inplace}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> TensorDescription:
+        return cls(d["name"], d["dtype"], tuple(d["shape"]), d["inplace"])
 
 
-def scalar_description(name: str, stype: ScalarType) -> dict:
-    """A scalar argument as descriptions list it."""
-    return {"name": name, "ctype": stype.ctype, "kind": stype.kind, "bytes": stype.nbytes}
+@dataclass(frozen=True)
+class SizeCheck:
+    """A relation between sizes a function checks at entry: `lhs op rhs` (op: a key of
+    RELATIONS; lhs, rhs: core/expr.py expressions), failing with `message`."""
+
+    op: str
+    lhs: str
+    rhs: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"op": self.op, "lhs": self.lhs, "rhs": self.rhs, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> SizeCheck:
+        return cls(d["op"], d["lhs"], d["rhs"], d["message"])
 
 
-def scalar_argument(kernel: str, scalar: dict, value) -> int | float:
-    """A Python number as the generated function's argument for `scalar` (a description's
-    scalar entry): range-checked against its C type, double/half/bf16 as their bits (what the
+@dataclass(frozen=True)
+class LaunchVariant:
+    """One variant of a kernel's executable: the compute-capability rules under which IREE
+    takes it (core/variants.py's Rule: major, minor, how) and the dynamic shared memory its
+    export declares."""
+
+    name: str
+    rules: tuple[tuple[int, int, str], ...]
+    shared_memory: int
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "rules": [list(rule) for rule in self.rules], "shared_memory": self.shared_memory}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> LaunchVariant:
+        return cls(d["name"], tuple((int(a), int(b), str(how)) for a, b, how in d["rules"]), d["shared_memory"])
+
+
+@dataclass(frozen=True)
+class PushConstant:
+    """A scalar as the kernel receives it, in push-constant order: `value` None is the call's
+    argument of that name, else the size expression the function computes it from."""
+
+    scalar: ScalarDescription
+    value: str | None
+
+    def to_dict(self) -> dict:
+        return {**self.scalar.to_dict(), "value": self.value}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> PushConstant:
+        return cls(ScalarDescription.from_dict(d), d["value"])
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What the runtime needs to launch a kernel itself exactly as its generated function's
+    dispatch does (runtime/launch.py): the executable and its variants in IREE's order of
+    preference, the entry, the block, the tensors in binding order, every push constant."""
+
+    executable: str
+    entry: str
+    block: tuple[int, int, int]
+    variants: tuple[LaunchVariant, ...]
+    bindings: tuple[str, ...]
+    constants: tuple[PushConstant, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "executable": self.executable, "entry": self.entry, "block": list(self.block), "variants": [v.to_dict() for v in self.variants],
+            "bindings": list(self.bindings), "constants": [c.to_dict() for c in self.constants],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> LaunchPlan:
+        return cls(d["executable"], d["entry"], tuple(d["block"]), tuple(map(LaunchVariant.from_dict, d["variants"])), tuple(d["bindings"]),
+                   tuple(map(PushConstant.from_dict, d["constants"])))
+
+
+@dataclass(frozen=True, kw_only=True)
+class FunctionDescription:
+    """What a checked call of a generated function needs: its name for messages, its arguments
+    (tensors, then scalars) and results, the relations between sizes it checks, and the archs
+    it was built for (newest first)."""
+
+    name: str
+    function: str
+    inputs: tuple[TensorDescription, ...]
+    scalars: tuple[ScalarDescription, ...] = ()
+    outputs: tuple[TensorDescription, ...]
+    checks: tuple[SizeCheck, ...] = ()
+    archs: tuple[str, ...] = ()
+
+    def _common(self) -> dict:
+        return {
+            "version": CONTRACT_VERSION, "name": self.name, "function": self.function, "inputs": [t.to_dict() for t in self.inputs],
+            "scalars": [s.to_dict() for s in self.scalars], "outputs": [t.to_dict() for t in self.outputs],
+            "checks": [c.to_dict() for c in self.checks], "archs": list(self.archs),
+        }
+
+    @staticmethod
+    def _common_fields(d: Mapping) -> dict[str, Any]:
+        return dict(
+            name=d["name"], function=d["function"], inputs=tuple(map(TensorDescription.from_dict, d["inputs"])),
+            scalars=tuple(map(ScalarDescription.from_dict, d["scalars"])), outputs=tuple(map(TensorDescription.from_dict, d["outputs"])),
+            checks=tuple(map(SizeCheck.from_dict, d["checks"])), archs=tuple(d["archs"]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelDescription(FunctionDescription):
+    """A kernel's generated function (`name` is the kernel's). shared_memory: bytes as
+    declared, one number or (arch, bytes) pairs. objects: the object kinds it carries
+    ("cubin+ptx"...). launch: None before the build has made the function (a spec's
+    description), or for a function the runtime must call through IREE."""
+
+    source: str  # the .cu file's name (a prebuilt kernel's first object, a Triton kernel's .py)
+    shared_memory: int | tuple[tuple[str, int], ...] = 0
+    block: tuple[int, int, int]
+    grid: tuple[str, str, str]
+    objects: str = ""
+    launch: LaunchPlan | None = None
+
+    def to_dict(self) -> dict:
+        shared = dict(self.shared_memory) if isinstance(self.shared_memory, tuple) else self.shared_memory
+        return {**self._common(), "source": self.source, "shared_memory": shared, "block": list(self.block), "grid": list(self.grid),
+                "objects": self.objects, "launch": None if self.launch is None else self.launch.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> KernelDescription:
+        shared = d["shared_memory"]
+        return cls(**cls._common_fields(d), source=d["source"], shared_memory=tuple(shared.items()) if isinstance(shared, Mapping) else shared,
+                   block=tuple(d["block"]), grid=tuple(d["grid"]), objects=d["objects"],
+                   launch=None if d["launch"] is None else LaunchPlan.from_dict(d["launch"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgramDescription(FunctionDescription):
+    """A program's generated function (backend/program.py; `name` is the program's): `calls`
+    kernel calls, through IREE."""
+
+    calls: int
+
+    def to_dict(self) -> dict:
+        return {**self._common(), "calls": self.calls}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> ProgramDescription:
+        return cls(**cls._common_fields(d), calls=d["calls"])
+
+
+Description = KernelDescription | ProgramDescription
+_KEYS: dict[str, type[KernelDescription] | type[ProgramDescription]] = {REFLECTION_KEY: KernelDescription, PROGRAM_REFLECTION_KEY: ProgramDescription}
+
+
+def encode(description: Description) -> str:
+    """The description as its reflection entry's value: compact JSON, deterministic (to_dict
+    writes its keys in one order). Not sorted: a per-arch shared memory table keeps its order
+    (the spec's, newest arch first), as everything else in a description does."""
+    return json.dumps(description.to_dict(), separators=(",", ":"))
+
+
+def reflection_key(description: Description) -> str:
+    return REFLECTION_KEY if isinstance(description, KernelDescription) else PROGRAM_REFLECTION_KEY
+
+
+def read_description(reflection: Mapping[str, str], where: str) -> Description | None:
+    """A function's description from its reflection entries, None for a function that has
+    none (not generated by iree_dispatch). where: the module and function, for messages.
+    Raises ContractError for a description of another contract version."""
+    for key, kind in _KEYS.items():
+        if key in reflection:
+            return decode(kind, reflection[key], where)
+    return None
+
+
+def decode(kind: type[KernelDescription] | type[ProgramDescription], text: str, where: str) -> Description:
+    """One reflection entry's text as a `kind` description (see read_description)."""
+    rebuild = "rebuild the module with this iree_dispatch version"
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ContractError(f"{where}: its iree_dispatch description is not valid JSON; {rebuild}") from None
+    version = data.get("version") if isinstance(data, dict) else None
+    if version != CONTRACT_VERSION:
+        built = "an iree_dispatch older than description versions" if version is None else f"description version {version}"
+        raise ContractError(f"{where}: built with {built}, but this iree_dispatch reads description version {CONTRACT_VERSION}; {rebuild}")
+    try:
+        return kind.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ContractError(f"{where}: its iree_dispatch description is malformed ({type(exc).__name__}: {exc}); {rebuild}") from None
+
+
+def scalar_argument(kernel: str, scalar: ScalarDescription, value) -> int | float:
+    """A Python number as the generated function's argument for `scalar`: range-checked against its C type, double/half/bf16 as their bits (what the
     generated function unpacks). Used at call time, and by programs for their constants."""
-    where = f"{kernel}(): argument {scalar['name']!r} ({scalar['ctype']})"
-    kind, bits = scalar["kind"], 8 * scalar["bytes"]
+    where = f"{kernel}(): argument {scalar.name!r} ({scalar.ctype})"
+    kind, bits = scalar.kind, 8 * scalar.nbytes
     if kind in ("float", "double", "half", "bf16"):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise TypeError(f"{where} must be a number, got {type(value).__name__}")
         # A finite value that rounds to an infinity in the C type is refused, as an out-of-range
         # integer is (infinities and NaN themselves pass as they are).
         if kind != "double" and math.isfinite(float(value)) and math.isinf(_rounded(kind, float(value))):
-            raise ValueError(f"{where} = {value!r} is out of the range of {scalar['ctype']}")
+            raise ValueError(f"{where} = {value!r} is out of the range of {scalar.ctype}")
         # double, half and bf16 travel as their bits (see dtypes.SCALAR_TYPES).
         if kind == "double":
             return int(np.array(float(value), np.float64).view(np.int64))

@@ -34,3 +34,8 @@ class DeviceError(DispatchError, RuntimeError):
 
 class OutputError(DispatchError, ValueError):
     """An output can't be written where asked, or would overwrite an input or another output."""
+
+
+class ContractError(DispatchError):
+    """A module's descriptions were written by another iree_dispatch version (another build↔run
+    contract), or are damaged: the module must be rebuilt with this version."""

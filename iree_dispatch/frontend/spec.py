@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from ..core import expr as ex
 from ..core.archs import DEFAULT_ARCHS, Arch, parse_arch, parse_archs
-from ..core.contract import scalar_description
+from ..core.contract import KernelDescription, ScalarDescription, TensorDescription
 from ..core.dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
 from ..core.errors import SignatureError, SpecError
 from ..core.variants import POLICIES, Variant, plan_variants
@@ -194,32 +194,28 @@ class KernelSpec:
         sized += [(f"scalar {s.name} = {s.value}", s.value) for s in self.scalars if s.value is not None]
         return [(label, d) for label, e in sized for d in dict.fromkeys(ex.divisors(e)) if ex.symbols(d)]
 
-    def describe(self) -> dict:
-        """JSON-able summary; embedded in the vmfb for call-time checks and `inspect`."""
-        return {
-            "kernel": self.name,
-            "function": self.function,
-            "source": self.source.name,  # a pending Triton kernel's: its .py file
-            # An int, or {arch: bytes} as declared per arch.
-            "shared_memory": {a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory,
-            "block": list(self.block),
-            "grid": [str(g) for g in self.grid],
-            "inputs": [
-                {"name": t.name, "dtype": t.dtype, "shape": [_dim_json(d) for d in t.shape]} for t in self.inputs
-            ],
-            "scalars": [scalar_description(s.name, s.stype) for s in self.scalar_args],
-            "outputs": [
-                {"name": t.name, "dtype": t.dtype, "shape": [_dim_json(d) for d in t.shape], "inplace": t.role == "inplace"}
-                for t in self.outputs
-            ],
-        }
+    def describe(self) -> KernelDescription:
+        """The kernel's description as declared (no archs, objects or launch plan: the build
+        adds them); embedded in the vmfb for call-time checks and `inspect`."""
+        return KernelDescription(
+            name=self.name,
+            function=self.function,
+            source=self.source.name,  # a pending Triton kernel's: its .py file
+            # A number, or (arch, bytes) pairs as declared per arch.
+            shared_memory=tuple((a.name, n) for a, n in self.shared_memory_by_arch) if self.shared_memory_by_arch else self.shared_memory,
+            block=tuple(self.block),
+            grid=tuple(str(g) for g in self.grid),
+            inputs=tuple(TensorDescription(t.name, t.dtype, tuple(_dim_json(d) for d in t.shape)) for t in self.inputs),
+            scalars=tuple(ScalarDescription.of(s.name, s.stype) for s in self.scalar_args),
+            outputs=tuple(TensorDescription(t.name, t.dtype, tuple(_dim_json(d) for d in t.shape), t.role == "inplace") for t in self.outputs),
+        )
 
     def fingerprint(self) -> dict:
         """describe() plus what it leaves out because callers don't pass it, but the generated
         code depends on: the C signature (a declared one may differ from the source's) and the
         expressions of the scalars computed from sizes."""
         return {
-            **self.describe(),
+            **self.describe().to_dict(),
             "signature": signature_text(self.signature),
             "extern_c": self.signature.extern_c,
             "declared": self.signature.declared,

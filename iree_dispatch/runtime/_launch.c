@@ -4,7 +4,7 @@
  *
  *   set_driver(launch_kernel, stream_synchronize, ctx_get_current, ctx_push, ctx_pop)   their addresses
  *   launch(function, grid, block, shared_memory, stream, values, wait) -> None or (launch rc, synchronize rc)
- *   set_frameworks(device_array_type, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)
+ *   set_frameworks(device_array_type, entry_attribute, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)
  *   Calls(...)   one kernel's prepared calls: .prepare(args, grid, words, outputs[, make_ahead]), .call(args), len()
  *   capsule_address(capsule) -> a DLPack capsule's data + byte_offset
  *
@@ -22,8 +22,9 @@
  * returns None when the caller must take the checked path. Only float scalars change between
  * calls of one signature: they are packed into their words on every call.
  *
- * Arrays a signature knows: the runtime's own device arrays that a direct call has seen (their
- * `_direct_launch` entry: device, dtype, shape, address), and contiguous torch tensors or CuPy
+ * Arrays a signature knows: the runtime's own device arrays that a direct call has seen (the
+ * entry it recorded in the array's __dict__ under the attribute named by set_frameworks, which
+ * the runtime defines once, as dlpack.LAUNCH_ENTRY: device, dtype, shape, address), and contiguous torch tensors or CuPy
  * arrays on the kernel's GPU (all of one framework in one call). A call on torch or CuPy arrays
  * is queued on that framework's current stream and returns at once; a call on our arrays is
  * queued on the launch stream and waits for it. A call runs with its device's primary context
@@ -53,12 +54,13 @@ static CtxPop ctx_pop = NULL;
 /* Array types a signature knows, and each framework's current stream by GPU ordinal. */
 enum { NONE = 0, OURS = 1, TORCH = 2, CUPY = 3 };
 static PyObject* device_array_type = NULL;
+static PyObject* entry_attribute = NULL; /* the (interned) name of our arrays' entry, see above */
 static PyObject* torch_tensor_type = NULL;
 static PyObject* torch_stream = NULL;
 static PyObject* cupy_array_type = NULL;
 static PyObject* cupy_stream = NULL;
 
-static PyObject *s_direct_launch, *s_get_device, *s_is_contiguous, *s_dtype, *s_shape, *s_data_ptr, *s_device, *s_id, *s_flags,
+static PyObject *s_get_device, *s_is_contiguous, *s_dtype, *s_shape, *s_data_ptr, *s_device, *s_id, *s_flags,
     *s_c_contiguous, *s_data, *s_ptr, *s_requires_grad, *s_is_cuda;
 
 static PyObject* set_driver(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
@@ -91,15 +93,19 @@ static void replace(PyObject** slot, PyObject* value) {
 }
 
 static PyObject* set_frameworks(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5) {
-    PyErr_SetString(PyExc_TypeError, "set_frameworks(device_array_type, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)");
+  if (nargs != 6 || !PyUnicode_CheckExact(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "set_frameworks(device_array_type, entry_attribute: str, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)");
     return NULL;
   }
+  PyObject* name = Py_NewRef(args[1]);
+  PyUnicode_InternInPlace(&name); /* looked up in every array's __dict__: its hash is computed once */
+  replace(&entry_attribute, name);
+  Py_DECREF(name);
   replace(&device_array_type, args[0]);
-  replace(&torch_tensor_type, args[1]);
-  replace(&torch_stream, args[2]);
-  replace(&cupy_array_type, args[3]);
-  replace(&cupy_stream, args[4]);
+  replace(&torch_tensor_type, args[2]);
+  replace(&torch_stream, args[3]);
+  replace(&cupy_array_type, args[4]);
+  replace(&cupy_stream, args[5]);
   Py_RETURN_NONE;
 }
 
@@ -203,7 +209,7 @@ typedef struct {
   void* own_stream;
   void* context;
   long ordinal;
-  PyObject* device;        /* what `_direct_launch` entries must name */
+  PyObject* device;        /* what our arrays' entries (set_frameworks) must name */
   PyObject* foreign;       /* the device's set of streams to wait for before a launch */
   PyObject* before_call;   /* before_call(on_stream): waits for them */
   PyObject* launch_safely; /* the launcher's launch(function, grid, block, shared_memory, stream, values, wait) */
@@ -370,10 +376,10 @@ static int attribute_u64(PyObject* object, PyObject* name, uint64_t* out) {
 static int read_array(Calls* self, PyObject* value, int* framework, PyObject** dtype, PyObject** shape, uint64_t* address) {
   PyTypeObject* type = Py_TYPE(value);
   *dtype = *shape = NULL;
-  if ((PyObject*)type == device_array_type) {
+  if ((PyObject*)type == device_array_type && entry_attribute != NULL) {
     PyObject* dict = PyObject_GenericGetDict(value, NULL);
     if (dict == NULL) return -1;
-    PyObject* known = PyDict_GetItemWithError(dict, s_direct_launch); /* borrowed, kept alive by dict */
+    PyObject* known = PyDict_GetItemWithError(dict, entry_attribute); /* borrowed, kept alive by dict */
     if (known == NULL || !PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 4 || PyTuple_GET_ITEM(known, 0) != self->device) {
       Py_DECREF(dict);
       return PyErr_Occurred() ? -1 : 1;
@@ -853,7 +859,7 @@ PyMODINIT_FUNC PyInit__launch(void) {
   struct {
     PyObject** slot;
     const char* text;
-  } names[] = {{&s_direct_launch, "_direct_launch"}, {&s_get_device, "get_device"}, {&s_is_contiguous, "is_contiguous"}, {&s_dtype, "dtype"},
+  } names[] = {{&s_get_device, "get_device"}, {&s_is_contiguous, "is_contiguous"}, {&s_dtype, "dtype"},
                {&s_shape, "shape"}, {&s_data_ptr, "data_ptr"}, {&s_device, "device"}, {&s_id, "id"}, {&s_flags, "flags"},
                {&s_c_contiguous, "c_contiguous"}, {&s_data, "data"}, {&s_ptr, "ptr"}, {&s_requires_grad, "requires_grad"},
                {&s_is_cuda, "is_cuda"}};

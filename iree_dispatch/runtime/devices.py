@@ -172,6 +172,13 @@ class Device:
         """Whether kernels are launched directly on this device (a module with launch plans was loaded)."""
         return self._launcher is not None
 
+    @property
+    def streams_in_use(self) -> set[int]:
+        """The streams other than IREE's queue on which our memory may still be in use (see
+        `handed_to`). The set itself, kept up to date: the compiled launch holds it and tests
+        it before each prepared call (_launch.c)."""
+        return self._foreign_streams
+
     def handed_to(self, stream: int | None) -> None:
         """Records that our memory is in use on `stream`: one of our arrays was handed to a
         consumer working there, or a kernel was queued there (DLPack's numbering is the

@@ -31,6 +31,10 @@ from .compiled import compiled_launch
 from .devices import KDL_CUDA, Device
 
 KDL_CPU = 1
+# The attribute under which one of our device arrays records what a prepared call reads of it
+# (`remember`): the compiled launch is handed this name (launch.py, set_frameworks) and looks
+# it up in the array's __dict__, never by a name of its own.
+LAUNCH_ENTRY = "launch_entry"
 # DLDataTypeCode → numpy kind (bf16 needs ml_dtypes: named by string, resolved by the caller)
 _KINDS = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 6: "bool"}
 _DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host (pinned)", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 10: "ROCm", 13: "CUDA managed"}
@@ -300,8 +304,8 @@ def upload(device: Device, array: np.ndarray) -> DeviceArray:
 def remember(device: Device, array: rt.DeviceArray) -> None:
     """Records on one of our device arrays what a prepared call reads of it (_launch.c): its
     device, dtype, shape and address, none of which ever changes."""
-    if type(array) is DeviceArray and "_direct_launch" not in array.__dict__:
-        array._direct_launch = (device, np.dtype(array.dtype), tuple(array.shape), device_pointer(device, array))
+    if type(array) is DeviceArray and LAUNCH_ENTRY not in array.__dict__:
+        array.__dict__[LAUNCH_ENTRY] = (device, np.dtype(array.dtype), tuple(array.shape), device_pointer(device, array))
 
 
 def device_pointer(device: Device, array: rt.DeviceArray) -> int:

@@ -7,8 +7,8 @@ launch. The build therefore writes a launch plan into the description (backend/e
 executable, its variants with their conditions, the entry, the binding order and each push
 constant's scalar. The runtime reads the very object IREE loaded out of the vmfb (its
 executable flatbuffers are stored entries of the vmfb's zip directory), takes the same variant
-IREE's conditions take, and launches the entry with the block size and shared memory IREE's
-export declares. Everything a call checks is checked first, as for IREE's path.
+IREE's conditions take, and launches the entry with the plan's block size and the variant's
+shared memory, once IREE's export is found to agree with the plan. Everything a call checks is checked first, as for IREE's path.
 
 Streams. A call whose arrays include another framework's (torch, CuPy) is queued on that
 framework's current stream, like one of its own ops, and returns without waiting: its results are
@@ -17,8 +17,7 @@ like IREE's synchronous calls. Memory the device's pool may hand out again is pr
 arrays handed to other frameworks (devices.py): every stream that may still use it is waited for
 before IREE's queue or another stream touches it.
 
-Where a plan can't apply the call goes through IREE: a module built before launch plans existed,
-a vmfb without the executable entry, an export whose layout disagrees with the plan, empty
+Where a plan can't apply the call goes through IREE: a vmfb without the executable entry, an export whose layout disagrees with the plan, empty
 grids or outputs, pending asynchronous inputs. `IREE_DISPATCH_LAUNCH=iree` (or `load(...,
 launch="iree")`) sends every call through IREE.
 """
@@ -41,11 +40,12 @@ import iree.runtime as rt
 import numpy as np
 
 from ..core import expr as ex
-from ..core.contract import LAUNCH_KEY
+from ..core.contract import KernelDescription, LaunchVariant
 from ..core.dtypes import ELEMENT_TYPES, SCALAR_TYPES, ScalarType
 from ..core.variants import rule_holds
 from . import cuda_driver, dlpack
 from .devices import Device
+from .invokers import OUT_OF_MEMORY
 
 LAUNCH_ENV = "IREE_DISPATCH_LAUNCH"  # "direct" (the default) or "iree"
 LAUNCH_MODES = ("direct", "iree")
@@ -173,33 +173,37 @@ class DirectLaunch:
     """One kernel's direct call: plan, loaded function, and the per-call work.
 
     Built by `plan_for`, which returns None where the plan can't be followed exactly.
+    image: the variant's object as IREE loads it; block and shared_memory: the plan's.
     """
 
-    def __init__(self, description: dict, export: Export, device: Device, output_dtypes: Sequence[np.dtype | None]):
-        plan = description[LAUNCH_KEY]
-        self.name = description["kernel"]
+    def __init__(self, description: KernelDescription, image: bytes, shared_memory: int, device: Device, output_dtypes: Sequence[np.dtype | None]):
+        plan = description.launch
+        self.name = description.name
         self._device = device
-        self._export = export
-        self.grid = tuple(ex.parse(g, "grid") for g in description["grid"])
-        self.bindings = tuple(plan["bindings"])
+        self._image = image
+        self._entry = plan.entry
+        self._block = plan.block
+        self._shared_memory = shared_memory
+        self.grid = tuple(ex.parse(g, "grid") for g in description.grid)
+        self.bindings = plan.bindings
         self.constants = tuple(
-            _Constant(c["name"], SCALAR_TYPES[c["ctype"]], None if c["value"] is None else ex.parse(c["value"], "scalar")) for c in plan["constants"]
+            _Constant(c.scalar.name, SCALAR_TYPES[c.scalar.ctype], None if c.value is None else ex.parse(c.value, "scalar")) for c in plan.constants
         )
-        self._scalar_names = [s["name"] for s in description["scalars"]]
-        self._input_names = [t["name"] for t in description["inputs"]]
-        fresh = [(i, t) for i, t in enumerate(description["outputs"]) if not t["inplace"]]
+        self._scalar_names = [s.name for s in description.scalars]
+        self._input_names = [t.name for t in description.inputs]
+        fresh = [(i, t) for i, t in enumerate(description.outputs) if not t.inplace]
         self.outputs = {
-            t["name"]: _Output(t["name"], t["dtype"], output_dtypes[i] if i < len(output_dtypes) else None, int(HAL_ELEMENT_TYPES[t["dtype"]]),
-                               ELEMENT_TYPES[t["dtype"]].nbytes, tuple(ex.parse(str(d), "shape") for d in t["shape"]))
+            t.name: _Output(t.name, t.dtype, output_dtypes[i] if i < len(output_dtypes) else None, int(HAL_ELEMENT_TYPES[t.dtype]),
+                            ELEMENT_TYPES[t.dtype].nbytes, tuple(ex.parse(str(d), "shape") for d in t.shape))
             for i, t in fresh
         }
-        self.results = [t["name"] for t in description["outputs"]]
+        self.results = [t.name for t in description.outputs]
         # Where each binding's and each result's array comes from: input i (i) or fresh output
         # j (-1 - j), as the prepared calls (_launch.c) number them.
         source = {name: i for i, name in enumerate(self._input_names)} | {name: -1 - j for j, name in enumerate(self.outputs)}
         self._binding_sources = tuple(source[name] for name in self.bindings)
         self._result_sources = tuple(source[name] for name in self.results)
-        self._scalar_kinds = b"".join(b"f" if s["kind"] == "float" else b"i" for s in description["scalars"])
+        self._scalar_kinds = b"".join(b"f" if s.kind == "float" else b"i" for s in description.scalars)
         self._arity = len(self._input_names) + len(self._scalar_names)
         # The constant word of each float scalar argument, in argument order: the words a
         # prepared call packs again for each call (floats take one word each).
@@ -207,7 +211,7 @@ class DirectLaunch:
         for c in self.constants:
             slot_of[c.name] = words
             words += c.stype.slots
-        self._float_slots = tuple(slot_of[s["name"]] for s in description["scalars"] if s["kind"] == "float")
+        self._float_slots = tuple(slot_of[s.name] for s in description.scalars if s.kind == "float")
         # The calls prepared so far (compiled.py's Calls), where the compiled launch module
         # exists: a call with the signature of one made before launches without Python.
         self.prepared_calls: Any = None
@@ -216,14 +220,13 @@ class DirectLaunch:
         """Loads the kernel on the device (when the module is loaded, as IREE loads its own);
         it is unloaded when this launch is dropped (not at interpreter exit: the process's end
         frees it)."""
-        e = self._export
         launcher = self._device.launcher
-        module, self._function = launcher.load(e.image, e.entry, e.shared_memory)
+        module, self._function = launcher.load(self._image, self._entry, self._shared_memory)
         weakref.finalize(self, launcher.unload, module).atexit = False
         if launcher.compiled is not None:
             device = self._device
             self.prepared_calls = launcher.compiled.Calls(
-                self._function, e.block, e.shared_memory, launcher.stream, launcher.context, device.ordinal, device, device._foreign_streams,
+                self._function, self._block, self._shared_memory, launcher.stream, launcher.context, device.ordinal, device, device.streams_in_use,
                 device.outputs_made_ahead, device.before_call, launcher.launch, launcher.check, len(self._input_names), self._scalar_kinds, self._float_slots,
                 self._binding_sources, self._result_sources,
             )
@@ -341,7 +344,7 @@ class DirectLaunch:
         """Allocates the fresh outputs (as `framework`'s arrays: "torch", "cupy", or None for
         ours), launches, and waits unless the call is on a caller's stream."""
         device = self._device
-        if device._foreign_streams:
+        if device.streams_in_use:
             device.before_call(on_stream=stream)
         outputs = [_fresh_output(device, out, shape, size, framework) for out, shape, size in prepared.outputs]
         bound = [pointers[i] if i >= 0 else outputs[-1 - i][1] for i in self._binding_sources]
@@ -358,8 +361,7 @@ class DirectLaunch:
 
     def launch(self, pointers: Sequence[int], constants: Sequence[int], grid: tuple[int, int, int], stream: int | None, wait: bool = False) -> None:
         """Queues the kernel on `stream` (None: the launch stream); wait: until it has run."""
-        e = self._export
-        self._device.launcher.launch(self._function, grid, e.block, e.shared_memory, stream, [*pointers, *constants], wait)
+        self._device.launcher.launch(self._function, grid, self._block, self._shared_memory, stream, [*pointers, *constants], wait)
 
 
 @dataclass(frozen=True)
@@ -401,7 +403,7 @@ def _device_output(device: Device, output: _Output, shape: tuple[int, ...], size
     try:
         buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
     except RuntimeError as exc:
-        if not device.pooled or not any(m in str(exc) for m in ("RESOURCE_EXHAUSTED", "CUDA_ERROR_OUT_OF_MEMORY")):
+        if not device.pooled or not any(m in str(exc) for m in OUT_OF_MEMORY):
             raise
         device.trim()
         buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
@@ -421,34 +423,39 @@ def _register_frameworks(compiled: Any) -> None:
     if _registered_frameworks == (torch, cupy):
         return
     compiled.set_frameworks(
-        dlpack.DeviceArray,
+        dlpack.DeviceArray, dlpack.LAUNCH_ENTRY,
         dlpack.torch_tensor_type(), dlpack.stream_getter("torch") if torch is not None else None,
         dlpack.cupy_array_type(), dlpack.stream_getter("cupy") if cupy is not None else None,
     )
     _registered_frameworks = (torch, cupy)
 
 
-def plan_for(description: dict, device: Device, output_dtypes: Sequence[np.dtype | None], archive: zipfile.ZipFile | None) -> DirectLaunch | None:
+def plan_for(description: KernelDescription, device: Device, output_dtypes: Sequence[np.dtype | None], archive: zipfile.ZipFile | None) -> DirectLaunch | None:
     """The direct launch of a kernel's function on `device`, or None where the call must go
     through IREE (no plan, no runnable variant, or an export that disagrees with the plan)."""
-    plan = description.get(LAUNCH_KEY)
-    if not plan or archive is None or not device.cuda:
+    plan = description.launch
+    if plan is None or archive is None or not device.cuda:
         return None
     capability = cuda_driver.compute_capability(device.ordinal)
     if capability is None:
         return None
-    variant = next((v for v in plan["variants"] if any(rule_holds(tuple(r), *capability) for r in v["rules"])), None)
+    variant = next((v for v in plan.variants if any(rule_holds(rule, *capability) for rule in v.rules)), None)
     if variant is None:
         return None
-    export = read_export(archive, plan["executable"], variant["name"], plan["entry"])
-    if any(c["ctype"] not in SCALAR_TYPES for c in plan["constants"]):
+    if any(c.scalar.ctype not in SCALAR_TYPES for c in plan.constants):
         return None  # a scalar type this runtime doesn't know (a newer build's)
-    slots = sum(SCALAR_TYPES[c["ctype"]].slots for c in plan["constants"])
-    if export is None or export.constant_count != slots or export.binding_count != len(plan["bindings"]):
+    export = read_export(archive, plan.executable, variant.name, plan.entry)
+    if not _agrees(export, plan.block, variant, sum(SCALAR_TYPES[c.scalar.ctype].slots for c in plan.constants), len(plan.bindings)):
         return None
-    direct = DirectLaunch(description, export, device, output_dtypes)
+    direct = DirectLaunch(description, export.image, variant.shared_memory, device, output_dtypes)
     direct.load()
     return direct
+
+
+def _agrees(export: Export | None, block: tuple[int, int, int], variant: LaunchVariant, constant_count: int, binding_count: int) -> bool:
+    """Whether IREE's export is the one the plan describes: the same layout, block and shared memory."""
+    return export is not None and (export.constant_count, export.binding_count, export.block, export.shared_memory) == (
+        constant_count, binding_count, tuple(block), variant.shared_memory)
 
 
 def open_archive(vmfb: Path) -> zipfile.ZipFile | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import Module
+from .loading import Module
 
 COMBINE = ("concat", "sum")
 

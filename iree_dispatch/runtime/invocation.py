@@ -1,0 +1,260 @@
+"""A kernel's (or program's) generated function as Python calls it: `KernelFunction` checks
+every call's arguments against the function's description (argument count, dtype, rank, dims,
+shape relations, scalar ranges, as TypeError/ValueError naming the parameter), then launches
+the kernel directly (launch.py) or calls through IREE (invokers.py). numpy arrays are copied to
+the device for the call and results come back as numpy arrays; IREE device arrays stay on the
+device, and then the results do too; a call on torch or CuPy arrays returns theirs, queued on
+their current stream (dlpack.py). Non-contiguous numpy inputs are copied into a contiguous array
+first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import iree.runtime as rt
+import numpy as np
+
+from ..core import expr as ex
+from ..core.contract import RELATIONS, FunctionDescription, scalar_argument
+from ..core.dtypes import ELEMENT_TYPES
+from ..core.errors import DeviceError
+from . import dlpack
+from .asynchronous import AsyncArray
+from .devices import Device
+from .dlpack import DeviceArray
+from .invokers import FencedInvoker
+from .launch import DirectLaunch
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    name: str
+    dtype: np.dtype
+    mlir_type: str
+    shape: tuple[str | int, ...]
+
+
+class KernelFunction:
+    """A kernel's generated function: checks the arguments, then runs the kernel, launched
+    directly where it can be (launch.py), else through IREE's invoke.
+
+    device: where framework (DLPack) arrays are imported, None for checks without a device.
+    direct: the kernel's direct launch, or None to call through `invoke` always.
+    """
+
+    def __init__(self, description: FunctionDescription, invoke: Callable[..., Any], device: Device | None, direct: DirectLaunch | None = None):
+        self.description = description
+        self.name: str = description.name
+        self._invoke = invoke
+        self._device = device
+        self._direct = direct
+        calls = direct.prepared_calls if direct is not None else None
+        self._prepared = calls.call if calls is not None else None  # results, or None: not prepared
+        self._inputs = [_Tensor(t.name, numpy_dtype(t.dtype), t.dtype, t.shape) for t in description.inputs]
+        self._scalars = description.scalars
+        self.parameters = [t.name for t in self._inputs] + [s.name for s in self._scalars]
+        # A program's relations between sizes beyond equal names (program.py), which its
+        # function checks at entry too: checked here first, so a bad call fails before launch.
+        self._relations = [(ex.parse(c.lhs, "lhs"), c.op, ex.parse(c.rhs, "rhs"), c.message) for c in description.checks]
+        # Result index → input index of each in-place output: the caller's array is the result.
+        names = [t.name for t in self._inputs]
+        self._in_place = {i: names.index(t.name) for i, t in enumerate(description.outputs) if t.inplace}
+
+    def __repr__(self) -> str:
+        return f"<iree_dispatch kernel {self.name}({', '.join(self.parameters)})>"
+
+    @property
+    def launched_directly(self) -> bool:
+        """Whether calls launch the kernel directly (else through IREE's invoke)."""
+        return self._direct is not None
+
+    def check(self, *args, **kwargs) -> list:
+        """Validated, converted arguments, in order; raises TypeError/ValueError otherwise."""
+        tensors, scalars, _ = self._checked(args, kwargs)
+        return tensors + scalars
+
+    def _checked(self, args, kwargs) -> tuple[list, list, dict[str, int]]:
+        """The checked arrays (numpy made contiguous; other frameworks' arrays as they are),
+        the scalars as the generated function takes them, and the sizes and integer scalars
+        by name (what grids, shapes and computed scalars are evaluated with)."""
+        values = self._bind(args, kwargs)
+        sizes: dict[str, tuple[int, str]] = {}
+        tensors = [self._check_tensor(spec, value, sizes) for spec, value in zip(self._inputs, values)]
+        raw_scalars = values[len(self._inputs) :]
+        scalars = [scalar_argument(self.name, scalar, value) for scalar, value in zip(self._scalars, raw_scalars)]
+        env = {name: size for name, (size, _) in sizes.items()}
+        for scalar, value in zip(self._scalars, raw_scalars):
+            if scalar.kind in ("int", "uint", "bool"):
+                env.setdefault(scalar.name, int(value))
+        if self._relations:
+            self._check_relations(env)
+        return tensors, scalars, env
+
+    def _imported(self, tensors: list) -> tuple[list, set[int | None] | None]:
+        """`tensors` with other frameworks' arrays imported into IREE, and the streams to wait
+        for before launching when there were some, else None: a CUDA stream handle per producer
+        stream known, None for arrays whose export was ordered on the device's bridge stream."""
+        if not any(_foreign(v) for v in tensors):
+            return tensors, None
+        # Framework arrays are imported only once every argument has passed its checks.
+        producers: set[int | None] = set()
+        imported = list(tensors)
+        for i, (spec, value) in enumerate(zip(self._inputs, tensors)):
+            if _foreign(value):
+                imported[i], stream = self._import(spec, value)
+                producers.add(stream)
+        return imported, producers
+
+    def _wait_for(self, producers: set[int | None]) -> None:
+        """Waits on the host for the work queued so far on the producers' streams."""
+        for stream in producers:
+            if stream is None:
+                self._device.bridge.synchronize()
+            else:
+                self._device.bridge.wait_for(stream)
+
+    def _check_relations(self, env: dict[str, int]) -> None:
+        for lhs, op, rhs, message in self._relations:
+            try:
+                a, b = ex.evaluate(lhs, env), ex.evaluate(rhs, env)
+            except ZeroDivisionError as exc:
+                raise ValueError(f"{self.name}(): {message}: {exc}") from None
+            if not RELATIONS[op](a, b):
+                raise ValueError(f"{self.name}(): {message}; " + (f"{lhs} = {a}, but {rhs} = {b}" if op == "eq" else f"{lhs} = {a}"))
+
+    def __call__(self, *args, **kwargs):
+        if self._prepared is not None and not kwargs:
+            # A call with the signature of one made before (our device arrays, torch tensors or
+            # CuPy arrays) launches at once: its checks passed for these dtypes, shapes and sizes.
+            results = self._prepared(args)
+            if results is not None:
+                return results
+        if self._device is None:
+            return self._checked_call(args, kwargs)
+        with self._device.bound():  # IREE allocates and imports in the thread's current context
+            return self._checked_call(args, kwargs)
+
+    def _checked_call(self, args, kwargs):
+        tensors, scalars, env = self._checked(args, kwargs)
+        on_device = any(isinstance(v, (rt.DeviceArray, AsyncArray)) or _foreign(v) for v in tensors)
+        if not isinstance(self._invoke, FencedInvoker):
+            # Synchronous functions (and direct launches) can't wait on fences: wait here for pending inputs.
+            tensors = [v.wait() if isinstance(v, AsyncArray) else v for v in tensors]
+        results = self._direct.call(tensors, scalars, env, args if not kwargs else ()) if self._direct is not None else None
+        if results is None:
+            results = self._call_through_iree(tensors, scalars)
+            framework = dlpack.framework_of(tensors)
+            if framework is not None:  # a call on torch/CuPy arrays returns theirs, as a direct launch does
+                results = [dlpack.to_framework(framework, r) if isinstance(r, DeviceArray) else r for r in results]
+        for result, argument in self._in_place.items():
+            if _foreign(tensors[argument]) and result < len(results):
+                results[result] = tensors[argument]  # the caller's own array, written in place
+        if not on_device:
+            results = [r.to_host() if isinstance(r, rt.DeviceArray) else r for r in results]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _call_through_iree(self, tensors: list, scalars: list) -> list:
+        imported, producers = self._imported(tensors)
+        if self._device is not None:
+            if producers:
+                self._wait_for(producers)
+            self._device.before_call()
+        results = self._invoke(*imported, *scalars)
+        return list(results) if isinstance(results, tuple) else [results]
+
+    def _bind(self, args, kwargs) -> list:
+        if len(args) > len(self.parameters):
+            raise TypeError(f"{self.name}() takes {len(self.parameters)} arguments ({', '.join(self.parameters)}) but {len(args)} were given")
+        values = list(args) + [None] * (len(self.parameters) - len(args))
+        given = [True] * len(args) + [False] * (len(self.parameters) - len(args))
+        for key, value in kwargs.items():
+            if key not in self.parameters:
+                raise TypeError(f"{self.name}() got an unexpected keyword argument {key!r} (parameters: {', '.join(self.parameters)})")
+            i = self.parameters.index(key)
+            if given[i]:
+                raise TypeError(f"{self.name}() got multiple values for argument {key!r}")
+            values[i], given[i] = value, True
+        missing = [p for p, g in zip(self.parameters, given) if not g]
+        if missing:
+            raise TypeError(f"{self.name}() missing {len(missing)} argument(s): {', '.join(missing)} (parameters: {', '.join(self.parameters)})")
+        return values
+
+    def _check_tensor(self, spec: _Tensor, value, sizes: dict[str, tuple[int, str]]):
+        where = f"{self.name}(): argument {spec.name!r}"
+        if isinstance(value, (rt.DeviceArray, AsyncArray)):
+            owner = value.device if isinstance(value, AsyncArray) else getattr(value, "_dispatch_device", None)
+            if owner is not None and self._device is not None and owner is not self._device:
+                raise ValueError(f"{where} is on {owner.uri}, but this module runs on {self._device.uri}; copy it there first (module.to_device(numpy.asarray(x)))")
+            dtype, shape = np.dtype(value.dtype), tuple(value.shape)
+        elif isinstance(value, np.ndarray):
+            dtype, shape = value.dtype, value.shape
+        elif _foreign(value):
+            kind, ordinal = dlpack.device_of(value)
+            if kind == dlpack.KDL_CPU:
+                return self._check_tensor(spec, np.from_dlpack(value), sizes)
+            if kind != dlpack.KDL_CUDA:
+                raise TypeError(f"{where} is on a {dlpack.device_name(kind, ordinal)}; iree_dispatch takes CUDA and host arrays")
+            if self._device is not None and ordinal != self._device.ordinal:
+                here = self._device.ordinal
+                raise ValueError(f"{where} is on cuda:{ordinal}, but this module runs on cuda:{here}; move it there first (e.g. x.to('cuda:{here}'))")
+            dtype, shape = _framework_dtype(value), tuple(int(d) for d in value.shape)
+        else:
+            raise TypeError(f"{where} must be an array (numpy, IREE, or any DLPack array such as torch or CuPy), got {type(value).__name__}")
+        if dtype != spec.dtype:
+            raise TypeError(f"{where} must have dtype {spec.dtype} ({spec.mlir_type}), got {dtype}; convert it first (numpy: .astype(np.{spec.dtype}))")
+        if len(shape) != len(spec.shape):
+            raise ValueError(f"{where} must have rank {len(spec.shape)} (shape {list(spec.shape)}), got shape {list(shape)}")
+        for i, (want, got) in enumerate(zip(spec.shape, shape)):
+            if isinstance(want, int):
+                if got != want:
+                    raise ValueError(f"{where} dim {i} must be {want}, got {got}")
+            elif want in sizes and sizes[want][0] != got:
+                value_, origin = sizes[want]
+                raise ValueError(f"{where} dim {i} is {got}, but {want} = {value_} (from {origin})")
+            else:
+                sizes.setdefault(want, (got, f"{spec.name} dim {i}"))
+        if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
+            value = np.ascontiguousarray(value)
+        return value
+
+    def _import(self, spec: _Tensor, value) -> tuple[DeviceArray, int | None]:
+        """A framework's CUDA array as an IREE device array over the same memory, and the
+        stream its producer works on (None: the export was ordered on the bridge stream)."""
+        where = f"{self.name}(): argument {spec.name!r}"
+        if self._device is None:
+            raise DeviceError(f"{where}: a CUDA array needs a loaded module (this function has no device)")
+        # A framework whose current stream is known exports without ordering (stream=-1) and
+        # the call waits for that stream once; any other orders its export on the bridge.
+        stream = dlpack.current_stream(value)
+        capsule, _ = dlpack.export(value, -1 if stream is not None else self._device.bridge.handle, where)
+        return DeviceArray(self._device, self._device.hal.from_dlpack_capsule(capsule), override_dtype=spec.dtype), stream
+
+
+def _foreign(value) -> bool:
+    """Whether `value` is another framework's array (taken through DLPack)."""
+    return not isinstance(value, (np.ndarray, rt.DeviceArray, AsyncArray)) and dlpack.is_dlpack(value)
+
+
+def _framework_dtype(value) -> np.dtype | str:
+    """A framework array's dtype as numpy spells it (ml_dtypes' bfloat16 for bf16)."""
+    name = str(value.dtype).rsplit(".", 1)[-1]  # torch.float32 → float32; cupy/jax use numpy dtypes
+    if name == "bfloat16":
+        return numpy_dtype("bf16")
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return name
+
+
+def numpy_dtype(mlir_type: str) -> np.dtype:
+    name = ELEMENT_TYPES[mlir_type].numpy
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise TypeError("bf16 tensors need the ml_dtypes package for a numpy bfloat16 dtype (pip install ml_dtypes)") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
