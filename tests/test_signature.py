@@ -53,7 +53,7 @@ def test_template_instantiations_substitute_types(cu):
     ]
     assert k.template and not k.extern_c and k.name == "axpy<float, double>"
     assert find_kernel(path, "plain").line == 4
-    with pytest.raises(SignatureError, match="is a template; name an instantiation, e.g. axpy<float>"):
+    with pytest.raises(SignatureError, match="is a template; name an instantiation, e.g. axpy<float, float>"):
         find_kernel(path, "axpy")
     with pytest.raises(SignatureError, match="gives 1 template argument"):
         find_kernel(path, "axpy<float>")

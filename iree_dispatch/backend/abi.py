@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from ..core.errors import AbiError
-from ..frontend.cxx_names import demangle, is_mangled, parse_demangled, same_type_text
+from ..frontend.cxx_names import demangle, is_mangled, parse_demangled, same_template_arguments, same_type_text, split_top_level
 from ..frontend.spec import KernelSpec
 
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)([^{]*)\{", re.S)
@@ -77,7 +77,8 @@ def match_mangled(spec: KernelSpec, names: list[str], where: str, what: str = "P
     """The one of `names` (PTX entries or cubin symbols) that is `spec`'s C++ kernel.
 
     Matched by qualified name (`ns::scale`; a plain name also finds the kernel in a namespace),
-    then by template arguments as written, then by parameter types as the compiler spells them.
+    then by template arguments (constants compared by value: `256` is the demangler's `256u`,
+    `false` its `(bool)0`), then by parameter types as the compiler spells them.
     """
     signature = spec.signature
     base, _, args = signature.qualified_name.partition("<")
@@ -86,7 +87,8 @@ def match_mangled(spec: KernelSpec, names: list[str], where: str, what: str = "P
     named = [n for n, f in functions.items() if f.name == base or f.name.endswith(f"::{base}")]
     candidates = [n for n in named if functions[n].name == base] or named
     if args and len(candidates) > 1:
-        same_args = [n for n in candidates if functions[n].template_args is not None and same_type_text(functions[n].template_args, args.removesuffix(">"))]
+        given = split_top_level(args.removesuffix(">"))
+        same_args = [n for n in candidates if functions[n].template_args is not None and same_template_arguments(functions[n].template_args, given)]
         candidates = same_args or candidates
     if signature.canonical_params is not None and len(candidates) > 1:
         wanted = signature.canonical_params
@@ -97,7 +99,7 @@ def match_mangled(spec: KernelSpec, names: list[str], where: str, what: str = "P
     listing = "; ".join(f"{demangled.get(n, n)} [{n}]" for n in (candidates or names)) or "none"
     if candidates:
         raise AbiError(f"{where}: {spec.name!r} matches {len(candidates)} {what} names ({listing}); rename one or use extern \"C\"")
-    hint = f"; instantiate it explicitly: template __global__ void {signature.qualified_name}(...);" if signature.template else ""
+    hint = f"; is it compiled (not #if'd out)? Prebuilt objects must hold the instantiation {signature.qualified_name}" if signature.template else ""
     raise AbiError(f"{where}: no {what} for {spec.name!r} (entries: {listing}){hint}")
 
 

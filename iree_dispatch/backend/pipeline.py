@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..core.archs import Arch
-from ..core.errors import AbiError, SpecError
+from ..core.errors import AbiError, SpecError, ToolchainError
 from ..core.files import Staging, check_outputs, quoted_includes, write_atomic
 from ..core.variants import Variant
 from ..frontend.spec import KernelSpec, ModuleSpec
@@ -277,7 +277,12 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
     symbols = executable_symbols(spec)
     jobs = [(src, arch, tmp / objects_rel / object_filename(src.stem, arch)) for src in spec.sources if src not in prebuilt for arch in spec.archs]
     started = time.perf_counter()
-    objects = _compile_ptx(tc, jobs, spec.nvcc_flags, say, store) if tc and jobs else []
+    # Template kernels are instantiated by the compile itself, so their sources need no added line.
+    instances = {src: tuple(k.signature.qualified_name for k in spec.kernels if k.source == src and k.signature.template) for src in spec.sources}
+    try:
+        objects = _compile_ptx(tc, jobs, spec.nvcc_flags, say, store, instances) if tc and jobs else []
+    except ToolchainError as exc:
+        raise _instantiation_failure(spec, exc) from None
     if jobs or not tc:  # (a toolchain picked only to assemble Triton's cubins compiled nothing)
         stage = tc.name if tc else "compile"
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - started
@@ -331,6 +336,19 @@ def _stage_objects(spec: ModuleSpec, tmp: Path, say: Progress, timings: dict[str
     dependencies = [d for o in objects for d in o.dependencies] + read
     dependencies += [o.path.absolute() for src, objs in prebuilt.items() if src not in fresh for o in objs]
     return CompiledObjects.of(spec, paths, entries, dependencies)
+
+
+def _instantiation_failure(spec: ModuleSpec, exc: ToolchainError) -> ToolchainError:
+    """A failed compile, said of the kernel whose instantiation the compiler refused (a template
+    argument of the wrong kind, `k<float, 2.5>` for an int parameter), when its message names one."""
+    refused = next((k for k in spec.kernels if k.signature.template and k.signature.qualified_name in str(exc)), None)
+    if refused is None:
+        return exc
+    declared = ", ".join(str(t) for t in refused.signature.template_params)
+    return ToolchainError(
+        f"{refused.signature.where}: kernel {refused.name}: the compiler can't instantiate {refused.signature.qualified_name} "
+        f"(template <{declared}>); check the template arguments in its name:\n{exc}"
+    )
 
 
 def _with_pointer_roles(spec: ModuleSpec, evidence: dict[str, list[PtxEvidence]], say: Progress) -> ModuleSpec:
@@ -431,8 +449,8 @@ class _ObjectCache:
             self.store.store(key, read, {_OBJECT: out}, meta, section=OBJECTS)
         return compiled, read
 
-    def ptx_key(self, source: Path, arch: Arch, flags: Sequence[str]) -> str:
-        return self.key("ptx", str(source.absolute()), file_digest(source), arch.name, *flags)
+    def ptx_key(self, source: Path, arch: Arch, flags: Sequence[str], instances: Sequence[str]) -> str:
+        return self.key("ptx", str(source.absolute()), file_digest(source), arch.name, *flags, "\0instances", *instances)
 
     def assemble_cubin(self, ptx: Path, arch: Arch, out: Path) -> Path:
         key = self.key("cubin", arch.name, file_digest(ptx))
@@ -443,21 +461,24 @@ class _ObjectCache:
         return made
 
 
-def _compile_ptx(tc: Toolchain, jobs: list[tuple[Path, Arch, Path]], flags: tuple[str, ...], say: Progress, store: Cache | None) -> list[PtxObject]:
-    """tc.compile_all(jobs), except that a (source, arch) whose PTX the object cache holds,
-    compiled by this toolchain with these flags from these bytes of the source and its headers,
-    is taken from there; what is compiled is added to it."""
+def _compile_ptx(
+    tc: Toolchain, jobs: list[tuple[Path, Arch, Path]], flags: tuple[str, ...], say: Progress, store: Cache | None, instances: dict[Path, tuple[str, ...]]
+) -> list[PtxObject]:
+    """tc.compile_all(jobs, instances=instances), except that a (source, arch) whose PTX the
+    object cache holds, compiled by this toolchain with these flags and instantiations from
+    these bytes of the source and its headers, is taken from there; what is compiled is added
+    to it."""
     if store is None or not OBJECT_CACHE:
-        return tc.compile_all(jobs, flags, say)
+        return tc.compile_all(jobs, flags, say, instances)
     cache = _ObjectCache(store, tc, say)
-    keys = [cache.ptx_key(source, arch, flags) for source, arch, _ in jobs]
+    keys = [cache.ptx_key(source, arch, flags, instances.get(source, ())) for source, arch, _ in jobs]
     found: dict[str, PtxObject] = {}
     for (source, arch, out), key in zip(jobs, keys):
         meta = cache.take(key, out)
         if meta is not None:
             found[key] = PtxObject(source, arch, out, tuple(Path(d) for d in meta["dependencies"]))
     missing = [(job, key) for job, key in zip(jobs, keys) if key not in found]
-    compiled = tc.compile_all([job for job, _ in missing], flags, say) if missing else []
+    compiled = tc.compile_all([job for job, _ in missing], flags, say, instances) if missing else []
     for (_job, key), obj in zip(missing, compiled):
         cache.keep(key, obj.path, obj.dependencies)
         found[key] = obj

@@ -68,6 +68,40 @@ POINTEE_TYPES: dict[str, str] = {
 
 
 @dataclass(frozen=True)
+class VectorType:
+    """A CUDA vector type (`float4`, `half2`, `uchar4`, ...) as a pointee: an array of them is an
+    array of `element` with a trailing dimension of `lanes` for the caller."""
+
+    ctype: str
+    element: str  # MLIR element type of one lane
+    lanes: int
+    align: int  # bytes: CUDA's alignment of the type, which every pointer to it must have
+
+
+def _vectors() -> dict[str, VectorType]:
+    """vector_types.h and cuda_fp16.h / cuda_bf16.h: `<prefix><lanes>` for 1 to 4 lanes. CUDA
+    aligns a 1-, 2- or 4-lane type to its size (at most 16 bytes), a 3-lane one to its lane."""
+    lanes_of = {
+        "char": ("i8", 1), "uchar": ("ui8", 1), "short": ("i16", 2), "ushort": ("ui16", 2), "int": ("i32", 4), "uint": ("ui32", 4),
+        "long": ("i64", 8), "ulong": ("ui64", 8), "longlong": ("i64", 8), "ulonglong": ("ui64", 8), "float": ("f32", 4), "double": ("f64", 8),
+    }
+    found = {}
+    for prefix, (element, nbytes) in lanes_of.items():
+        for lanes in (1, 2, 3, 4):
+            found[f"{prefix}{lanes}"] = VectorType(f"{prefix}{lanes}", element, lanes, nbytes if lanes == 3 else min(nbytes * lanes, 16))
+        if nbytes == 8:  # CUDA 13 spells the 32-byte four-lane types by their alignment
+            found[f"{prefix}4_16a"] = VectorType(f"{prefix}4_16a", element, 4, 16)
+            found[f"{prefix}4_32a"] = VectorType(f"{prefix}4_32a", element, 4, 32)
+    for ctype, element in (("__half2", "f16"), ("half2", "f16"), ("__nv_bfloat162", "bf16"), ("nv_bfloat162", "bf16")):
+        found[ctype] = VectorType(ctype, element, 2, 4)
+    return found
+
+
+# Pointee vector type → its lanes' element type, count and alignment.
+VECTOR_TYPES: dict[str, VectorType] = _vectors()
+
+
+@dataclass(frozen=True)
 class ScalarType:
     """A scalar kernel parameter type and how it travels through IREE's 32-bit push constants.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -99,3 +100,33 @@ def parse_demangled(text: str) -> DemangledFunction | None:
 def same_type_text(a: str, b: str) -> bool:
     """Whether two spellings of a type or template argument list match, spaces aside."""
     return "".join(a.split()) == "".join(b.split())
+
+
+# An integer constant as C++ writes it: sign, decimal/hex/binary/octal digits (with ' separators),
+# suffixes (256u, 5ul).
+_INTEGER = re.compile(r"([+-]?)(0[xX][0-9a-fA-F']+|0[bB][01']+|[0-9][0-9']*)[uUlLzZ]*")
+
+
+def template_argument(text: str) -> str:
+    """One template argument in a form two spellings of it share: types without spaces, and a
+    constant as its decimal value, whichever way it is written or demangled (`256`, `256u`,
+    `0x100` → `256`; `false`, `(bool)0` → `0`; `'a'`, `(char)97` → `97`)."""
+    text = "".join(text.split())
+    if cast := re.fullmatch(r"\([a-z_]+\)([+-]?[\w']+)", text):  # the demangler's `(bool)0`, `(char)97`, spaces removed
+        text = cast[1]
+    if text in ("true", "false"):
+        return str(int(text == "true"))
+    if char := re.fullmatch(r"'(.)'", text):
+        return str(ord(char[1]))
+    if number := _INTEGER.fullmatch(text):
+        digits = number[2].replace("'", "")
+        value = int(digits, 8) if len(digits) > 1 and digits[0] == "0" and digits[1].isdigit() else int(digits, 0)
+        return str(-value if number[1] == "-" else value)
+    return text
+
+
+def same_template_arguments(demangled: str, wanted: list[str]) -> bool:
+    """Whether a demangled template argument list (`float, 256u, false`) is `wanted`
+    (`["float", "256", "false"]`), argument by argument (template_argument)."""
+    found = split_top_level(demangled)
+    return len(found) == len(wanted) and all(template_argument(a) == template_argument(b) for a, b in zip(found, wanted))

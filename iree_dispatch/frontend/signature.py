@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..core.errors import SignatureError
 from ..core.files import check_input_file
+from .cxx_names import split_top_level
 
 _QUALIFIERS = {"__restrict__", "__restrict", "restrict", "volatile", "struct", "__grid_constant__"}
 _IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -30,6 +31,23 @@ class Param:
 
 
 @dataclass(frozen=True)
+class TemplateParam:
+    """One parameter of a kernel template: `class T`, `unsigned int blockSize`, `int N = 4`."""
+
+    name: str
+    value_type: str | None  # a non-type parameter's type ("unsigned int", "bool"); None for a type parameter
+    default: str | None  # the default argument as written, if any
+
+    @property
+    def is_type(self) -> bool:
+        return self.value_type is None
+
+    def __str__(self) -> str:
+        declared = f"class {self.name}" if self.is_type else f"{self.value_type} {self.name}"
+        return f"{declared} = {self.default}" if self.default is not None else declared
+
+
+@dataclass(frozen=True)
 class KernelSignature:
     name: str
     params: tuple[Param, ...]
@@ -38,7 +56,7 @@ class KernelSignature:
     extern_c: bool
     template: bool
     launch_bounds: str | None
-    template_params: tuple[str, ...] = ()  # type parameter names, e.g. ("T",)
+    template_params: tuple[TemplateParam, ...] = ()
     declared: bool = False  # given in the spec (parse_signature), not read from the source
     namespace: str = ""  # enclosing namespaces, "a::b"; "" at global scope
     variadic: bool = False  # a template with a parameter pack (`typename... Ts`)
@@ -191,12 +209,29 @@ def parse_kernels(text: str, source: Path) -> list[KernelSignature]:
                 extern_c=extern_c,
                 template=template is not None,
                 launch_bounds=launch_bounds,
-                template_params=tuple(re.findall(r"(?:typename|class)\s*(?:\.\.\.)?\s*(\w+)", template[1])) if template else (),
+                template_params=_template_params(template[1]) if template else (),
                 variadic=bool(template and "..." in template[1]),
                 namespace=_namespace_at(namespaces, match.start()),
             )
         )
     return kernels
+
+
+def _template_params(text: str) -> tuple[TemplateParam, ...]:
+    """The parameters of a `template <...>` list: `class T`, `typename T = float`, `unsigned int
+    blockSize`, `bool nIsPow2 = false`. A pack (`typename... Ts`) is kept by name; the kernel is
+    refused as variadic when it is named."""
+    params = []
+    for a, b in _split_top_level(text, 0, len(text)):
+        declaration, eq, default = text[a:b].partition("=")
+        tokens = declaration.replace("...", " ").split()
+        if not tokens:
+            continue
+        name = tokens[-1] if len(tokens) > 1 and _IDENT.fullmatch(tokens[-1]) else ""
+        kind = tokens[: -1 if name else None]
+        value_type = None if kind[:1] in (["typename"], ["class"]) else " ".join(kind)
+        params.append(TemplateParam(name, value_type, " ".join(default.split()) if eq else None))
+    return tuple(params)
 
 
 def _split_top_level(text: str, begin: int, end: int) -> list[tuple[int, int]]:
@@ -257,9 +292,12 @@ def _parse_params(code, begin, end, kernel, source, line_of) -> tuple[Param, ...
 def find_kernel(source: Path, name: str) -> KernelSignature:
     """The `__global__` function `name` in `source`, or an error listing what is there.
 
-    `name` may select a template instantiation, e.g. "scale<float>": the template's type
-    parameters are then replaced by the given types in the parameter list. It may be qualified
-    by its namespaces, "ns::kernel"; a plain name finds a kernel in any namespace.
+    `name` may select a template instantiation, e.g. "scale<float>" or "reduce<float, 256,
+    false>" (trailing arguments with defaults may be left out; a plain name selects the
+    instantiation of all defaults): the template's type parameters are then replaced by the
+    given types in the parameter list. The build instantiates it (toolchains/base.py).
+    It may be qualified by its namespaces, "ns::kernel"; a plain name finds a kernel in any
+    namespace.
     """
     text = read_source(source)
     if not text.strip():
@@ -286,24 +324,54 @@ def find_kernel(source: Path, name: str) -> KernelSignature:
             f"{kernel.where}: kernel {kernel.qualified_name} is a variadic template; its parameters have no fixed list to map to "
             "bindings: call an instantiation from an extern \"C\" kernel with named parameters, and declare that one"
         )
-    if not args_text:
-        if kernel.template:
-            raise SignatureError(f"{kernel.where}: kernel {kernel.name} is a template; name an instantiation, e.g. {kernel.name}<float>")
-        return kernel
     if not kernel.template:
-        raise SignatureError(f"{kernel.where}: kernel {kernel.name} is not a template, but {name!r} names template arguments")
-    args = [a.strip() for a in args_text.rstrip().removesuffix(">").split(",")]
-    if len(args) != len(kernel.template_params):
+        if args_text:
+            raise SignatureError(f"{kernel.where}: kernel {kernel.name} is not a template, but {name!r} names template arguments")
+        return kernel
+    return _instantiated(kernel, name, args_text)
+
+
+# Characters a template argument never needs, which could end the line of C++ that instantiates
+# it in the build's generated translation unit (toolchains/base.py checks it again).
+_NOT_IN_ARGUMENTS = re.compile(r'[;{}"#\\\n\r]')
+
+
+def _instantiated(kernel: KernelSignature, name: str, args_text: str) -> KernelSignature:
+    """The instantiation `name` (`reduce<float, 256, false>`, `k<float>` with a default, or a
+    plain `k` whose parameters all have defaults) of template `kernel`: named with every argument
+    (defaults filled in, as the compiler's mangled name spells it) and its type parameters
+    replaced by the given types in the parameter list."""
+    params_text = ", ".join(str(t) for t in kernel.template_params)
+    if not args_text and any(t.default is None for t in kernel.template_params):
+        example = ", ".join("float" if t.is_type else "false" if t.value_type == "bool" else "256" for t in kernel.template_params if t.default is None)
         raise SignatureError(
-            f"{kernel.where}: {name!r} gives {len(args)} template argument(s); {kernel.name} has type parameters "
-            f"({', '.join(kernel.template_params)}) (non-type template parameters are not supported)"
+            f"{kernel.where}: kernel {kernel.name} is a template; name an instantiation, e.g. {kernel.name}<{example}> "
+            f"(template <{params_text}>); iree_dispatch instantiates it"
         )
-    substitution = dict(zip(kernel.template_params, args))
-    params = tuple(
-        Param(p.name, substitution.get(p.ctype, p.ctype), p.pointer, p.const, p.line) for p in kernel.params
-    )
-    template_name = f"{leaf}<{args_text.strip()}"
-    return dataclasses.replace(kernel, name=template_name, params=params, extern_c=False)
+    if args_text and not args_text.rstrip().endswith(">"):
+        raise SignatureError(f"{kernel.where}: {name!r} has no closing '>'; name an instantiation as {kernel.name}<...>")
+    if bad := _NOT_IN_ARGUMENTS.search(args_text):
+        raise SignatureError(f"{kernel.where}: {name!r} has {bad[0]!r}, which no template argument needs; give types and constants, e.g. {kernel.name}<float, 256>")
+    args = split_top_level(args_text.rstrip().removesuffix(">"))
+    missing = [t for t in kernel.template_params[len(args) :] if t.default is None]
+    if len(args) > len(kernel.template_params) or missing:
+        lacking = f"; {missing[0].name} has no default" if missing and len(args) < len(kernel.template_params) else ""
+        raise SignatureError(
+            f"{kernel.where}: {name!r} gives {len(args)} template argument(s); {kernel.name} has {len(kernel.template_params)} "
+            f"(template <{params_text}>){lacking}"
+        )
+    args += [t.default for t in kernel.template_params[len(args) :]]
+    substitution = {t.name: arg for t, arg in zip(kernel.template_params, args) if t.is_type}
+    constants = {t.name for t in kernel.template_params if not t.is_type}
+    params = []
+    for p in kernel.params:
+        if depends := next((word for word in _IDENT.findall(p.ctype) if word in constants), None):
+            raise SignatureError(
+                f"{kernel.source}:{p.line}: kernel {kernel.name}: parameter {p.name!r} has a type that depends on the non-type "
+                f"template parameter {depends!r} ({p.ctype}); only type parameters may appear in parameter types"
+            )
+        params.append(Param(p.name, substitution.get(p.ctype, p.ctype), p.pointer, p.const, p.line))
+    return dataclasses.replace(kernel, name=f"{kernel.name}<{', '.join(args)}>", params=tuple(params), extern_c=False)
 
 
 def parse_signature(text: str, origin: Path, name: str) -> KernelSignature:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from ..core import expr as ex
 from ..core.archs import DEFAULT_ARCHS, Arch, parse_arch, parse_archs
 from ..core.contract import KernelDescription, ScalarDescription, TensorDescription
-from ..core.dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
+from ..core.dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, VECTOR_TYPES, ScalarType
 from ..core.errors import SignatureError, SpecError
 from ..core.variants import POLICIES, Variant, plan_variants
 from .prebuilt import PrebuiltObject, is_object_source, read_objects
@@ -83,12 +83,18 @@ class TensorParam:
 
     param: Param
     dtype: str  # MLIR element type
-    shape: tuple[Dim, ...]
+    shape: tuple[Dim, ...]  # for a pointer to a vector type: the declared shape, then its lanes
     role: Literal["input", "output", "inplace"]
+    lanes: int = 1  # a pointer to a CUDA vector type (float4: 4): the last dim of `shape` holds them
 
     @property
     def name(self) -> str:
         return self.param.name
+
+    @property
+    def declared_shape(self) -> tuple[Dim, ...]:
+        """The shape the spec gives, in elements of the C type (float4s for a float4*)."""
+        return self.shape[:-1] if self.lanes > 1 else self.shape
 
     @property
     def writable(self) -> bool:
@@ -338,9 +344,12 @@ class KernelSpec:
         bound: dict[str, str] = {}  # symbol → where it is bound, for error messages
         tentative: dict[str, str] = {}  # symbols only undeclared pointers may bind
         for p in (p for p in signature.params if p.pointer):
-            if p.ctype not in POINTEE_TYPES:
+            if p.ctype not in POINTEE_TYPES and p.ctype not in VECTOR_TYPES:
                 written = f" (written {p.written!r})" if p.written and p.written != p.ctype else ""
-                raise SpecError(f"{_param_where(signature, p)}: unknown element type {p.ctype!r}{written} of pointer {p.name!r}; supported: {', '.join(sorted(POINTEE_TYPES))}")
+                raise SpecError(
+                    f"{_param_where(signature, p)}: unknown element type {p.ctype!r}{written} of pointer {p.name!r}; supported: "
+                    f"{', '.join(sorted(POINTEE_TYPES))} and the CUDA vector types (float4, half2, uchar4, ...)"
+                )
             lists = [field for field, names in (("inplace", inplace), ("readonly", readonly), ("outputs", outputs)) if p.name in names]
             if len(lists) > 1:
                 raise SpecError(f"{where}: {p.name!r} is listed both in {lists[0]} and {lists[1]}; a pointer has one role")
@@ -372,11 +381,24 @@ class KernelSpec:
                         raise SpecError(f"{where}: input {p.name!r} dim {i} is negative")
                     if isinstance(d, ex.Sym):
                         bound.setdefault(d.name, f"{p.name} dim {i}")
-            tensors.append(TensorParam(p, POINTEE_TYPES[p.ctype], dims, role))
+            if p.ctype in VECTOR_TYPES:
+                # A float4* of [n] float4s is, for the caller, an f32 array [n, 4]: shape names keep
+                # counting what the kernel indexes, and the call checks the lanes like any dim.
+                vector = VECTOR_TYPES[p.ctype]
+                lanes = (ex.Num(vector.lanes),) if vector.lanes > 1 else ()
+                tensors.append(TensorParam(p, vector.element, dims + lanes, role, vector.lanes))
+            else:
+                tensors.append(TensorParam(p, POINTEE_TYPES[p.ctype], dims, role))
 
         scalar_list = []
         for p in (p for p in signature.params if not p.pointer):
             stype = SCALAR_TYPES.get(p.ctype)
+            if p.ctype in VECTOR_TYPES:
+                vector = VECTOR_TYPES[p.ctype]
+                raise SpecError(
+                    f"{_param_where(signature, p)}: scalar {p.name!r} has the vector type {p.ctype}, which IREE's 32-bit push constants "
+                    f"don't carry; pass its {vector.lanes} lanes as scalars of their own and build the {p.ctype} in the kernel, or pass it in a tensor"
+                )
             if stype is None:
                 written = f" (written {p.written!r})" if p.written and p.written != p.ctype else ""
                 raise SpecError(f"{_param_where(signature, p)}: scalar {p.name!r} has type {p.ctype!r}{written}; {SCALAR_HINT}")
@@ -487,7 +509,7 @@ class KernelSpec:
             signature=signature_text(self.signature, written=True) if self.signature.declared else None,
             block=list(self.block),
             grid=[_dim_json(g) for g in self.grid],
-            shapes={t.name: [_dim_json(d) for d in t.shape] for t in self.tensors},
+            shapes={t.name: [_dim_json(d) for d in t.declared_shape] for t in self.tensors},
             scalars={s.name: _dim_json(s.value) for s in self.scalars if s.value is not None and s.value != ex.Sym(s.name)},
             inplace=[*self._declared("inplace"), *provisional],
             readonly=self._declared("input"),

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from ..core.archs import Arch
-from ..core.dtypes import POINTEE_TYPES, SCALAR_TYPES
+from ..core.dtypes import POINTEE_TYPES, SCALAR_TYPES, VECTOR_TYPES
 from ..core.errors import SignatureError, ToolchainError
 from ..core.store import CacheError, Store, digest, file_digest
 from ..toolchains import select_toolchain
@@ -33,7 +33,7 @@ _HOLDER = "iree_dispatch_type_holder"
 
 def needs_probe(signature: KernelSignature) -> bool:
     """Whether any parameter type is a name the type tables don't know (an alias, most likely)."""
-    return any(p.ctype not in (POINTEE_TYPES if p.pointer else SCALAR_TYPES) for p in signature.params)
+    return any(p.ctype not in (POINTEE_TYPES if p.pointer else SCALAR_TYPES) and p.ctype not in VECTOR_TYPES for p in signature.params)
 
 
 def resolve_types(signature: KernelSignature, flags: tuple[str, ...], arch: Arch, toolchain=None) -> KernelSignature:

@@ -13,7 +13,7 @@ import subprocess
 import warnings
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,20 @@ class PtxObject:
 
     def text(self) -> str:
         return self.path.read_text(encoding="utf-8")
+
+
+# The instantiation of a kernel template, the one way both toolchains are given it: a name that can
+# end no line of C++ and leaves no string literal (signature.py refuses such template arguments).
+_INSTANCE = re.compile(r'[^;{}"#\\\n\r]+')
+
+
+def checked_instances(instances: tuple[str, ...]) -> tuple[str, ...]:
+    """`instances` (qualified template-ids, `ns::reduce<float, 256, false>`), each checked to be
+    one that a generated line of C++ can name and nothing more."""
+    for instance in instances:
+        if not _INSTANCE.fullmatch(instance):
+            raise ToolchainError(f"can't instantiate {instance!r}: a kernel's template arguments are types and constants, with none of ; {{ }} \" # \\ or a line break")
+    return instances
 
 
 def object_filename(stem: str, arch: Arch) -> str:
@@ -102,8 +116,10 @@ class Toolchain(ABC):
         return self.name
 
     @abstractmethod
-    def compile_ptx(self, source: Path, arch: Arch, out: Path, flags: tuple[str, ...] = ()) -> PtxObject:
-        """Writes the PTX of `source` for `arch` to `out`; raises ToolchainError with the log."""
+    def compile_ptx(self, source: Path, arch: Arch, out: Path, flags: tuple[str, ...] = (), instances: tuple[str, ...] = ()) -> PtxObject:
+        """Writes the PTX of `source` for `arch` to `out`; raises ToolchainError with the log.
+        instances: kernel template instantiations to compile besides what the source itself
+        instantiates (`ns::reduce<float, 256, false>`), so the source needs no added line."""
 
     @abstractmethod
     def assemble_cubin(self, ptx: Path, arch: Arch, out: Path) -> Path:
@@ -113,8 +129,10 @@ class Toolchain(ABC):
     def tool(self, name: str) -> Path:
         """A CUDA toolkit program this toolchain uses (fatbinary), or ToolchainError."""
 
-    def compile_all(self, jobs: list[tuple[Path, Arch, Path]], flags: tuple[str, ...] = (), progress: Callable[[str], None] | None = None) -> list[PtxObject]:
+    def compile_all(self, jobs: list[tuple[Path, Arch, Path]], flags: tuple[str, ...] = (), progress: Callable[[str], None] | None = None,
+                    instances: Mapping[Path, tuple[str, ...]] | None = None) -> list[PtxObject]:
         """Compiles all (source, arch, out) jobs in parallel; raises the first failure in job order.
+        instances: per source, the kernel template instantiations to compile (compile_ptx).
 
         On the first failure, or an interrupt (Ctrl-C), jobs not yet started are cancelled: a
         failed or interrupted build returns at once instead of starting every queued compile.
@@ -128,7 +146,7 @@ class Toolchain(ABC):
         def run(job: tuple[Path, Arch, Path]) -> PtxObject:
             source, arch, out = job
             say(f"{self.name} {source.name} -> {arch.name}", self.progress)
-            return self.compile_ptx(source, arch, out, flags)
+            return self.compile_ptx(source, arch, out, flags, (instances or {}).get(source, ()))
 
         pool = ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1)))
         try:

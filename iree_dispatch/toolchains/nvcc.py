@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..core.archs import Arch
 from ..core.errors import ToolchainError
-from .base import PtxObject, Toolchain, describe_program, find_cuda_tool, host_compiler_problem, program_identity, run_tool, say
+from .base import PtxObject, Toolchain, checked_instances, describe_program, find_cuda_tool, host_compiler_problem, program_identity, run_tool, say
 from .nvcc_command import run_nvcc
 
 # Fixed flags: optimized device code, C++17. `-ptx` keeps the output forward-compatible text;
@@ -30,11 +30,11 @@ class NvccToolchain(Toolchain):
     def tool(self, name: str) -> Path:
         return find_cuda_tool(name, self.nvcc)
 
-    def compile_ptx(self, source: Path, arch: Arch, out: Path, flags: tuple[str, ...] = ()) -> PtxObject:
+    def compile_ptx(self, source: Path, arch: Arch, out: Path, flags: tuple[str, ...] = (), instances: tuple[str, ...] = ()) -> PtxObject:
         # nvcc lists the headers it reads while compiling (-MD), so build systems can rebuild on a
         # header change. run_nvcc is the only way nvcc is run: it keeps paths and flag values
         # away from the shell nvcc hands its sub-steps to.
-        run = run_nvcc(self.nvcc, source, out, (*BASE_FLAGS, f"-arch={arch.name}"), flags)
+        run = run_nvcc(self.nvcc, source, out, (*BASE_FLAGS, f"-arch={arch.name}"), flags, checked_instances(instances))
         if run.returncode != 0:
             out.unlink(missing_ok=True)  # a PTX an earlier compile left is not this source's
             hint = ""

@@ -16,7 +16,11 @@ paths and flags made of characters no shell treats specially:
 - any other flag with an unsafe character is refused (ToolchainError naming the flag, the
   character and what to do instead), as are unsafe $NVCC_CCBIN / $NVCC_PREPEND_FLAGS /
   $NVCC_APPEND_FLAGS values (nvcc reads those itself) and an nvcc installed under an unsafe path;
-- nvcc's own temporary files go into the private folder ($TMPDIR), whose name is safe.
+- nvcc's own temporary files go into the private folder ($TMPDIR), whose name is safe;
+- kernel template instantiations the build needs are compiled through such a wrapper too: it
+  includes the source by the linked path and takes each instantiation's address in host code,
+  which makes nvcc compile it (as a launch from host code would), so the source needs no
+  `template __global__ ...` line, and one it has already does no harm.
 
 Paths and flags that are safe already are passed unchanged, so ordinary builds see exactly the
 command line they always had (and `__FILE__` is the path as given). Each argument is checked once
@@ -69,15 +73,16 @@ class NvccRun:
     dependencies: tuple[Path, ...]  # the source and every header read, absolute (empty on failure)
 
 
-def run_nvcc(nvcc: Path, source: Path, out: Path, options: Sequence[str], flags: Sequence[str]) -> NvccRun:
+def run_nvcc(nvcc: Path, source: Path, out: Path, options: Sequence[str], flags: Sequence[str], instances: Sequence[str] = ()) -> NvccRun:
     """Compiles `source` with `nvcc` into `out` (written only on success), listing the headers it
     read. options: iree_dispatch's own (-ptx, -arch=...), safe by construction; flags: the
-    user's (a module's nvcc_flags), rewritten or refused as the module docstring says."""
+    user's (a module's nvcc_flags), rewritten or refused as the module docstring says;
+    instances: kernel template instantiations to compile too (toolchains/base.py checked_instances)."""
     _check_environment(nvcc)
     with _PrivateFolder() as private:
         deps = private.path / "deps.d"
         produced = private.path / "out"
-        cmd = [str(nvcc), *options, *private.flags(flags), "-MD", "-MF", str(deps), "-MT", "ptx", private.source(source), "-o", str(produced)]
+        cmd = [str(nvcc), *options, *private.flags(flags), "-MD", "-MF", str(deps), "-MT", "ptx", private.source(source, instances), "-o", str(produced)]
         for arg in cmd[1:]:
             if not _SAFE_FLAG.fullmatch(arg):  # cannot happen by construction: a last guard, never a shell
                 raise ToolchainError(f"refusing to hand {arg!r} to nvcc: it would reach a shell")
@@ -203,10 +208,13 @@ class _PrivateFolder:
         """`folder`, or a safely named link to it."""
         return folder if _safe(folder) else str(self._link(Path(folder)))
 
-    def source(self, source: Path) -> str:
+    def source(self, source: Path, instances: Sequence[str] = ()) -> str:
         """`source`, if both its path and the path it resolves to are safe (nvcc hands the
-        resolved one to cicc: a link to an unsafe place is no way around), else a wrapper."""
-        return str(source) if _safe(str(source)) and _safe(os.path.realpath(source)) else self._wrapper(source, ".cu", "source")
+        resolved one to cicc: a link to an unsafe place is no way around) and nothing is to be
+        instantiated, else a wrapper (which instantiates `instances`)."""
+        if not instances and _safe(str(source)) and _safe(os.path.realpath(source)):
+            return str(source)
+        return self._wrapper(source, ".cu", "source", _instantiations(instances))
 
     def forced_include(self, path: Path) -> str:
         """The file of an -include: `path`, else through a link to its folder, else a wrapper."""
@@ -214,14 +222,15 @@ class _PrivateFolder:
             return str(path)
         return str(self._link(path.parent) / path.name) if _safe(path.name) else self._wrapper(path, ".h", "-include")
 
-    def _wrapper(self, path: Path, suffix: str, what: str) -> str:
-        """A safely named file whose one line includes `path` through a link to its folder: the
+    def _wrapper(self, path: Path, suffix: str, what: str, after: str = "") -> str:
+        """A safely named file whose first line includes `path` through a link to its folder: the
         path is then only in a file nvcc's preprocessor reads, and the file's own `#include "x.h"`
-        and `"../y.h"` resolve from the linked folder as they would beside it."""
+        and `"../y.h"` resolve from the linked folder as they would beside it. `after`: lines
+        that follow the #include."""
         if bad := next((c for c in path.name if c in '"\n\r'), None):
             raise ToolchainError(f"{what} {path}: nvcc can't be given a file whose name has {bad!r}; rename it, or build with --toolchain nvrtc")
         wrapper = self._new("w").with_suffix(suffix)
-        wrapper.write_text(f'#include "{self._link(path.parent) / path.name}"\n', encoding="utf-8")
+        wrapper.write_text(f'#include "{self._link(path.parent) / path.name}"\n{after}', encoding="utf-8")
         self._links[str(wrapper)] = str(path.absolute())
         return str(wrapper)
 
@@ -281,6 +290,16 @@ class _PrivateFolder:
             if first.startswith("d") and str(self.path / first) in self._links:
                 found.append(Path(self._links[str(self.path / first)], *rest))
         return tuple(dict.fromkeys(found))
+
+
+def _instantiations(instances: Sequence[str]) -> str:
+    """Lines that make nvcc compile each kernel template instantiation: its address taken in host
+    code. Each is preceded by a #line naming it, so a compiler message about it says which
+    instantiation it is (`instantiation of kernel k<float, 2.5>(1): error: ...`)."""
+    return "".join(
+        f'#line 1 "instantiation of kernel {instance}"\n[[maybe_unused]] static void* const iree_dispatch_instance_{i} = (void*)&{instance};\n'
+        for i, instance in enumerate(instances)
+    )
 
 
 def _move_into_place(produced: Path, out: Path) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..core.archs import Arch
 from ..core.errors import ToolchainError
-from .base import WHEEL_PINS, PtxObject, Toolchain, describe_program, find_cuda_tool, nvidia_wheel_dirs, program_identity, run_tool, say
+from .base import WHEEL_PINS, PtxObject, Toolchain, checked_instances, describe_program, find_cuda_tool, nvidia_wheel_dirs, program_identity, run_tool, say
 
 SHIM_DIR = Path(__file__).resolve().parent / "nvrtc_include"
 PRELUDE = SHIM_DIR / "iree_dispatch_nvrtc_prelude.h"
@@ -187,7 +187,7 @@ class NvrtcToolchain(Toolchain):
         passed = [f for f in flags if f not in IMPLIED_NVCC_FLAGS]
         return [f"-arch={arch.name}", *BASE_OPTIONS, *passed, *extra, f"--pre-include={PRELUDE}"]
 
-    def compile_ptx(self, source: Path, arch: Arch, out: Path, flags: tuple[str, ...] = ()) -> PtxObject:
+    def compile_ptx(self, source: Path, arch: Arch, out: Path, flags: tuple[str, ...] = (), instances: tuple[str, ...] = ()) -> PtxObject:
         nvrtc = self._nvrtc
         pre_included = tuple(flag_values(flags, "-include", "--pre-include"))
         dependencies = (*included_files(source, self.search_path(flags), pre_included), PRELUDE)
@@ -195,6 +195,10 @@ class NvrtcToolchain(Toolchain):
         result, program = nvrtc.nvrtcCreateProgram(Path(source).read_bytes(), str(source).encode(), 0, [], [])
         _check(result, f"nvrtcCreateProgram({source})")
         try:
+            # NVRTC's way to instantiate a kernel template the source doesn't: a name expression
+            # (its address), which the compile instantiates; its errors name the expression.
+            for instance in checked_instances(instances):
+                _check(nvrtc.nvrtcAddNameExpression(program, f"&{instance}".encode())[0], f"nvrtcAddNameExpression(&{instance})")
             result, = nvrtc.nvrtcCompileProgram(program, len(options), [o.encode() for o in options])
             if int(result) != 0:
                 log = _program_log(nvrtc, program)
