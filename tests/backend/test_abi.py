@@ -6,7 +6,6 @@ import subprocess
 import numpy as np
 import pytest
 
-from artifacts.abi import abi_module
 from iree_dispatch.backend.abi import check_adapted, ptx_entries
 from iree_dispatch.backend.pipeline import build
 from iree_dispatch.backend.ptx_adapt import adapt_entry
@@ -14,7 +13,8 @@ from iree_dispatch.core.contract import bfloat16_bits, scalar_argument
 from iree_dispatch.core.errors import AbiError
 from iree_dispatch.frontend.spec import KernelSpec
 
-from .conftest import needs_build_tools
+from ..support.artifacts.abi import abi_module
+from ..support.environment import needs_build_tools
 
 
 def scalar(kind, nbytes, ctype="t"):

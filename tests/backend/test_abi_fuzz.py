@@ -1,4 +1,4 @@
-"""The kernel-ABI fuzz on the CPU (artifacts/fuzz_kernels.py): random kernels build, and what the
+"""The kernel-ABI fuzz on the CPU (tests/support/artifacts/fuzz_kernels.py): random kernels build, and what the
 build made of them is what the kernel declares:
 (a) every generated kernel builds, as declared and with its outputs in place;
 (b) at flow level, where IREE assigns buffers, each dispatch takes one tensor per pointer in
@@ -9,7 +9,7 @@ build made of them is what the kernel declares:
     their types in the kernel's parameter order.
 Also: the generator is a pure function of its seed, its references agree with the CUDA text
 (its per-element functions compiled for the host), and its switches do what they say.
-The GPU half is tests/test_gpu_abi_fuzz.py.
+The GPU half is tests/backend/test_gpu_abi_fuzz.py.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from artifacts import fuzz_kernels
-from artifacts.fuzz_kernels import FEATURES, FuzzKernel, FuzzModule
-
-from .conftest import needs_build_tools
+from ..support.artifacts import fuzz_kernels
+from ..support.artifacts.fuzz_kernels import FEATURES, FuzzKernel, FuzzModule
+from ..support.environment import needs_build_tools
 
 # The styles iree_dispatch has long supported, so a module built to show one feature fails
 # only for that feature.
@@ -250,7 +249,7 @@ def test_each_feature_builds_alone(tmp_path, feature):
     """Modules of kernels that show one feature on top of the long-supported ones, so a
     failure names the feature."""
     if not switched_on(feature):
-        pytest.skip(f"{feature} is switched off in artifacts/fuzz_kernels.py")
+        pytest.skip(f"{feature} is switched off in tests/support/artifacts/fuzz_kernels.py")
     kernels = tuple(fuzz_kernels.generate(fuzz_kernels._derive("feature", feature, j), ident=f"f{j}", require=[feature],
                                       fuzz_bf16=j % 2 == 1 and feature == "pp_alias", **BASELINE) for j in range(6))
     if feature == "pp_alias":  # both meanings of floatX: one module each
@@ -296,11 +295,12 @@ def test_references_agree_with_the_cuda_text_on_the_host(tmp_path, index):
 @needs_build_tools
 def test_artifacts_and_manifest(tmp_path):
     """artifacts.fuzz builds both forms of every kernel and says so in its manifest."""
-    from artifacts import fuzz as fuzz_modules
     from iree_dispatch.runtime import read_descriptions
 
-    proc = subprocess.run([sys.executable, "-m", "artifacts.fuzz", str(tmp_path), "--count", "5", "--per-module", "3", "--seed", "99", "--strict"],
-                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True)
+    from ..support.artifacts import fuzz as fuzz_modules
+
+    proc = subprocess.run([sys.executable, "-m", "tests.support.artifacts.fuzz", str(tmp_path), "--count", "5", "--per-module", "3", "--seed", "99", "--strict"],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "5 of 5 kernels built" in proc.stdout
     manifest = json.loads((tmp_path / fuzz_modules.MANIFEST).read_text())
@@ -325,7 +325,7 @@ def test_the_gpu_comparison_sees_every_unwritten_element(seed, n):
     """What test_gpu_abi_fuzz.py does with a kernel's results, on results made here: the
     expected ones pass, and fresh outputs left holding their poison fail in every element."""
     pytest.importorskip("ml_dtypes")
-    from .test_gpu_abi_fuzz import call_arguments, mismatches
+    from ..support.fuzz_checks import call_arguments, mismatches
 
     k = fuzz_kernels.generate(seed)
     rng = np.random.default_rng(seed % 2**32)

@@ -12,7 +12,7 @@ from iree_dispatch.core.errors import AbiError, CompileError, ToolchainError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import MIXED_PROGRAM, SAMPLES_SPEC, needs_build_tools
+from ..support.environment import MIXED_PROGRAM, SAMPLES_SPEC, needs_build_tools
 
 pytestmark = needs_build_tools
 

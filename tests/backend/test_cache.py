@@ -7,49 +7,15 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
-
-import pytest
 
 from iree_dispatch.backend.cache import Cache
 from iree_dispatch.backend.pipeline import build
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
-from .conftest import ROOT, needs_build_tools
+from ..support.build_cache import nvcc_runs, spec_of
+from ..support.environment import ROOT, needs_build_tools
 
 pytestmark = needs_build_tools
-
-KERNEL = '#include "scale.h"\nextern "C" __global__ void k(const float* x, float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = SCALE * x[i]; }\n'
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    """A kernel including a header, a private cache, and an nvcc that logs each run."""
-    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
-    (tmp_path / "scale.h").write_text("#define SCALE 2.0f\n")
-    (tmp_path / "k.cu").write_text(KERNEL)
-    log = tmp_path / "nvcc.log"
-    wrapper = tmp_path / "bin" / "nvcc"
-    wrapper.parent.mkdir()
-    from iree_dispatch.toolchains import find_nvcc
-
-    real = find_nvcc()
-    # `nvcc --version` (the toolchain's identity in the cache key) is not a compile: not counted.
-    wrapper.write_text(f'#!/bin/sh\nif [ "$1" != --version ]; then echo run >> "{log}"; if [ -n "$NVCC_DELAY" ]; then sleep "$NVCC_DELAY"; fi; fi\nexec "{real}" "$@"\n')
-    wrapper.chmod(0o755)
-    for tool in ("ptxas", "fatbinary"):  # found beside nvcc
-        (wrapper.parent / tool).symlink_to(real.parent / tool)
-    monkeypatch.setenv("NVCC", str(wrapper))
-    return tmp_path
-
-
-def spec_of(folder: Path) -> ModuleSpec:
-    return ModuleSpec("m", (KernelSpec.declare(folder / "k.cu", "k", block=32, grid=1, shape=["n"]),))
-
-
-def nvcc_runs(folder: Path) -> int:
-    log = folder / "nvcc.log"
-    return len(log.read_text().splitlines()) if log.exists() else 0
 
 
 def test_warm_rebuild_uses_no_tool_and_is_fast(project):
@@ -79,7 +45,7 @@ BUILD_SCRIPT = textwrap.dedent(
     from pathlib import Path
     sys.path.insert(0, {root!r})
     from iree_dispatch.backend.pipeline import build
-    from tests.test_cache import spec_of
+    from tests.support.build_cache import spec_of
     folder = Path({folder!r})
     build(spec_of(folder), folder / "out{{}}".format(sys.argv[1]) / "m.vmfb")
     """
@@ -127,7 +93,6 @@ def test_spec_changes_that_callers_dont_see_change_the_key(tmp_path, monkeypatch
     """A computed scalar's expression or a declared signature changes the generated code
     without changing the function's arguments: each must miss the cache."""
     from iree_dispatch.backend.pipeline import build
-    from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
     monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
     source = cu('extern "C" __global__ void k(const float* x, float* y, int n, int m) { int i = threadIdx.x; if (i < n) y[i] = x[i] * m; }\n')

@@ -15,8 +15,8 @@ import pytest
 from iree_dispatch.backend.cache import ENTRY_FILES, ENTRY_META, Cache, CacheWarning
 from iree_dispatch.backend.pipeline import build
 
-from .conftest import needs_build_tools
-from .test_cache import nvcc_runs, project, spec_of  # noqa: F401  (project: the fixture)
+from ..support.build_cache import nvcc_runs, spec_of
+from ..support.environment import needs_build_tools
 
 pytestmark = needs_build_tools
 

@@ -11,7 +11,7 @@ from iree_dispatch.backend.pipeline import build
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 from iree_dispatch.toolchains import NvccToolchain
 
-from .conftest import ROOT, needs_build_tools
+from ..support.environment import ROOT, needs_build_tools
 
 pytestmark = needs_build_tools
 

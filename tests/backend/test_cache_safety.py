@@ -12,8 +12,8 @@ from iree_dispatch.backend.cache import MARKER, MARKER_SIGNATURE, Cache, CacheEr
 from iree_dispatch.cli import main
 from iree_dispatch.core.errors import DispatchError
 
-from .conftest import SAMPLES_SPEC, needs_build_tools
-from .test_cache import nvcc_runs, project, spec_of  # noqa: F401  (project: the fixture)
+from ..support.build_cache import nvcc_runs, spec_of
+from ..support.environment import SAMPLES_SPEC, needs_build_tools
 
 SETTING = "IREE_DISPATCH_CACHE_DIR"
 

@@ -1,5 +1,5 @@
-"""On a CUDA device: every kernel of the ABI fuzz (artifacts/fuzz_kernels.py, built by
-artifacts/fuzz.py) against its numpy reference, element by element and bit for bit.
+"""On a CUDA device: every kernel of the ABI fuzz (tests/support/artifacts/fuzz_kernels.py, built by
+tests/support/artifacts/fuzz.py) against its numpy reference, element by element and bit for bit.
 
 Each kernel runs at a few sizes (some awkward: 1, 3, 1023, 4097, ...; one random), each time on
 fresh random inputs and scalars: once as declared (IREE allocates the fresh outputs) and once
@@ -10,7 +10,7 @@ unwritten, a binding given to the wrong parameter, and outputs sharing one buffe
 
 The kernels are regenerated from the seed in the artifacts' manifest (default
 fuzz.SEED), and artifacts built from other generated text are refused. Without a
-compiler, build them first: python -m artifacts.fuzz build/gpu-tests/fuzz
+compiler, build them first: python -m tests.support.artifacts.fuzz build/gpu-tests/fuzz
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from artifacts import fuzz as fuzz_modules
-from artifacts import fuzz_kernels
 from iree_dispatch import runtime
 
-from .conftest import have_compiler, module_paths, prebuilt_dir
+from ..support.artifacts import fuzz as fuzz_modules
+from ..support.artifacts import fuzz_kernels
+from ..support.environment import have_compiler
+from ..support.fuzz_checks import call_arguments, mismatches
+from ..support.gpu_modules import module_paths, prebuilt_dir
 
 pytestmark = pytest.mark.gpu
 
@@ -49,7 +51,7 @@ CASES = [(m, k) for m in MODULES for k in m.kernels]
 def fuzz(tmp_path_factory) -> tuple[dict[str, Path], dict]:
     """(name → module path, manifest), checked against the regenerated kernels."""
     if not have_compiler() and not (prebuilt_dir("fuzz") / fuzz_modules.MANIFEST).exists():
-        pytest.fail(f"no compiler here and no {prebuilt_dir('fuzz') / fuzz_modules.MANIFEST}; run python -m artifacts.fuzz {prebuilt_dir('fuzz')}")
+        pytest.fail(f"no compiler here and no {prebuilt_dir('fuzz') / fuzz_modules.MANIFEST}; run python -m tests.support.artifacts.fuzz {prebuilt_dir('fuzz')}")
     paths = module_paths(
         tmp_path_factory, "fuzz", fuzz_modules.layout(SEED, COUNT, PER_MODULE),
         lambda out: fuzz_modules.build_all(out, SEED, COUNT, PER_MODULE),
@@ -61,8 +63,8 @@ def fuzz(tmp_path_factory) -> tuple[dict[str, Path], dict]:
     for m in MODULES:
         entry = manifest["modules"][m.name]
         if entry["digest"] != m.digest():
-            pytest.fail(f"{m.name}: the artifacts were built from other generated kernels (artifacts/fuzz_kernels.py changed since); "
-                        f"rebuild them: python -m artifacts.fuzz {paths['manifest'].parent}")
+            pytest.fail(f"{m.name}: the artifacts were built from other generated kernels (tests/support/artifacts/fuzz_kernels.py changed since); "
+                        f"rebuild them: python -m tests.support.artifacts.fuzz {paths['manifest'].parent}")
         if entry["kernels"]:
             assert m.name in paths and f"{m.name}_in_place" in paths, f"{m.name}: the manifest lists built kernels, the module is missing"
     return paths, manifest
@@ -100,36 +102,6 @@ def tally(request) -> dict[str, int]:
     counts = {"kernels": 0, "calls": 0, "elements": 0, "mismatched elements": 0, "kernels with mismatches": 0}
     request.config.pluginmanager.register(_Summary(counts), "abi-fuzz-summary")
     return counts
-
-
-def call_arguments(kernel: fuzz_kernels.FuzzKernel, in_place: bool, arrays: dict, scalars: dict, poison: dict, n: int) -> list:
-    """The generated function's arguments: input tensors in parameter order, then scalar
-    arguments in parameter order (the size, where no tensor argument has it)."""
-    tensors = [poison[p.name] if p.role == "out" else arrays[p.name] for p in kernel.call_tensors(in_place)]
-    return tensors + [n if p.role == "size" else scalars[p.name] for p in kernel.call_scalars(in_place)]
-
-
-def mismatches(kernel: fuzz_kernels.FuzzKernel, got, want: dict[str, np.ndarray], label: str) -> tuple[int, list[str]]:
-    """(mismatched elements, descriptions) of every output against its reference."""
-    got = list(got) if isinstance(got, tuple) else [got]
-    if len(got) != len(want):
-        return 1, [f"{label}: {len(got)} results, expected {len(want)} ({', '.join(want)})"]
-    count, problems = 0, []
-    for (name, expected), result in zip(want.items(), got):
-        result = np.asarray(result)
-        if result.dtype != expected.dtype or result.shape != expected.shape:
-            count += expected.size
-            problems.append(f"{label}: {name} is {result.dtype}{list(result.shape)}, expected {expected.dtype}{list(expected.shape)}")
-            continue
-        size = expected.dtype.itemsize
-        # Bytes, element by element: NaN poison and bools that are neither 0 nor 1 compare as they are.
-        bad = np.nonzero((np.ascontiguousarray(result).view(np.uint8).reshape(-1, size) != expected.view(np.uint8).reshape(-1, size)).any(axis=1))[0]
-        if bad.size:
-            count += bad.size
-            i = bad[:4]
-            problems.append(f"{label}: {name} ({kernel.param(name).ctype}) differs in {bad.size} of {expected.size} elements, "
-                            f"e.g. at {i.tolist()}: got {result[i].tolist()}, expected {expected[i].tolist()}")
-    return count, problems
 
 
 @pytest.mark.parametrize("module, kernel", CASES, ids=[f"{m.name}-{k.ident}" for m, k in CASES])

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from artifacts.objects import PROBES, build_all, layout
 from iree_dispatch import runtime
 
-from .conftest import module_paths
+from ..support.artifacts.objects import PROBES, build_all, layout
+from ..support.gpu_modules import module_paths
 
 pytestmark = pytest.mark.gpu
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from artifacts.nonconst import LAYOUT, build_all
 from iree_dispatch import runtime
 
-from .conftest import module_paths
+from ..support.artifacts.nonconst import LAYOUT, build_all
+from ..support.gpu_modules import module_paths
 
 pytestmark = pytest.mark.gpu
 

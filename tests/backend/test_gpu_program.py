@@ -1,15 +1,15 @@
 """On a CUDA device: programs of K kernel calls against numpy, out= kernels, and asynchronous
-calls. Skipped where no CUDA device exists; modules from artifacts/samples.py."""
+calls. Skipped where no CUDA device exists; modules from tests/support/artifacts/samples.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from artifacts.samples import AXPBY_CHAIN, CHAIN_LENGTHS, REVERSE_CHAIN, STATIC_SIZE
 from iree_dispatch import runtime
 
-from .test_gpu import artifacts, fresh  # noqa: F401  (the session fixture that builds or finds the modules)
+from ..support.artifacts.samples import AXPBY_CHAIN, CHAIN_LENGTHS, REVERSE_CHAIN, STATIC_SIZE
+from ..support.gpu_sample_tests import fresh
 
 pytestmark = pytest.mark.gpu
 

@@ -7,7 +7,7 @@ from iree_dispatch.backend.pipeline import BuildOptions, build
 from iree_dispatch.core.errors import CompileError, SpecError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
-from .conftest import needs_build_tools
+from ..support.environment import needs_build_tools
 
 KERNEL = 'extern "C" __global__ void k(const float* x, float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; }\n'
 

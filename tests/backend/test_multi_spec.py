@@ -4,7 +4,7 @@ executable symbol both modules would use is renamed, and clashing module names a
 
 Two tiny modules, `a` (scale) and `b` (add), each built from a source named k.cu, so that both
 emit an executable @k_cu. On a GPU the program computes s * x + y on fresh random data
-(artifacts built here: python -m artifacts build/gpu-tests).
+(artifacts built here: python -m tests.support.artifacts build/gpu-tests).
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from artifacts.multi_spec import SPEC, build_all, write_sources
 from iree_dispatch.cli import main
 from iree_dispatch.core.errors import SpecError
 
-from .conftest import ROOT, have_compiler, needs_build_tools, prebuilt_dir
+from ..support.artifacts.multi_spec import SPEC, build_all, write_sources
+from ..support.environment import ROOT, have_compiler, needs_build_tools
+from ..support.gpu_modules import prebuilt_dir
 
 
 @needs_build_tools
@@ -95,7 +96,7 @@ def test_gpu_program_of_two_modules(tmp_path):
     else:
         path = prebuilt_dir("multi_spec") / "two_modules.vmfb"
         if not path.exists():
-            pytest.fail(f"no compiler here and prebuilt module missing: {path}; run python -m artifacts")
+            pytest.fail(f"no compiler here and prebuilt module missing: {path}; run python -m tests.support.artifacts")
     module = runtime.load(path)
     rng = np.random.default_rng()
     for n in (1, 127, 1000, 100_003):

@@ -10,7 +10,7 @@ from iree_dispatch.core.errors import SpecError
 from iree_dispatch.core.variants import plan_variants
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import SAMPLES_SPEC, needs_build_tools
+from ..support.environment import SAMPLES_SPEC, needs_build_tools
 
 ARCHS = tuple(parse_archs(["sm_80", "sm_90"]))
 

@@ -1,5 +1,5 @@
 """Several fresh outputs of one dtype and shape each get their own buffer, on every path that
-creates outputs; and the flow-level check (tests/flow_check.py) that guards every build in the
+creates outputs; and the flow-level check (tests/support/flow_check.py) that guards every build in the
 test session does see outputs that share one."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from iree_dispatch.backend.program import Program
 from iree_dispatch.core.archs import parse_archs
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
-from .conftest import needs_build_tools
-from .flow_check import flow_ir, shared_results
+from ..support.environment import needs_build_tools
+from ..support.flow_check import flow_ir, shared_results
 
 pytestmark = needs_build_tools
 

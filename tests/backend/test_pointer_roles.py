@@ -1,7 +1,7 @@
 """How a non-const pointer's role is decided (backend/ptx_roles.py): the PTX analysis on
 hand-written PTX (every way an address moves and every kind of access), the roles the build
-gives real kernels in the non-const-input style (artifacts/nonconst.py), declarations the PTX
-contradicts, and what `inspect` shows. The GPU half is tests/test_gpu_pointer_roles.py."""
+gives real kernels in the non-const-input style (tests/support/artifacts/nonconst.py), declarations the PTX
+contradicts, and what `inspect` shows. The GPU half is tests/backend/test_gpu_pointer_roles.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from iree_dispatch.backend.ptx_roles import pointer_uses
 from iree_dispatch.core.errors import AbiError
 
-from .conftest import needs_build_tools
+from ..support.environment import needs_build_tools
 
 
 def entry(body: str, params: int = 2, functions: str = "") -> str:
@@ -139,7 +139,7 @@ def test_debug_line_directives_hide_no_instruction():
 @pytest.fixture(scope="module")
 def nonconst(tmp_path_factory):
     """The non-const-input kernels built once, with what the build said."""
-    from artifacts.nonconst import build_all
+    from ..support.artifacts.nonconst import build_all
 
     said: list[str] = []
     paths = build_all(tmp_path_factory.mktemp("nonconst"), progress=said.append)
@@ -148,8 +148,9 @@ def nonconst(tmp_path_factory):
 
 @needs_build_tools
 def test_each_pointer_gets_the_role_its_ptx_shows(nonconst):
-    from artifacts.nonconst import EXPECTED_ROLES
     from iree_dispatch.runtime import read_descriptions
+
+    from ..support.artifacts.nonconst import EXPECTED_ROLES
 
     paths, said = nonconst
     _, descriptions = read_descriptions(paths["nonconst"])
@@ -185,9 +186,10 @@ def test_inspect_shows_no_empty_parameter_slot(nonconst, capsys):
 
 
 def _build(tmp_path, name, **declared):
-    from artifacts.nonconst import NONCONST_CU
     from iree_dispatch.backend.pipeline import build
     from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
+
+    from ..support.artifacts.nonconst import NONCONST_CU
 
     k = KernelSpec.declare(NONCONST_CU, name, **declared)
     return build(ModuleSpec("m", (k,)), tmp_path / "m.vmfb", cache=False)
@@ -227,9 +229,10 @@ def test_a_named_output_dim_only_an_input_could_define_fails_at_build(tmp_path):
 
 
 def test_outputs_are_declared_by_name_and_checked():
-    from artifacts.nonconst import NONCONST_CU
     from iree_dispatch.core.errors import SpecError
     from iree_dispatch.frontend.spec import KernelSpec
+
+    from ..support.artifacts.nonconst import NONCONST_CU
 
     with pytest.raises(SpecError, match="'x' is listed both in readonly and outputs"):
         KernelSpec.declare(NONCONST_CU, "saxpy", block=256, grid="ceildiv(n, 256)", shape=["n"], readonly=["x"], outputs=["x"])
@@ -278,7 +281,7 @@ def test_library_kernels_keep_their_outputs(tmp_path):
     from iree_dispatch.frontend.spec_file import load_spec
     from iree_dispatch.runtime import read_descriptions
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for spec in ("gemm.toml", "gemm_nt.toml"):
         said: list[str] = []
         result = build(load_spec(root / "kernels" / spec), tmp_path / f"{spec}.vmfb", progress=said.append)
@@ -291,11 +294,12 @@ def test_library_kernels_keep_their_outputs(tmp_path):
 def test_machine_code_alone_makes_an_undeclared_pointer_in_place(tmp_path):
     import subprocess
 
-    from artifacts.nonconst import NONCONST_CU
     from iree_dispatch.backend.pipeline import build
     from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
     from iree_dispatch.runtime import read_descriptions
     from iree_dispatch.toolchains import find_nvcc
+
+    from ..support.artifacts.nonconst import NONCONST_CU
 
     cubin = tmp_path / "k.sm_90.cubin"
     subprocess.run([str(find_nvcc()), "-cubin", "-arch=sm_90", str(NONCONST_CU), "-o", str(cubin)], check=True, capture_output=True)
@@ -313,8 +317,9 @@ def test_machine_code_alone_makes_an_undeclared_pointer_in_place(tmp_path):
 def test_the_command_line_says_the_roles_it_read(tmp_path, capsys):
     import shutil
 
-    from artifacts.nonconst import NONCONST_CU
     from iree_dispatch.cli import main
+
+    from ..support.artifacts.nonconst import NONCONST_CU
 
     shutil.copyfile(NONCONST_CU, tmp_path / "nonconst.cu")
     (tmp_path / "t.toml").write_text('[module]\nname = "t"\narchs = ["sm_80"]\n\n[[kernel]]\nname = "transpose_naive"\nsource = "nonconst.cu"\n'
@@ -330,10 +335,11 @@ def test_the_command_line_says_the_roles_it_read(tmp_path, capsys):
 
 @needs_build_tools
 def test_a_program_written_for_another_role_names_the_declaration_to_add(tmp_path):
-    from artifacts.nonconst import declare
     from iree_dispatch.backend.program import Program
     from iree_dispatch.core.errors import SpecError
     from iree_dispatch.frontend.spec import ModuleSpec
+
+    from ..support.artifacts.nonconst import declare
 
     saxpy = declare("saxpy", block=256, grid="ceildiv(n, 256)", shape=["n"])
     p = Program("twice")

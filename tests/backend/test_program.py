@@ -22,9 +22,9 @@ from iree_dispatch.core.errors import SpecError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import SAMPLES_SPEC, needs_build_tools
+from ..support.environment import SAMPLES_SPEC, needs_build_tools
 
-ABI_CU = Path(__file__).resolve().parent / "kernels" / "abi.cu"
+ABI_CU = Path(__file__).resolve().parents[1] / "kernels" / "abi.cu"
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_program_text_calls_each_kernel_in_order(samples):
 def test_scalar_constants_use_the_function_argument_types(tmp_path):
     """double travels as its bits in an i64, __half as its 16 bits in an i32, integers as
     themselves: the conversions of contract.scalar_argument."""
-    from artifacts.abi import abi_module
+    from ..support.artifacts.abi import abi_module
 
     echo = next(k for k in abi_module().kernels if k.name == "echo_scalars")
     p = Program("echo")

@@ -14,7 +14,7 @@ from iree_dispatch.core.dtypes import POINTEE_TYPES, SCALAR_TYPES
 from iree_dispatch.core.errors import DispatchError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
-from .conftest import needs_build_tools
+from ..support.environment import needs_build_tools
 
 SYMBOLS = ["n", "m", "k"]
 POINTEES = sorted(POINTEE_TYPES)

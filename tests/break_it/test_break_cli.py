@@ -19,35 +19,10 @@ import pytest
 from iree_dispatch import cli
 from iree_dispatch.cli import main
 
-from .conftest import MIXED_PROGRAM, ROOT, needs_build_tools
+from ..support.break_it import project, snapshot
+from ..support.environment import ROOT, needs_build_tools
 
 SPEC = "kernels/samples.toml"
-
-
-def project(root: Path) -> Path:
-    """A copy of the samples (spec, sources) and the mixed program under root/proj."""
-    proj = root / "proj"
-    (proj / "kernels").mkdir(parents=True)
-    for name in ("samples.toml", "simple_mul.cu", "axpby.cu"):
-        shutil.copyfile(ROOT / "kernels" / name, proj / "kernels" / name)
-    shutil.copyfile(MIXED_PROGRAM, proj / "program.mlir")
-    return proj
-
-
-def snapshot(root: Path) -> dict[str, bytes | None]:
-    """Every path under root (folders as None, files by bytes; links by target)."""
-    found: dict[str, bytes | None] = {}
-    for path in sorted(root.rglob("*")):
-        rel = str(path.relative_to(root))
-        if path.is_symlink():
-            found[rel] = f"-> {os.readlink(path)}".encode()
-        elif path.is_dir():
-            found[rel] = None
-        elif path.is_file():
-            found[rel] = path.read_bytes() if path.stat().st_size < (1 << 20) else f"{path.stat().st_size} bytes".encode()
-        else:
-            found[rel] = b"special"
-    return found
 
 
 @dataclass(frozen=True)

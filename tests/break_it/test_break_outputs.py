@@ -19,8 +19,8 @@ pytest.importorskip("iree.compiler")  # build and compile need the compiler
 
 from iree_dispatch.cli import main  # noqa: E402
 
-from .conftest import ROOT, needs_build_tools  # noqa: E402
-from .test_break_cli import snapshot  # noqa: E402
+from ..support.break_it import snapshot  # noqa: E402
+from ..support.environment import ROOT, needs_build_tools  # noqa: E402
 
 MODELS = ROOT / "tests" / "models"
 

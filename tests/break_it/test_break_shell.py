@@ -18,8 +18,8 @@ from iree_dispatch.cli import main
 from iree_dispatch.core.archs import parse_arch
 from iree_dispatch.core.errors import ToolchainError
 
-from .conftest import have_nvcc, needs_build_tools
-from .test_break_cli import snapshot
+from ..support.break_it import snapshot
+from ..support.environment import have_nvcc, needs_build_tools
 
 needs_nvcc = pytest.mark.skipif(not have_nvcc(), reason="needs nvcc")
 SM90 = parse_arch("sm_90")
@@ -259,7 +259,7 @@ def test_unsafe_nvcc_variables_are_refused(sandbox, monkeypatch, variable, value
 @pytest.mark.parametrize("what", ["subshell", "double quote", "newline", "cjk"])
 def test_nvrtc_builds_from_odd_paths(sandbox, capsys, what):
     """NVRTC runs in-process, no shell: any folder and file name works."""
-    from .test_toolchains import toolchain_or_skip
+    from ..support.toolchains import toolchain_or_skip
 
     toolchain_or_skip("nvrtc")
     bad = METACHARACTERS[what]

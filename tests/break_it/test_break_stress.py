@@ -21,8 +21,8 @@ import pytest
 from iree_dispatch.backend import pipeline
 from iree_dispatch.core import files
 
-from .conftest import ROOT, needs_build_tools
-from .test_break_cli import project, snapshot
+from ..support.break_it import project, snapshot
+from ..support.environment import ROOT, needs_build_tools
 
 CONCURRENT = int(os.environ.get("IREE_DISPATCH_STRESS", "40"))  # raise it by hand: IREE_DISPATCH_STRESS=500
 

@@ -13,7 +13,7 @@ from iree_dispatch.cli_io import format_result, parse_input
 from iree_dispatch.core.errors import OutputError
 from iree_dispatch.runtime import cuda_device_available
 
-from .conftest import ROOT, SAMPLES_SPEC, needs_build_tools
+from ..support.environment import ROOT, SAMPLES_SPEC, needs_build_tools
 
 
 @pytest.mark.parametrize(

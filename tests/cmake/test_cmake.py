@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, needs_build_tools
+from ..support.environment import ROOT, needs_build_tools
 
 
 def _cmake() -> str | None:

@@ -5,8 +5,8 @@ import pytest
 
 from iree_dispatch.core.errors import DispatchError
 
-from .conftest import ROOT, needs_build_tools
-from .error_matrix import CASES, markdown, message
+from ..support.environment import ROOT, needs_build_tools
+from ..support.error_matrix import CASES, markdown, message
 
 
 @pytest.mark.parametrize(
@@ -25,4 +25,4 @@ def test_matrix_has_at_least_25_rows():
 
 @needs_build_tools
 def test_docs_quote_the_current_messages():
-    assert (ROOT / "docs" / "errors.md").read_text() == markdown(), "regenerate: python -m tests.error_matrix > docs/errors.md"
+    assert (ROOT / "docs" / "errors.md").read_text() == markdown(), "regenerate: python -m tests.support.error_matrix > docs/errors.md"

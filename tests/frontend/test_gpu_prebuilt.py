@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from artifacts.prebuilt import KINDS, TRITON, build_all, layout
 from iree_dispatch import runtime
 
-from .conftest import module_paths
+from ..support.artifacts.prebuilt import KINDS, TRITON, build_all, layout
+from ..support.gpu_modules import module_paths
 
 pytestmark = pytest.mark.gpu
 SIZES = (1, 7, 1000, 2**20 + 3)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from artifacts.styles import LAYOUT, build_all
 from iree_dispatch import runtime
 
-from .conftest import bfloat16, module_paths
+from ..support.artifacts.styles import LAYOUT, build_all
+from ..support.gpu_modules import module_paths
+from ..support.references import bfloat16
 
 pytestmark = pytest.mark.gpu
 

@@ -10,7 +10,7 @@ from iree_dispatch.backend.pipeline import build
 from iree_dispatch.core.errors import DispatchError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
-from .conftest import needs_build_tools
+from ..support.environment import needs_build_tools
 
 MACRO_SOURCE = """
 #define SCALE_KERNEL(NAME, T) \\

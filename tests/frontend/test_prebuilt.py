@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from artifacts.prebuilt import AXPBY, SIMPLE_MUL
 from iree_dispatch.backend.pipeline import build
 from iree_dispatch.cli import main
 from iree_dispatch.core.errors import AbiError, SpecError
 from iree_dispatch.frontend.prebuilt import cubin_kernels, read_object
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
-from .conftest import ROOT, needs_build_tools
+from ..support.artifacts.prebuilt import AXPBY, SIMPLE_MUL
+from ..support.environment import ROOT, needs_build_tools
 
 pytestmark = needs_build_tools
 SIMPLE_MUL_CU = ROOT / "kernels" / "simple_mul.cu"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import needs_build_tools
+from ..support.environment import needs_build_tools
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = """[module]
 name = "m"
 archs = ["sm_80"]

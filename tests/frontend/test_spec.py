@@ -8,7 +8,7 @@ from iree_dispatch.core.errors import DispatchError, SpecError
 from iree_dispatch.frontend.spec import KernelSpec
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import SAMPLES_SPEC
+from ..support.environment import SAMPLES_SPEC
 
 MUL = 'extern "C" __global__ void mul(const float* a, const float* b, float* out, int n) {}\n'
 

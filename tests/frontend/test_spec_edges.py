@@ -15,7 +15,7 @@ from iree_dispatch.core.errors import DispatchError, SpecError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import needs_build_tools
+from ..support.environment import needs_build_tools
 
 TWO = 'extern "C" __global__ void mul(const float* a, const float* b, float* out, int n, int m) {}\n'
 

@@ -14,7 +14,7 @@ from iree_dispatch.core.errors import SpecError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import needs_build_tools
+from ..support.environment import needs_build_tools
 
 MUL = 'extern "C" __global__ void mul(const float* a, const float* b, float* out, int n) {}\n'
 HOPPER, AMPERE = 200 * 1024, 96 * 1024  # over sm_80's 163 KB / under sm_86's 99 KB

@@ -1,5 +1,5 @@
 """Kernels written the way real code writes them build unchanged, and the generated functions
-say what the compiler saw (tests/kernels/styles.cu; run on the GPU by tests/test_gpu_styles.py)."""
+say what the compiler saw (tests/kernels/styles.cu; run on the GPU by tests/frontend/test_gpu_styles.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import re
 
 import pytest
 
-from artifacts.styles import STYLES_CU, prebuilt_cxx_module, styles_module
 from iree_dispatch.backend.abi import ptx_entries
 from iree_dispatch.backend.pipeline import build
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
-from .conftest import needs_build_tools
+from ..support.artifacts.styles import STYLES_CU, prebuilt_cxx_module, styles_module
+from ..support.environment import needs_build_tools
 
 pytestmark = needs_build_tools
 

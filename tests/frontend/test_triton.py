@@ -17,7 +17,7 @@ from iree_dispatch.core.errors import SpecError  # noqa: E402
 from iree_dispatch.frontend.spec import ModuleSpec  # noqa: E402
 from iree_dispatch.frontend.triton import load_triton_kernel, strip_hidden_params, triton_kernel  # noqa: E402
 
-from .conftest import ROOT, needs_build_tools  # noqa: E402
+from ..support.environment import ROOT, needs_build_tools  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 from kernels import triton_kernels as tk  # noqa: E402

@@ -1,7 +1,7 @@
 """The fused attention kernels (kernels/attention.toml) on the CPU: it builds for sm_80 and sm_90
 (the build checks its ABI against its PTX), its signature and shapes are as the model rewrite
 expects, ptxas reports no spills, and it has a float64 reference. Runs on a GPU:
-tests/test_gpu_attention.py."""
+tests/library/test_gpu_attention.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from iree_dispatch.backend.pipeline import build
 from iree_dispatch.cli import main
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import ROOT, load_references, needs_build_tools
+from ..support.environment import ROOT, needs_build_tools
+from ..support.references import load_references
 
 SPEC = ROOT / "kernels" / "attention.toml"
 

@@ -1,7 +1,7 @@
 """The tensor-core GEMM (kernels/gemm.toml) on the CPU: the spec declares what the kernels
 need, the module builds for sm_90a and sm_80 (the build checks each kernel's ABI against its
 PTX entry), each arch gets the body meant for it, and a plain sm_90 build takes the mma.sync
-body. Runs on a GPU: tests/test_gpu_gemm.py."""
+body. Runs on a GPU: tests/library/test_gpu_gemm.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from iree_dispatch.core.archs import parse_arch
 from iree_dispatch.core.errors import SpecError
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import ROOT, load_references, needs_build_tools
+from ..support.environment import ROOT, needs_build_tools
+from ..support.references import load_references
 
 SPEC = ROOT / "kernels" / "gemm.toml"
 KERNELS = ["gemm_bf16", "gemm_f16", "gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_residual_f32", "gemm_batched_bf16"]

@@ -5,7 +5,7 @@ tensor cores, no TF32), the model-rewrite copy of the spec launches them the sam
 an f32 GPT-2 layer's matmuls and its LM head, the float64 references are the products they name,
 and the kernel source itself, compiled for the host with its few CUDA features emulated (a thread
 per CUDA thread, __syncthreads as a barrier), computes every element of c within the GPU tests'
-bound, aligned and with pointers only 4-byte aligned. Runs on a GPU: tests/test_gpu_gemm_f32.py."""
+bound, aligned and with pointers only 4-byte aligned. Runs on a GPU: tests/library/test_gpu_gemm_f32.py."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from iree_dispatch.backend.pipeline import build
 from iree_dispatch.cli import main
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import ROOT, load_references, needs_build_tools
+from ..support.environment import ROOT, needs_build_tools
+from ..support.references import load_references
 
 SOURCE = ROOT / "kernels" / "gemm_f32.cu"
 SPEC = ROOT / "kernels" / "gemm_f32.toml"

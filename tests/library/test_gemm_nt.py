@@ -1,7 +1,7 @@
 """The NT GEMM (kernels/gemm_nt.cu, gemm_nt_bf16) on the CPU: ptxas reports no spills for either
 body, the specs' launch shape agrees with the kernel (block, even grid, per-arch shared memory the
 kernel checks against), and the model-rewrite copy of the spec launches it the same way. Runs on
-a GPU: tests/test_gpu_gemm_nt.py."""
+a GPU: tests/library/test_gpu_gemm_nt.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import subprocess
 import tomllib
 
-from .conftest import ROOT, needs_build_tools
+from ..support.environment import ROOT, needs_build_tools
 
 SOURCE = ROOT / "kernels" / "gemm_nt.cu"
 SPEC = ROOT / "kernels" / "gemm_nt.toml"

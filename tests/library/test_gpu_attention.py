@@ -37,9 +37,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from artifacts.attention import LAYOUT, build_all
-
-from .conftest import bfloat16, load_references, loaded_modules
+from ..support.artifacts.attention import LAYOUT, build_all
+from ..support.gpu_modules import loaded_modules
+from ..support.references import bfloat16, load_references
 
 pytestmark = pytest.mark.gpu
 

@@ -30,10 +30,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from artifacts.gemm import LAYOUT, TENSOR_MAPS, build_all, build_tensor_maps_cubin
 from iree_dispatch import runtime
 
-from .conftest import have_compiler, load_references, loaded_modules, prebuilt_dir
+from ..support.artifacts.gemm import LAYOUT, TENSOR_MAPS, build_all, build_tensor_maps_cubin
+from ..support.environment import have_compiler
+from ..support.gpu_modules import loaded_modules, prebuilt_dir
+from ..support.references import load_references
 
 pytestmark = pytest.mark.gpu
 
@@ -150,7 +152,7 @@ def tensor_maps_cubin(tmp_path_factory):
         return build_tensor_maps_cubin(tmp_path_factory.mktemp("tensor_maps") / TENSOR_MAPS)
     path = prebuilt_dir("gemm") / TENSOR_MAPS
     if not path.exists():
-        pytest.fail(f"no compiler here and {path} missing; run python -m artifacts")
+        pytest.fail(f"no compiler here and {path} missing; run python -m tests.support.artifacts")
     return path
 
 

@@ -9,7 +9,7 @@ stores); GPT-2 small's f32 matmuls at 8 x 1024 tokens: the MLP's up-projection 8
 and down-projection 8192 x 768 x 3072 (gemm_f32), and the LM head 8192 x 50257 x 768 with the
 tied embedding as stored (gemm_nt_f32). Every element of c is checked. The runtime passes
 16-byte aligned buffers, so bases that are only 4-byte aligned (IREE's bindings inside a model)
-are not reached here: tests/test_gemm_f32.py runs the same source on the host with such pointers.
+are not reached here: tests/library/test_gemm_f32.py runs the same source on the host with such pointers.
 
 Each case runs three ways, with fresh random data: the module as built (IREE allocates c; an
 H100 runs the sm_90 cubin), the copy whose output is declared in place called with c filled
@@ -34,9 +34,9 @@ import time
 import numpy as np
 import pytest
 
-from artifacts.gemm_f32 import LAYOUT, build_all
-
-from .conftest import load_references, loaded_modules
+from ..support.artifacts.gemm_f32 import LAYOUT, build_all
+from ..support.gpu_modules import loaded_modules
+from ..support.references import load_references
 
 pytestmark = pytest.mark.gpu
 

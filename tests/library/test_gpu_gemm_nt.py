@@ -18,7 +18,7 @@ overwritten), and the sm_80-PTX-only copy, poisoned the same way.
 Error bound, element by element: |c - c64| <= 2^-8 |c64| + RTOL * (|a| @ |b|^T), with c64 the
 float64 product of the same (rounded) bf16 inputs. Products of two bf16 values are exact in
 float32; float32 accumulation over K terms stays below RTOL = 1e-5 of |a| @ |b|^T (as for
-gemm_bf16, tests/test_gpu_gemm.py), and the one rounding to bf16 adds at most half a bf16 ulp,
+gemm_bf16, tests/library/test_gpu_gemm.py), and the one rounding to bf16 adds at most half a bf16 ulp,
 2^-8 of |c| (reached just above a power of two: the ratio err/bound comes close to 1 on large
 random sizes, and the RTOL term covers the accumulation error on top of it). Inputs
 have per-row means (a) and per-column means (b), so a value taken from another row or column
@@ -30,9 +30,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from artifacts.gemm_nt import LAYOUT, build_all
-
-from .conftest import bfloat16, load_references, loaded_modules
+from ..support.artifacts.gemm_nt import LAYOUT, build_all
+from ..support.gpu_modules import loaded_modules
+from ..support.references import bfloat16, load_references
 
 pytestmark = pytest.mark.gpu
 

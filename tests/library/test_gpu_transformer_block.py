@@ -21,7 +21,7 @@ element of z or out is zero here (out > 0 always, z is continuous), so an elemen
 fails to write (zeroed) can't pass. The kernels themselves run with NaN-filled outputs below.
 
 Kernel bounds at the block's sizes (float64 reference from the same inputs):
-- bias_gelu, layernorm, softmax: as tests/test_gpu_library.py (rtol 1e-5; bias_gelu_f32_bf16,
+- bias_gelu, layernorm, softmax: as tests/library/test_gpu_library.py (rtol 1e-5; bias_gelu_f32_bf16,
   which rounds to bf16: rtol 4e-3, one bf16 rounding of the result, up to 2^-8);
 - gemm_bf16: |got - want| <= K 2^-23 (|a| @ |b|), the worst-case error of f32 accumulation of K
   products (exact in f32), doubled for an accumulator that truncates rather than rounds.
@@ -32,10 +32,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from artifacts.transformer import BLOCKS, EPS, LAYOUT, NEEDS_GEMM, D, H, T, bf16, block_inputs, block_reference, build_all, have_gemm, references
 from iree_dispatch import runtime
 
-from .conftest import module_paths
+from ..support.artifacts.transformer import BLOCKS, EPS, LAYOUT, NEEDS_GEMM, D, H, T, bf16, block_inputs, block_reference, build_all, have_gemm, references
+from ..support.gpu_modules import module_paths
 
 pytestmark = pytest.mark.gpu
 Z_ATOL = 5e-3

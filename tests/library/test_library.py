@@ -1,6 +1,6 @@
 """The kernel library (kernels/library.toml) on the CPU: it builds for sm_80 and sm_90 (the
 build checks every kernel's ABI against its PTX), `inspect` reads the spec, and every kernel
-has a float64 reference. Runs on a GPU: tests/test_gpu_library.py."""
+has a float64 reference. Runs on a GPU: tests/library/test_gpu_library.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from iree_dispatch.backend.pipeline import build
 from iree_dispatch.cli import main
 from iree_dispatch.frontend.spec_file import load_spec
 
-from .conftest import ROOT, load_references, needs_build_tools
+from ..support.environment import ROOT, needs_build_tools
+from ..support.references import load_references
 
 SPEC = ROOT / "kernels" / "library.toml"
 KERNELS = ["bias_gelu_f32", "bias_gelu_f16", "bias_gelu_bf16", "bias_gelu_f32_bf16", "row_sum_f32", "row_max_f32", "softmax_f32", "layernorm_f32",

@@ -8,9 +8,8 @@ import subprocess
 
 import pytest
 
-from artifacts.transformer import BLOCKS, GEMM_SPEC, NEEDS_GEMM, PROGRAMS, SPEC, build_all, codegen_flags, have_gemm
-
-from .conftest import ROOT, needs_build_tools
+from ..support.artifacts.transformer import BLOCKS, GEMM_SPEC, NEEDS_GEMM, PROGRAMS, SPEC, build_all, codegen_flags, have_gemm
+from ..support.environment import ROOT, needs_build_tools
 
 pytestmark = needs_build_tools
 

@@ -17,12 +17,11 @@ pytest.importorskip("iree.compiler")  # the model compiler: not in a runtime-onl
 from iree_dispatch.core.errors import SpecError  # noqa: E402
 from iree_dispatch.models import compile_model, load_kernels  # noqa: E402
 from iree_dispatch.models.compiler import report_json, rewrite_model  # noqa: E402
-from iree_dispatch.models.rewrite import kernel_function_type  # noqa: E402
 
-from .conftest import needs_build_tools  # noqa: E402
-from .test_model_rewrite_cpu import _compile_cpu, _random_args, _run, with_reference_kernels  # noqa: E402
+from ..support.environment import needs_build_tools  # noqa: E402
+from ..support.model_references import _compile_cpu, _flow_dispatches, _random_args, _run, with_reference_kernels  # noqa: E402
 
-MODELS = Path(__file__).parent / "models"
+MODELS = Path(__file__).parent
 K = MODELS / "kernels"
 LIBRARY, GEMM, ATTENTION = K / "library.toml", K / "gemm.toml", K / "attention.toml"
 GPT2_LAYER = [LIBRARY, GEMM, ATTENTION]
@@ -32,52 +31,6 @@ WIDE_NOTE = ("computes in f32 and rounds once, where the model rounds to bf16 af
              " (--allow-wider-accumulation)")
 STRICT = ("computes in f32, the model in bf16; the model rounds to bf16 after the scores, the scale, the mask add, the softmax and the context"
           " (--allow-wider-accumulation accepts a wider one)")
-
-
-# ----------------------------------------------------------------------------------------------
-# Reference bodies: attention_qkv as plain linalg (the others as tests/test_model_rewrite_cpu.py has them)
-# ----------------------------------------------------------------------------------------------
-
-
-def attention_qkv_reference(symbol: str, kernel) -> str:
-    """qkv [B, S, 3, H, 64] -> q, kt, v as [B*H, S, 64] / [B*H, 64, S] (slices and transposes),
-    softmax(q @ kt * 0.125 + mask[b]) @ v in f32 with the probabilities rounded to bf16 (as
-    attention_bf16's reference body), rounded once to bf16 and transposed to [B, S, H, 64]."""
-    (qkv, mask), (out,) = kernel_function_type(kernel)
-    heads, kt_t, z3, kt3 = "tensor<?x?x?x64xbf16>", "tensor<?x?x64x?xbf16>", "tensor<?x?x64xbf16>", "tensor<?x64x?xbf16>"
-    lines = ["%c0 = arith.constant 0 : index", "%c1 = arith.constant 1 : index", "%c3 = arith.constant 3 : index",
-             f"%b = tensor.dim %a0, %c0 : {qkv}", f"%s = tensor.dim %a0, %c1 : {qkv}", f"%h = tensor.dim %a0, %c3 : {qkv}", "%z = arith.muli %b, %h : index"]
-    for i, name in enumerate("qkv"):  # [B, S, H, 64] each, as [B, H, S, 64] (k: [B, H, 64, S]), heads merged into the batch
-        lines.append(f"%{name}4 = tensor.extract_slice %a0[0, 0, {i}, 0, 0] [%b, %s, 1, %h, 64] [1, 1, 1, 1, 1] : {qkv} to {heads}")
-        if name == "k":
-            lines += [f"%ek = tensor.empty(%b, %h, %s) : {kt_t}",
-                      f"%kt4 = linalg.transpose ins(%k4 : {heads}) outs(%ek : {kt_t}) permutation = [0, 2, 3, 1]",
-                      f"%kt = tensor.collapse_shape %kt4 [[0, 1], [2], [3]] : {kt_t} into {kt3}"]
-        else:
-            lines += [f"%e{name} = tensor.empty(%b, %h, %s) : {heads}",
-                      f"%{name}t4 = linalg.transpose ins(%{name}4 : {heads}) outs(%e{name} : {heads}) permutation = [0, 2, 1, 3]",
-                      f"%{name}3 = tensor.collapse_shape %{name}t4 [[0, 1], [2], [3]] : {heads} into {z3}"]
-    lines += ["%zero = arith.constant 0.0 : f32", "%scale = arith.constant 0.125 : f32", "%es = tensor.empty(%z, %s, %s) : tensor<?x?x?xf32>",
-              "%fs = linalg.fill ins(%zero : f32) outs(%es : tensor<?x?x?xf32>) -> tensor<?x?x?xf32>",
-              f"%sc = linalg.batch_matmul ins(%q3, %kt : {z3}, {kt3}) outs(%fs : tensor<?x?x?xf32>) -> tensor<?x?x?xf32>"]
-    lines.append(
-        '%x = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], '
-        'iterator_types = ["parallel", "parallel", "parallel"]} ins(%sc : tensor<?x?x?xf32>) outs(%es : tensor<?x?x?xf32>) {\n'
-        "^bb0(%v: f32, %o: f32):\n%i0 = linalg.index 0 : index\n%i1 = linalg.index 1 : index\n%i2 = linalg.index 2 : index\n"
-        f"%bi = arith.divui %i0, %h : index\n%m = tensor.extract %a1[%bi, %i1, %i2] : {mask}\n%mf = arith.extf %m : bf16 to f32\n"
-        "%t = arith.mulf %v, %scale : f32\n%r = arith.addf %t, %mf : f32\nlinalg.yield %r : f32\n} -> tensor<?x?x?xf32>"
-    )
-    lines += ["%p = linalg.softmax dimension(2) ins(%x : tensor<?x?x?xf32>) outs(%es : tensor<?x?x?xf32>) -> tensor<?x?x?xf32>",
-              "%pb = arith.truncf %p : tensor<?x?x?xf32> to tensor<?x?x?xbf16>",
-              "%eo = tensor.empty(%z, %s) : tensor<?x?x64xf32>", "%fo = linalg.fill ins(%zero : f32) outs(%eo : tensor<?x?x64xf32>) -> tensor<?x?x64xf32>",
-              f"%o = linalg.batch_matmul ins(%pb, %v3 : tensor<?x?x?xbf16>, {z3}) outs(%fo : tensor<?x?x64xf32>) -> tensor<?x?x64xf32>",
-              f"%ob = arith.truncf %o : tensor<?x?x64xf32> to {z3}",
-              f"%o4 = tensor.expand_shape %ob [[0, 1], [2], [3]] output_shape [%b, %h, %s, 64] : {z3} into {heads}",
-              f"%et = tensor.empty(%b, %s, %h) : {out}",
-              f"%ot = linalg.transpose ins(%o4 : {heads}) outs(%et : {out}) permutation = [0, 2, 1, 3]",
-              f"return %ot : {out}"]
-    body = "\n".join("    " + line for line in "\n".join(lines).splitlines())
-    return f"  func.func private @{symbol}(%a0: {qkv}, %a1: {mask}) -> {out} {{\n{body}\n  }}"
 
 
 def _same_on_cpu(tmp_path, model: Path, function: str, report, program: str, tol: float, scale_from: int | None = None):
@@ -252,7 +205,6 @@ def test_compiled_gpt2_layer_dispatches_attention_qkv(tmp_path):
     of q, k, v or of the result (with attention_bf16 it had three copies of the slices and four
     transposes: 2x40x2x64 and 2x40x128), nor the chain's batch matmuls and softmax. The one
     transpose left is the LM head's weight (64x128)."""
-    from .test_model_compile import _flow_dispatches
 
     compile_model(MODELS / "gpt2_layer_bf16.torch.mlir", GPT2_LAYER, tmp_path / "g.vmfb", emit_mlir=tmp_path / "g.linked.mlir", allow_wider_accumulation=True)
     program = (tmp_path / "g.program.mlir").read_text()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,10 @@ from iree_dispatch.models import compile_model, load_kernels  # noqa: E402
 from iree_dispatch.models.cli import add_compile_command  # noqa: E402
 from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
 
-from .conftest import needs_build_tools  # noqa: E402
+from ..support.environment import needs_build_tools  # noqa: E402
+from ..support.model_references import _flow_dispatches  # noqa: E402
 
-MODELS = Path(__file__).parent / "models"
+MODELS = Path(__file__).parent
 NAIVE = MODELS / "kernels" / "naive.toml"
 LIBRARY = MODELS / "kernels" / "library.toml"
 GEMM = MODELS / "kernels" / "gemm.toml"
@@ -229,7 +229,7 @@ def test_gpt2_attention_chain_as_one_kernel(tmp_path):
     """A GPT-2 layer as benchmarks/model.py exports it (bf16, 2 heads of 64, batch 2 x 40 tokens):
     scores batch matmul, * 0.125, + the [2, 1, 40, 40] mask, softmax, context batch matmul, one
     call to attention_bf16 with --allow-wider-accumulation (a spec without attention_qkv_bf16,
-    which would take it with its layouts: tests/test_model_attention_qkv.py); the scores batch
+    which would take it with its layouts: tests/models/test_model_attention_qkv.py); the scores batch
     matmul (#3) and the softmax (#4) are no candidates of their own then."""
     r = _dry("gpt2_layer_bf16.torch.mlir", kernels=[LIBRARY, GEMM, _attention_alone(tmp_path)], allow_wider_accumulation=True)
     (d,) = [d for d in r.replaced if d.capability.label == "attention.attention_bf16"]
@@ -363,15 +363,6 @@ def test_report_is_deterministic_and_json():
     assert data["counts"] == {"matmul": {"found": 5, "left": 5, "replaced": 0}, "softmax": {"found": 2, "left": 1, "replaced": 1}}
     assert data["left"][0]["reasons"][0]["category"] == "dtype"
     json.dumps(data)
-
-
-def _flow_dispatches(linked: Path) -> list[str]:
-    from iree.compiler.tools.binaries import find_tool
-
-    out = linked.with_suffix(".flow.mlir")
-    cmd = [find_tool("iree-compile"), "--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80", "--compile-to=flow", linked.name, "-o", str(out)]
-    subprocess.run(cmd, check=True, cwd=linked.parent, capture_output=True)
-    return re.findall(r"flow\.dispatch (\{[^}]*\}|@\S+)", out.read_text())
 
 
 @needs_build_tools
@@ -530,9 +521,9 @@ def test_spec_errors_name_the_original_file(tmp_path):
 
 
 def test_spec_without_replaces_declares_nothing():
-    kernels = load_kernels([Path(__file__).parents[1] / "kernels" / "samples.toml"])
+    kernels = load_kernels([Path(__file__).parents[2] / "kernels" / "samples.toml"])
     assert kernels.capabilities == ()
-    r = compile_model(MODELS / "mlp_f32.mlir", [Path(__file__).parents[1] / "kernels" / "samples.toml"], dry_run=True)
+    r = compile_model(MODELS / "mlp_f32.mlir", [Path(__file__).parents[2] / "kernels" / "samples.toml"], dry_run=True)
     assert r.left[0].reasons[0] == ("kernel", "no kernel declares 'matmul+bias' or 'matmul'")
 
 

@@ -14,10 +14,10 @@ from iree_dispatch.models import compile_model  # noqa: E402
 from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
 from iree_dispatch.models.torch_export import export_mlir, parameter_names  # noqa: E402
 
-from .conftest import needs_build_tools  # noqa: E402
-from .test_model_rewrite_cpu import _compile_cpu, _run, with_reference_kernels  # noqa: E402
+from ..support.environment import needs_build_tools  # noqa: E402
+from ..support.model_references import _compile_cpu, _run, with_reference_kernels  # noqa: E402
 
-KERNELS = Path(__file__).parent / "models" / "kernels"
+KERNELS = Path(__file__).parent / "kernels"
 ALL = [KERNELS / "naive.toml", KERNELS / "library.toml", KERNELS / "gemm.toml"]
 BATCHED = KERNELS / "gemm_batched.toml"  # the batched GEMM as a batch_matmul replacement (not in GPT-2's specs)
 GEMM_NT = KERNELS / "gemm_nt.toml"  # the NT GEMM as the LM head (matmul_nt)

@@ -13,7 +13,7 @@ import pytest
 
 from iree_dispatch.runtime import compiled
 
-from .compiled_stand_ins import FakeDriver, needs_compiler, private_module  # noqa: F401
+from ..support.compiled_stand_ins import FakeDriver, needs_compiler
 
 
 @needs_compiler

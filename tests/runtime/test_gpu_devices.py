@@ -16,9 +16,9 @@ from iree_dispatch import runtime
 from iree_dispatch.runtime import cuda_driver
 from iree_dispatch.runtime.parallel import DataParallel
 
-from .test_gpu import artifacts, fresh  # noqa: F401  (the session fixture that builds or finds the modules)
+from ..support.gpu_sample_tests import fresh
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cuda_driver.device_count() < 2, reason="needs two CUDA devices")]
 
 
@@ -87,7 +87,7 @@ def test_two_torchrun_ranks_exchange_results_through_nccl(artifacts):
     """torch.distributed as the engine that scales out: 2 ranks, one GPU and one module each."""
     pytest.importorskip("torch.distributed")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    worker = ROOT / "tests" / "distributed" / "allgather_worker.py"
+    worker = ROOT / "tests" / "runtime" / "distributed" / "allgather_worker.py"
     run = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker), str(artifacts["samples"])],
         capture_output=True, text=True, timeout=300, env=env,

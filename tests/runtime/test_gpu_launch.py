@@ -11,19 +11,18 @@ import threading
 import numpy as np
 import pytest
 
-from artifacts.abi import ELEMENT_TYPES
 from iree_dispatch import runtime
 
-from .test_gpu import artifacts, fresh  # noqa: F401  (session fixtures)
-from .test_gpu_abi import CASES, random_array, random_case
-from .test_gpu_runtime import cupy, torch  # noqa: F401  (the torch and CuPy fixtures)
+from ..support.artifacts.abi import ELEMENT_TYPES
+from ..support.gpu_abi_tests import CASES, random_array, random_case
+from ..support.gpu_sample_tests import fresh
 
 pytestmark = pytest.mark.gpu
 SLEEP_CYCLES = 100_000_000  # torch.cuda._sleep: ~50 ms on an H100
 
 
 @pytest.fixture(scope="module")
-def both(artifacts):  # noqa: F811
+def both(artifacts):
     """The samples module loaded twice: kernels launched directly, and through IREE."""
     return runtime.load(artifacts["samples"], launch="direct"), runtime.load(artifacts["samples"], launch="iree")
 
@@ -34,7 +33,7 @@ def test_kernels_launch_directly_unless_told_otherwise(both):
         assert direct[name].launched_directly and not through_iree[name].launched_directly
 
 
-def test_direct_and_iree_launches_agree_on_every_scalar_and_element_type(artifacts):  # noqa: F811
+def test_direct_and_iree_launches_agree_on_every_scalar_and_element_type(artifacts):
     direct, through_iree = runtime.load(artifacts["abi"], launch="direct"), runtime.load(artifacts["abi"], launch="iree")
     assert direct.echo_scalars.launched_directly
     rng = np.random.default_rng()
@@ -127,7 +126,7 @@ def test_an_unknown_frameworks_producer_is_ordered_through_dlpack(both, torch):
     np.testing.assert_array_equal(result.to_host(), a * b)
 
 
-def test_in_place_outputs_of_framework_arrays_are_the_callers_arrays(artifacts, torch):  # noqa: F811
+def test_in_place_outputs_of_framework_arrays_are_the_callers_arrays(artifacts, torch):
     rng = np.random.default_rng()
     n = 4099
     a, b = fresh(rng, n), fresh(rng, n)
@@ -139,7 +138,7 @@ def test_in_place_outputs_of_framework_arrays_are_the_callers_arrays(artifacts, 
         np.testing.assert_array_equal(out.cpu().numpy(), a * b)
 
 
-def test_repeated_calls_reuse_their_preparation_and_stay_right(artifacts, torch, cupy):  # noqa: F811
+def test_repeated_calls_reuse_their_preparation_and_stay_right(artifacts, torch, cupy):
     """Calls with the signature of an earlier one skip the checks and the size arithmetic:
     fresh data, changed scalars, changed shapes and bad arguments after such calls."""
     direct = runtime.load(artifacts["samples"], launch="direct")
@@ -183,7 +182,7 @@ def test_repeated_calls_reuse_their_preparation_and_stay_right(artifacts, torch,
         direct.axpby(da, db, 1e300, 1.0)
 
 
-def test_prepared_in_place_calls_on_a_callers_stream_follow_its_work(artifacts, torch):  # noqa: F811
+def test_prepared_in_place_calls_on_a_callers_stream_follow_its_work(artifacts, torch):
     """An in-place call on torch tensors behind a ~50 ms sleep on a side stream, the first one
     checked and prepared, the later ones prepared: each is queued behind the stream's work."""
     poisonable = runtime.load(artifacts["poisonable"], launch="direct")
@@ -234,7 +233,7 @@ def test_prepared_calls_on_a_new_thread_and_by_the_thousand_leave_nothing_behind
     np.testing.assert_array_equal(direct.simple_mul(ta, tb).cpu().numpy(), a * b)
 
 
-def test_outputs_made_ahead_are_right_and_released_by_trim(artifacts, torch):  # noqa: F811
+def test_outputs_made_ahead_are_right_and_released_by_trim(artifacts, torch):
     """A synchronous call makes its kernel's next outputs while the kernel runs. The next call
     writes them fully: they are pool buffers that held other results before (a new rhs each
     call), so an element left unwritten would show. trim() gives their memory back."""
@@ -254,7 +253,7 @@ def test_outputs_made_ahead_are_right_and_released_by_trim(artifacts, torch):  #
     np.testing.assert_array_equal(module.simple_mul(a, module.to_device(b_host)).to_host(), a_host * b_host)
 
 
-def test_modules_loaded_and_dropped_again_and_again_keep_working(artifacts):  # noqa: F811
+def test_modules_loaded_and_dropped_again_and_again_keep_working(artifacts):
     """Each load loads its kernels on the device and each dropped module unloads them."""
     import gc
 

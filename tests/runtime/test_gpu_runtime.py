@@ -14,23 +14,10 @@ import pytest
 
 from iree_dispatch import runtime
 
-from .test_gpu import artifacts, fresh, poisonable, samples  # noqa: F401  (session fixtures)
+from ..support.gpu_sample_tests import fresh
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA device here")
-    return torch
-
-
-@pytest.fixture(scope="module")
-def cupy():
-    return pytest.importorskip("cupy")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_torch_tensors_in_and_out_without_copies(samples, torch):

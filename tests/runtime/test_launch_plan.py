@@ -15,7 +15,7 @@ from iree_dispatch.core.contract import LAUNCH_KEY, scalar_argument
 from iree_dispatch.frontend.spec_file import load_spec
 from iree_dispatch.runtime import launch, read_descriptions
 
-from .conftest import SAMPLES_SPEC, needs_build_tools
+from ..support.environment import SAMPLES_SPEC, needs_build_tools
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from .compiled_stand_ins import FakeDriver, needs_compiler, private_module  # noqa: F401
+from ..support.compiled_stand_ins import FakeDriver, needs_compiler
 
 FUNCTION_ADDRESS = 0x1234
 BLOCK = (64, 1, 1)

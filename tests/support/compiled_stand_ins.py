@@ -1,20 +1,18 @@
 """Stand-ins for testing the compiled launch module (iree_dispatch/runtime/_launch.c) on the CPU:
 ctypes callbacks in place of cuLaunchKernel, cuStreamSynchronize and the context calls
 (cuCtxGetCurrent, cuCtxPushCurrent, cuCtxPopCurrent) that record their arguments, the mark that skips a test where the module can't be built (no C
-compiler or no Python.h), and a fixture that loads a private copy of the module, so that its
-module-global state (driver functions, registered frameworks) is not the process's."""
+compiler or no Python.h). The fixture that loads a private copy of the module, so that its
+module-global state (driver functions, registered frameworks) is not the process's, is
+runtime/conftest.py's `private_module`."""
 
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import shutil
 import sysconfig
 from pathlib import Path
 
 import pytest
-
-from iree_dispatch.runtime import compiled
 
 LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
 SYNCHRONIZE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
@@ -75,22 +73,3 @@ class FakeDriver:
         return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (self.launch, self.synchronize, self.get_current, self.push, self.pop))
 
 
-@pytest.fixture
-def private_module(tmp_path, monkeypatch):
-    """A copy of the compiled launch module of its own (its own driver functions)."""
-    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv(compiled.COMPILED_LAUNCH_ENV, raising=False)
-    compiled._load.cache_clear()
-    try:
-        module = compiled.compiled_launch()
-        status = compiled.compiled_launch_status()
-    finally:
-        compiled._load.cache_clear()
-    assert module is not None, status
-    assert status.startswith("compiled (") and str(tmp_path / "cache" / "launch") in status
-    copy = tmp_path / Path(module.__file__).name.replace("_launch_", "_launch_copy_")
-    shutil.copy(module.__file__, copy)
-    spec = importlib.util.spec_from_file_location(compiled._MODULE_NAME, copy)
-    private = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(private)
-    return private

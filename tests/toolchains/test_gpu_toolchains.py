@@ -1,5 +1,5 @@
 """On a CUDA device: kernels built by each pip-installable toolchain (NVRTC, the nvidia-cuda-nvcc
-wheel; artifacts/toolchains.py) behave exactly like the system nvcc's. The sample, ABI,
+wheel; tests/support/artifacts/toolchains.py) behave exactly like the system nvcc's. The sample, ABI,
 C++ kernel and kernel-library tests of test_gpu.py, test_gpu_abi.py and test_gpu_library.py
 run again here, unchanged, on each toolchain's modules: same float64 references, same
 tolerances, outputs poisoned first (NaN or a byte pattern, through the in-place builds).
@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from artifacts.toolchains import TOOLCHAINS, build_toolchain, layout, make_toolchain
 from iree_dispatch import runtime
 
-from .conftest import have_compiler, prebuilt_dir
-from .test_gpu import test_axpby, test_simple_mul, test_simple_mul_inplace  # noqa: F401  (rerun on each toolchain's modules)
-from .test_gpu_abi import (  # noqa: F401
+from ..support.artifacts.toolchains import TOOLCHAINS, build_toolchain, layout, make_toolchain
+from ..support.environment import have_compiler
+from ..support.gpu_abi_tests import (  # noqa: F401
     test_3d_grid_and_blocks,
     test_block_reduction_in_dynamic_shared_memory,
     test_every_pointer_element_type_round_trips,
@@ -25,7 +24,9 @@ from .test_gpu_abi import (  # noqa: F401
     test_size_t_as_argument_and_from_a_shape,
     test_template_instantiations,
 )
-from .test_gpu_library import test_kernel_matches_reference  # noqa: F401
+from ..support.gpu_library_tests import test_kernel_matches_reference  # noqa: F401
+from ..support.gpu_modules import prebuilt_dir
+from ..support.gpu_sample_tests import test_axpby, test_simple_mul, test_simple_mul_inplace  # noqa: F401  (rerun on each toolchain's modules)
 
 pytestmark = pytest.mark.gpu
 
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module", params=TOOLCHAINS)
 def built(request, tmp_path_factory) -> dict[str, Path]:
     """One toolchain's modules: built here if the compiler and that toolchain are installed,
-    else the prebuilt ones (python -m artifacts); skipped if that toolchain was not
+    else the prebuilt ones (python -m tests.support.artifacts); skipped if that toolchain was not
     installed where they were built either."""
     from iree_dispatch.core.errors import ToolchainError
 
@@ -47,10 +48,10 @@ def built(request, tmp_path_factory) -> dict[str, Path]:
     prebuilt = prebuilt_dir("toolchains")
     paths = {key: prebuilt / rel for key, rel in layout(name).items()}
     if not any(p.exists() for p in paths.values()):
-        pytest.skip(f"no modules of {name} in {prebuilt}: it was not installed where python -m artifacts ran")
+        pytest.skip(f"no modules of {name} in {prebuilt}: it was not installed where python -m tests.support.artifacts ran")
     missing = [str(p) for p in paths.values() if not p.exists()]
     if missing:
-        pytest.fail(f"prebuilt modules of {name} missing: {missing}; run python -m artifacts")
+        pytest.fail(f"prebuilt modules of {name} missing: {missing}; run python -m tests.support.artifacts")
     return paths
 
 

@@ -13,27 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from artifacts.abi import abi_module, cxx_module
-from artifacts.toolchains import make_toolchain
 from iree_dispatch.core.archs import parse_archs
 from iree_dispatch.core.errors import ToolchainError
 
-from .conftest import ROOT, SAMPLES_SPEC, have_compiler
+from ..support.artifacts.abi import abi_module, cxx_module
+from ..support.environment import ROOT, SAMPLES_SPEC, have_compiler
+from ..support.toolchains import toolchain_or_skip
 
 (SM80,), (SM90,) = parse_archs(["sm_80"]), parse_archs(["sm_90"])
 # The newest PTX ISA a CUDA 13.0 driver (580) JIT-compiles: the pip routes pin 13.0.*.
 MAX_PTX_ISA = (9, 0)
-
-
-def toolchain_or_skip(name: str):
-    """The toolchain `name` ("nvcc": what find_nvcc finds; "nvcc_wheel"; "nvrtc"), or a skip
-    saying what to install."""
-    from iree_dispatch.toolchains import select_toolchain
-
-    try:
-        return select_toolchain("nvcc") if name == "nvcc" else make_toolchain(name)
-    except ToolchainError as exc:
-        pytest.skip(f"{name} not installed: {exc}")
 
 
 @pytest.fixture(params=("nvcc", "nvcc_wheel", "nvrtc"))

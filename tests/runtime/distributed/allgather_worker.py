@@ -3,7 +3,7 @@ instance, computes its shard with an iree_dispatch kernel on torch tensors (DLPa
 and the shards are exchanged with NCCL's all_gather. Every rank checks the gathered result
 against numpy on the full inputs.
 
-    torchrun --nproc_per_node=2 tests/distributed/allgather_worker.py build/gpu-tests/samples.vmfb
+    torchrun --nproc_per_node=2 tests/runtime/distributed/allgather_worker.py build/gpu-tests/samples.vmfb
 """
 
 from __future__ import annotations

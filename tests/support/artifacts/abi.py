@@ -6,8 +6,8 @@ from pathlib import Path
 
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 
-ABI_CU = Path(__file__).resolve().parent.parent / "tests" / "kernels" / "abi.cu"
-CXX_CU = Path(__file__).resolve().parent.parent / "tests" / "kernels" / "cxx.cu"
+ABI_CU = Path(__file__).resolve().parents[3] / "tests" / "kernels" / "abi.cu"
+CXX_CU = Path(__file__).resolve().parents[3] / "tests" / "kernels" / "cxx.cu"
 ELEMENT_TYPES = ("f16", "bf16", "f32", "f64", "bool", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
 
 

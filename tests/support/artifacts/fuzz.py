@@ -1,6 +1,6 @@
-"""The kernel-ABI fuzz modules (artifacts/fuzz_kernels.py) for the GPU test tests/test_gpu_abi_fuzz.py,
+"""The kernel-ABI fuzz modules (tests/support/artifacts/fuzz_kernels.py) for the GPU test tests/backend/test_gpu_abi_fuzz.py,
 built on a CPU machine:
-    python -m artifacts.fuzz build/gpu-tests/fuzz [--count 320] [--seed S]
+    python -m tests.support.artifacts.fuzz build/gpu-tests/fuzz [--count 320] [--seed S]
 
 Each module (PER_MODULE kernels, one .cu file) is built twice for sm_90: as declared
 (`declared/<module>.vmfb`) and with every fresh output declared in place
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import fuzz_kernels
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SEED = 20260601
 COUNT = 320
 PER_MODULE = 20

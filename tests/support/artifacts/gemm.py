@@ -1,12 +1,11 @@
-"""Modules for the GEMM GPU tests (tests/test_gpu_gemm.py) and benchmark (benchmarks/gemm.py),
+"""Modules for the GEMM GPU tests (tests/library/test_gpu_gemm.py) and benchmark (benchmarks/gemm.py),
 built on a CPU machine:
-    python -m artifacts.gemm build/gpu-tests/gemm
+    python -m tests.support.artifacts --only gemm build/gpu-tests
 """
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 from . import three_ways
@@ -33,8 +32,3 @@ def build_tensor_maps_cubin(path: Path) -> Path:
     subprocess.run([str(find_nvcc()), "-cubin", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{ROOT / 'kernels'}",
                     str(ROOT / "tests" / "kernels" / "tensor_maps.cu"), "-o", str(path)], check=True)
     return path
-
-
-if __name__ == "__main__":
-    for name, path in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests" / "gemm")).items():
-        print(f"{name}: {path}")

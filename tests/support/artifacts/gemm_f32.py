@@ -1,5 +1,5 @@
-"""Modules for the f32 GEMM GPU tests (tests/test_gpu_gemm_f32.py), built on a CPU machine:
-    python -m artifacts.gemm_f32 build/gpu-tests/gemm_f32
+"""Modules for the f32 GEMM GPU tests (tests/library/test_gpu_gemm_f32.py), built on a CPU machine:
+    python -m tests.support.artifacts --only gemm_f32 build/gpu-tests
 """
 
 from __future__ import annotations
@@ -10,6 +10,3 @@ from . import three_ways
 
 LAYOUT = three_ways.layout("gemm_f32")
 build_all = partial(three_ways.build_all, "gemm_f32")
-
-if __name__ == "__main__":
-    three_ways.main("gemm_f32")

@@ -1,14 +1,13 @@
-"""Modules for the kernel-library GPU tests (tests/test_gpu_library.py) and the kernel
+"""Modules for the kernel-library GPU tests (tests/library/test_gpu_library.py) and the kernel
 benchmark (benchmarks/kernels.py), built on a CPU machine:
-    python -m artifacts.library build/gpu-tests/library
+    python -m tests.support.artifacts --only library build/gpu-tests
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "kernels" / "library.toml"
 # name → path under the artifact folder. The second copy declares every output in place, so
 # that a test can pass outputs filled with NaN: memory IREE allocates can't be poisoned.
@@ -27,8 +26,3 @@ def build_all(out: Path) -> dict[str, Path]:
     in_place = ModuleSpec(spec.name, tuple(k.with_outputs_in_place() for k in spec.kernels), spec.archs)
     build(in_place, paths["library_poisonable"])
     return paths
-
-
-if __name__ == "__main__":
-    for name, path in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests" / "library")).items():
-        print(f"{name}: {path}")

@@ -1,5 +1,5 @@
 """A program calling kernels of two modules (two specs, each with a `k.cu` of its own), for
-tests/test_multi_spec.py."""
+tests/backend/test_multi_spec.py."""
 
 from __future__ import annotations
 

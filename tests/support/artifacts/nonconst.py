@@ -1,16 +1,15 @@
 """The module of kernels in the non-const-input style (tests/kernels/nonconst.cu), declared as a
 user would: shapes, block and grid, and no word on which pointer is an input. Shared by the CPU
-tests (tests/test_pointer_roles.py) and the GPU tests (tests/test_gpu_pointer_roles.py); built
+tests (tests/backend/test_pointer_roles.py) and the GPU tests (tests/backend/test_gpu_pointer_roles.py); built
 for the GPU by
-    python -m artifacts.nonconst build/gpu-tests/nonconst
+    python -m tests.support.artifacts --only nonconst build/gpu-tests
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 NONCONST_CU = ROOT / "tests" / "kernels" / "nonconst.cu"
 # name → path under the artifact folder; the poisonable copy takes every output as an argument.
 LAYOUT = {"nonconst": "nonconst.vmfb", "nonconst_poisonable": "poisonable/nonconst.vmfb"}
@@ -65,8 +64,3 @@ def build_all(out: Path, progress=None) -> dict[str, Path]:
     poisonable = ModuleSpec(module.name, kernels, module.archs)
     build(poisonable, paths["nonconst_poisonable"], progress=progress)
     return paths
-
-
-if __name__ == "__main__":
-    for name, path in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests" / "nonconst")).items():
-        print(f"{name}: {path}")

@@ -1,13 +1,12 @@
-"""Modules for the object-policy GPU tests (tests/test_gpu_objects.py), built on a CPU machine:
-    python -m artifacts.objects build/gpu-tests/objects
+"""Modules for the object-policy GPU tests (tests/backend/test_gpu_objects.py), built on a CPU machine:
+    python -m tests.support.artifacts --only objects build/gpu-tests
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 PROBE_CU = ROOT / "tests" / "kernels" / "probe.cu"
 
 # name → (policy, archs); probes report __CUDA_ARCH__ of the object that ran.
@@ -39,8 +38,3 @@ def build_all(out: Path) -> dict[str, Path]:
     for name, policy in SAMPLES.items():
         build(samples.with_objects(policy), paths[name])
     return paths
-
-
-if __name__ == "__main__":
-    for name, path in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests" / "objects")).items():
-        print(f"{name}: {path}")

@@ -1,6 +1,6 @@
-"""Modules for the prebuilt-object and Triton GPU tests (tests/test_gpu_prebuilt.py), built on a
+"""Modules for the prebuilt-object and Triton GPU tests (tests/frontend/test_gpu_prebuilt.py), built on a
 CPU machine:
-    python -m artifacts.prebuilt build/gpu-tests/prebuilt
+    python -m tests.support.artifacts --only prebuilt build/gpu-tests
 
 The objects are made here with nvcc from kernels in the repository, then declared as prebuilt
 kernels (no .cu source, a C signature), one module per object kind: PTX for sm_80 (JIT-compiled
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SIMPLE_MUL = "void simple_mul(const float* lhs, const float* rhs, float* out, int n)"
 AXPBY = "void axpby(const float* x, const float* y, float* out, int n, float alpha, float beta)"
 IOTA_SIZED = "void iota_sized(long long* out, size_t n)"  # a 64-bit scalar: PTX only (adapted)
@@ -97,8 +97,3 @@ def build_all(out: Path) -> dict[str, Path]:
         build(ModuleSpec("m", tuple(kernels)), paths[name])
         build(ModuleSpec("m", tuple(k.with_outputs_in_place() for k in kernels)), paths[f"{name}_poisonable"])
     return paths
-
-
-if __name__ == "__main__":
-    for name, path in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests" / "prebuilt")).items():
-        print(f"{name}: {path}")

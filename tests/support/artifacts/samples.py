@@ -1,7 +1,7 @@
 """The sample, ABI and C++ modules, programs, out= and asynchronous builds that
-tests/test_gpu*.py load (the other groups have modules of their own here).
+tests/*/test_gpu*.py load (the other groups have modules of their own here).
 
-The GPU machine has no compiler: build everything with `python -m artifacts build/gpu-tests`,
+The GPU machine has no compiler: build everything with `python -m tests.support.artifacts build/gpu-tests`,
 carry build/ along, and the GPU tests pick them up (IREE_DISPATCH_PREBUILT, default
 build/gpu-tests). Where the compiler is installed the tests build them themselves.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 CHAIN_LENGTHS = (1, 10, 100)
 AXPBY_CHAIN = 10  # calls in chain_axpby
 REVERSE_CHAIN = 3  # calls in chain_reverse: odd, so the result is reversed once
@@ -31,7 +31,7 @@ LAYOUT = {
     "cxx": "cxx.vmfb",
     "cxx_poisonable": "poisonable/cxx.vmfb",
     "shared_too_big": "shared_too_big/cxx.vmfb",
-    # programs (iree_dispatch.backend.program), out= kernels, asynchronous builds: tests/test_gpu_program.py
+    # programs (iree_dispatch.backend.program), out= kernels, asynchronous builds: tests/backend/test_gpu_program.py
     "samples_out": "out/samples_out.vmfb",
     "samples_async": "async/samples.vmfb",
     **{f"chain_mul_{k}": f"programs/chain_mul_{k}.vmfb" for k in CHAIN_LENGTHS},

@@ -1,16 +1,15 @@
 """Modules of the real-world-style kernels (tests/kernels/styles.cu), shared by the CPU tests
-(tests/test_styles.py) and the GPU tests (tests/test_gpu_styles.py), and built for the GPU by
-    python -m artifacts.styles build/gpu-tests/styles
+(tests/frontend/test_styles.py) and the GPU tests (tests/frontend/test_gpu_styles.py), and built for the GPU by
+    python -m tests.support.artifacts --only styles build/gpu-tests
 """
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
-STYLES_CU = Path(__file__).resolve().parent.parent / "tests" / "kernels" / "styles.cu"
-ROOT = Path(__file__).resolve().parent.parent
+STYLES_CU = Path(__file__).resolve().parents[3] / "tests" / "kernels" / "styles.cu"
+ROOT = Path(__file__).resolve().parents[3]
 # name → path under the artifact folder; the poisonable copies take every output as an argument.
 LAYOUT = {
     "styles_f32": "f32/styles.vmfb",
@@ -74,8 +73,3 @@ def build_all(out: Path) -> dict[str, Path]:
         build(poisonable, paths[f"styles_{precision}_poisonable"])
     build(prebuilt_cxx_module(out / "prebuilt" / "objects"), paths["prebuilt_cxx"])
     return paths
-
-
-if __name__ == "__main__":
-    for name, path in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests" / "styles")).items():
-        print(f"{name}: {path}")

@@ -1,14 +1,13 @@
-"""A spec's module built three ways for its GPU tests (artifacts/gemm.py, attention.py, gemm_nt.py,
+"""A spec's module built three ways for its GPU tests (tests/support/artifacts/gemm.py, attention.py, gemm_nt.py,
 gemm_f32.py): kernels/<name>.toml as it builds, with its outputs declared in place, and that
 with only sm_80 PTX."""
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def layout(name: str) -> dict[str, str]:
@@ -24,12 +23,6 @@ def build_all(name: str, out: Path) -> dict[str, Path]:
     paths = {module: out / rel for module, rel in layout(name).items()}
     build_three_ways(ROOT / "kernels" / f"{name}.toml", *paths.values())
     return paths
-
-
-def main(name: str) -> None:
-    """python -m artifacts.<name> [FOLDER]: the three copies, into FOLDER (default build/gpu-tests/<name>)."""
-    for module, path in build_all(name, Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests" / name)).items():
-        print(f"{module}: {path}")
 
 
 def build_three_ways(spec_path: Path, as_built: Path, poisonable: Path, sm80_ptx_poisonable: Path) -> None:

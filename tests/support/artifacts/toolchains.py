@@ -1,6 +1,6 @@
-"""Modules built by each pip-installable toolchain, for tests/test_gpu_toolchains.py, built on a
+"""Modules built by each pip-installable toolchain, for tests/toolchains/test_gpu_toolchains.py, built on a
 CPU machine:
-    python -m artifacts.toolchains build/gpu-tests/toolchains
+    python -m tests.support.artifacts --only toolchains build/gpu-tests
 One folder per toolchain: NVRTC (`pip install iree-dispatch[nvrtc]`) and the nvcc of the
 nvidia-cuda-nvcc wheel (`[nvcc]`), even where a system nvcc exists. A toolchain that is not
 installed is left out, with the reason printed; its GPU tests then skip.
@@ -9,11 +9,10 @@ installed is left out, with the reason printed; its GPU tests then skip.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 TOOLCHAINS = ("nvrtc", "nvcc_wheel")
 # name → path under a toolchain's folder. Every module also comes with its outputs declared in
 # place (`_poisonable`), so the tests can pass NaN-filled outputs; "ptx" carries only PTX, which
@@ -86,8 +85,3 @@ def build_all(out: Path, say: Callable[[str], None] = print) -> dict[str, Path]:
         paths = build_toolchain(name, out)  # a failure here is a real one: raised
         built.update({f"{name}/{key}": path for key, path in paths.items()})
     return built
-
-
-if __name__ == "__main__":
-    for name, path in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "gpu-tests" / "toolchains")).items():
-        print(f"{name}: {path}")
