@@ -62,10 +62,10 @@ BATCH, BATCHES, CUPTI_CALLS, WALL_CALLS = 10, 10, 10, 10
 
 
 def prepare(out: Path) -> None:
-    """The IREE modules (artifacts/gemm.py) and the extra tile configurations' cubins."""
+    """The IREE modules (tests/support/artifacts/gemm.py) and the extra tile configurations' cubins."""
     sys.path.insert(0, str(ROOT))
-    from artifacts.gemm import build_all
     from iree_dispatch.toolchains import find_nvcc
+    from tests.support.artifacts.gemm import build_all
 
     build_all(out)
     variants = out / "variants"

@@ -26,7 +26,7 @@ percent higher than the event-timed ones and the copy.
 Each kernel's IREE output at the large size is also checked against its float64 reference on a
 sample of rows.
 
-    python benchmarks/kernels.py --prepare            # CPU side: python -m artifacts.library
+    python benchmarks/kernels.py --prepare            # CPU side: python -m tests.support.artifacts --only library
     python benchmarks/kernels.py --out DIR            # GPU side: numpy, cupy, torch, iree-base-runtime
     python benchmarks/kernels.py --replot DIR/kernels.json --out DIR2   # table + PNG again
 """
@@ -293,14 +293,14 @@ def plot(result: dict, path: Path) -> None:
 
 def prepare(out: Path) -> None:
     sys.path.insert(0, str(ROOT))
-    from artifacts.library import build_all
+    from tests.support.artifacts.library import build_all
 
     build_all(out)
 
 
 def main(argv=None) -> int:
     return common.main(argv, doc=__doc__, stem="kernels", default_dir=DEFAULT_DIR, default_out=ROOT / "benchmarks" / "results",
-                       dir_help="folder of library.vmfb and library.objects/ (artifacts/library.py)",
+                       dir_help="folder of library.vmfb and library.objects/ (tests/support/artifacts/library.py)",
                        prepare=prepare, measure=measure, table=table, plot=plot)
 
 if __name__ == "__main__":

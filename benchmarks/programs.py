@@ -85,10 +85,10 @@ def prepare() -> int:
     """Builds the chain programs in the six builds, and single-kernel modules: samples (sync
     and async) and samples_out (simple_mul with its output taken as an argument)."""
     sys.path.insert(0, str(ROOT))
-    from artifacts.samples import mul_chain
     from iree_dispatch.backend.pipeline import build
     from iree_dispatch.frontend.spec import ModuleSpec
     from iree_dispatch.frontend.spec_file import load_spec
+    from tests.support.artifacts.samples import mul_chain
 
     spec = load_spec(ROOT / "kernels" / "samples.toml")
     BUILD.mkdir(parents=True, exist_ok=True)

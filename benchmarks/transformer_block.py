@@ -23,7 +23,7 @@ Before timing, each program's outputs are compared with the codegen program's (e
 and with a float64 reference on a sample of rows, and programs with bitwise-equal outputs are
 named.
 
-    python benchmarks/transformer_block.py --prepare      # CPU side: python -m artifacts.transformer
+    python benchmarks/transformer_block.py --prepare      # CPU side: python -m tests.support.artifacts --only transformer
     python benchmarks/transformer_block.py --out DIR      # GPU side: numpy, ml_dtypes, torch, iree-base-runtime
     python benchmarks/transformer_block.py --replot DIR/transformer_block.json --out DIR2
 """
@@ -41,7 +41,7 @@ from common import cupti_kernel_records, nvidia_smi, summarize, wall_times_us
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from artifacts.transformer import BLOCKS, EPS, LAYOUT, D, H, T, bf16, block_inputs, block_reference, build_all  # noqa: E402
+from tests.support.artifacts.transformer import BLOCKS, EPS, LAYOUT, D, H, T, bf16, block_inputs, block_reference, build_all  # noqa: E402
 
 DEFAULT_DIR = ROOT / "build" / "gpu-tests" / "transformer"
 CALLS, WARMUP, WALL_CALLS = 20, 3, 30
@@ -290,7 +290,7 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     return common.main(argv, doc=__doc__, stem="transformer_block", default_dir=DEFAULT_DIR, default_out=ROOT / "benchmarks" / "results",
-                       dir_help="folder of the modules (artifacts/transformer.py)",
+                       dir_help="folder of the modules (tests/support/artifacts/transformer.py)",
                        prepare=build_all, measure=measure, table=table, plot=plot)
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Triton kernels dispatched through IREE (iree_dispatch.frontend.triton). Each comes with the C
 signature iree_dispatch needs (which pointers are inputs and outputs, the element types); the
-numpy references they are checked against on a GPU are in tests/test_gpu_prebuilt.py.
+numpy references they are checked against on a GPU are in tests/frontend/test_gpu_prebuilt.py.
 
     from iree_dispatch.frontend.triton import triton_kernel
     from kernels.triton_kernels import axpy, AXPY_SIGNATURE

@@ -1,79 +1,19 @@
-"""Shared fixtures. CPU tests need nvcc and iree-base-compiler (both on every build machine);
-GPU tests (marker `gpu`) need a CUDA device and skip cleanly without one."""
+"""Fixtures shared by the test folders (each folder's own are in its conftest.py; helpers that
+are not fixtures are in tests/support/). CPU tests need nvcc and iree-base-compiler (both on
+every build machine); GPU tests (marker `gpu`) need a CUDA device and skip cleanly without one."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLES_SPEC = ROOT / "kernels" / "samples.toml"
-MIXED_PROGRAM = ROOT / "mlir" / "mixed_invocation.mlir"
+from iree_dispatch import runtime
 
-
-def have_compiler() -> bool:
-    return importlib.util.find_spec("iree.compiler") is not None
-
-
-def have_nvcc() -> bool:
-    from iree_dispatch.core.errors import ToolchainError
-    from iree_dispatch.toolchains import find_nvcc
-
-    try:
-        find_nvcc()
-        return True
-    except ToolchainError:
-        return False
-
-
-def prebuilt_dir(subdir: str = "") -> Path:
-    """Where `python -m artifacts` put the GPU tests' modules, for a GPU machine with
-    no compiler: $IREE_DISPATCH_PREBUILT (default build/gpu-tests), then `subdir`."""
-    return Path(os.environ.get("IREE_DISPATCH_PREBUILT", ROOT / "build" / "gpu-tests")) / subdir
-
-
-def load_references():
-    """kernels/references.py (the kernels' float64 references), loaded by path as a fresh module."""
-    loader = importlib.util.spec_from_file_location("references", ROOT / "kernels" / "references.py")
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
-    return module
-
-
-def module_paths(tmp_path_factory, subdir: str, layout: Mapping[str, str], build_all: Callable[[Path], dict[str, Path]],
-                 keep: Callable[[str, Path], bool] = lambda name, path: True) -> dict[str, Path]:
-    """name → module path for a GPU test: built into a fresh folder where the compiler is
-    installed, else layout's paths under prebuilt_dir(subdir) that `keep` keeps; a missing
-    one fails the test and names the command that builds them."""
-    if have_compiler():
-        return build_all(tmp_path_factory.mktemp(subdir))
-    prebuilt = prebuilt_dir(subdir)
-    paths = {name: prebuilt / rel for name, rel in layout.items() if keep(name, prebuilt / rel)}
-    missing = [str(p) for p in paths.values() if not p.exists()]
-    if missing:
-        pytest.fail(f"no compiler here and prebuilt modules missing: {missing}; run python -m artifacts")
-    return paths
-
-
-def loaded_modules(tmp_path_factory, subdir: str, layout: Mapping[str, str], build_all: Callable[[Path], dict[str, Path]]) -> dict:
-    """module_paths' vmfbs, loaded on the GPU: name → iree_dispatch.runtime.Module."""
-    from iree_dispatch import runtime
-
-    paths = module_paths(tmp_path_factory, subdir, layout, build_all)
-    return {name: runtime.load(path) for name, path in paths.items() if path.suffix == ".vmfb"}
-
-
-def bfloat16():
-    """numpy has no bfloat16; ml_dtypes (as iree_dispatch.runtime) provides it."""
-    import numpy as np
-
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    return np.dtype(ml_dtypes.bfloat16)
+from .support.artifacts.samples import LAYOUT, build_all
+from .support.environment import have_compiler
+from .support.gpu_modules import module_paths
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -85,21 +25,15 @@ def isolated_build_cache(tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def every_build_checked_at_flow_level():
     """Every module a test builds is also compiled to flow level, where IREE assigns buffers,
-    and fails the test if two results of one dispatch share a buffer (tests/flow_check.py)."""
+    and fails the test if two results of one dispatch share a buffer (tests/support/flow_check.py)."""
     if not have_compiler():
         yield
         return
-    from .flow_check import check_build_outputs
+    from .support.flow_check import check_build_outputs
 
     with pytest.MonkeyPatch.context() as patch:
         check_build_outputs(patch)
         yield
-
-
-needs_build_tools = pytest.mark.skipif(
-    not (have_compiler() and (os.environ.get("NVCC") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists())),
-    reason="needs nvcc and iree-base-compiler",
-)
 
 
 @pytest.fixture
@@ -112,6 +46,26 @@ def cu(tmp_path):
         return path
 
     return write
+
+
+# The sample modules (tests/support/artifacts/samples.py) the GPU tests of the runtime, the
+# back end and the toolchains load; built once a session, or found prebuilt.
+
+
+@pytest.fixture(scope="session")
+def artifacts(tmp_path_factory) -> dict[str, Path]:
+    return module_paths(tmp_path_factory, "", LAYOUT, build_all)
+
+
+@pytest.fixture(scope="session")
+def samples(artifacts):
+    return runtime.load(artifacts["samples"])
+
+
+@pytest.fixture(scope="session")
+def poisonable(artifacts):
+    """The sample kernels with their outputs taken as (NaN-filled) arguments."""
+    return runtime.load(artifacts["poisonable"])
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,6 +1,6 @@
 // Exposes the GEMM's device-side tensor-map builder (kernels/gemm.cu, sm_90a) as a kernel, so a
 // GPU test can compare its maps with the CUDA driver's cuTensorMapEncodeTiled for the same
-// matrices (tests/test_gpu_gemm.py). Launch: one warp; `home` 128-byte aligned, 256 bytes.
+// matrices (tests/library/test_gpu_gemm.py). Launch: one warp; `home` 128-byte aligned, 256 bytes.
 #include "gemm.cu"
 
 template <typename T>

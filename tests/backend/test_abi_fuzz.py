@@ -1,0 +1,344 @@
+"""The kernel-ABI fuzz on the CPU (tests/support/artifacts/fuzz_kernels.py): random kernels build, and what the
+build made of them is what the kernel declares:
+(a) every generated kernel builds, as declared and with its outputs in place;
+(b) at flow level, where IREE assigns buffers, each dispatch takes one tensor per pointer in
+    parameter order and ties each result to the operand of its own writable pointer, no two
+    results to one value (outputs sharing a buffer would overwrite each other);
+(c) the adapted PTX entry takes 8-byte pointers, then 4-byte push-constant slots (two per
+    64-bit scalar), and the function's description lists inputs, scalars and outputs with
+    their types in the kernel's parameter order.
+Also: the generator is a pure function of its seed, its references agree with the CUDA text
+(its per-element functions compiled for the host), and its switches do what they say.
+The GPU half is tests/backend/test_gpu_abi_fuzz.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from iree_dispatch.core.contract import KernelDescription
+
+from ..support.artifacts import fuzz_kernels
+from ..support.artifacts.fuzz_kernels import FEATURES, FuzzKernel, FuzzModule
+from ..support.environment import needs_build_tools
+
+# The styles iree_dispatch has long supported, so a module built to show one feature fails
+# only for that feature.
+BASELINE = dict(styles={"extern_c", "cxx", "template"}, scalars_anywhere=False, same_dtype_outputs=False)
+
+
+def switched_on(feature: str) -> bool:
+    if feature == "scalars_anywhere":
+        return fuzz_kernels.SCALARS_ANYWHERE
+    if feature == "same_dtype_outputs":
+        return fuzz_kernels.SAME_DTYPE_OUTPUTS
+    return feature in fuzz_kernels.STYLES
+
+
+# --- the generator --------------------------------------------------------------------------
+
+
+def test_generation_is_a_pure_function_of_the_seed():
+    first, second = fuzz_kernels.generate_modules(7, 30, 10), fuzz_kernels.generate_modules(7, 30, 10)
+    assert [m.source for m in first] == [m.source for m in second]
+    assert [m.digest() for m in first] == [m.digest() for m in second]
+    assert [m.fuzz_bf16 for m in first] == [False, True, False]
+    assert fuzz_kernels.generate(123) == fuzz_kernels.generate(123)
+    assert fuzz_kernels.generate(123).source != fuzz_kernels.generate(124).source
+    # A kernel does not depend on the ones generated before it.
+    alone = fuzz_kernels.generate_module(7, 1, 10)
+    assert alone.source == first[1].source
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**63 - 1), bf16=st.booleans())
+def test_every_generated_kernel_is_well_formed(seed, bf16):
+    k = fuzz_kernels.generate(seed, fuzz_bf16=bf16)
+    names = [p.name for p in k.params]
+    assert len(set(names)) == len(names) and k.size in names
+    assert 1 <= len(k.pointers) <= 16 and k.writable and sum(2 if p.nbytes == 8 else 1 for p in k.scalars) <= 64
+    assert {f for f in k.features if f in FEATURES} <= {f for f in FEATURES if switched_on(f)}
+    # Each alias and the template parameter spell a pointer whose type is what they resolve to.
+    for style, alias, ctype in k.aliases:
+        assert any(p.spelled == alias and p.ctype == ctype for p in k.pointers)
+        if style == "pp_alias":
+            assert ctype == ("__nv_bfloat16" if bf16 else "float")
+    if k.name_style == "template":
+        assert any(p.spelled == "T" and p.ctype == k.template_arg for p in k.pointers)
+    assert f"__global__ void {k.ident}(" in k.source and k.source.count("__global__") == 1 + (k.name_style == "template")
+    assert [p.decl.split()[-1] for p in k.params] == names
+
+    rng = np.random.default_rng(seed % 2**32)
+    n = int(rng.choice(fuzz_kernels.AWKWARD_SIZES + (fuzz_kernels.MAX_N,)))
+    want = k.reference(k.random_arrays(rng, n), k.random_scalars(rng), n)
+    assert list(want) == [p.name for p in k.writable]
+    for p in k.writable:
+        assert want[p.name].shape == (n,) and want[p.name].dtype == fuzz_kernels.numpy_dtype(p.numpy)
+    # Fresh outputs of one dtype get formulas of their own, so outputs sharing a buffer show.
+    formulas = dict(k.formulas)
+    fresh = [p for p in k.params if p.role == "out"]
+    for i, a in enumerate(fresh):
+        for b in fresh[i + 1 :]:
+            fa, fb = formulas[a.name], formulas[b.name]
+            assert (fa.f_coefs, fa.f_index) != (fb.f_coefs, fb.f_index) and fa.u_coefs != fb.u_coefs
+            if a.numpy == b.numpy and n >= 32:
+                assert want[a.name].tobytes() != want[b.name].tobytes(), (a.name, b.name)
+    # Every poison differs from the expected value in every element.
+    for name, poison in fuzz_kernels.poison_for(k, want).items():
+        size = poison.dtype.itemsize
+        assert (poison.view(np.uint8).reshape(n, size) != want[name].view(np.uint8).reshape(n, size)).any(axis=1).all()
+
+
+@pytest.mark.parametrize("feature", FEATURES)
+def test_a_required_feature_is_generated_and_a_switched_off_one_is_not(feature):
+    for seed in range(20):
+        assert feature in fuzz_kernels.generate(seed, require=[feature], **BASELINE).features
+    off = dict(styles=set(fuzz_kernels.ALL_STYLES) - {feature}, scalars_anywhere=feature != "scalars_anywhere",
+               same_dtype_outputs=feature != "same_dtype_outputs")
+    for seed in range(60):
+        k = fuzz_kernels.generate(seed, **off)
+        assert feature not in k.features
+        if feature == "scalars_anywhere":
+            first_scalar = next(i for i, p in enumerate(k.params) if not p.pointer)
+            assert all(p.pointer for p in k.params[:first_scalar]) and not any(p.pointer for p in k.params[first_scalar:])
+
+
+def test_batches_cover_every_feature():
+    modules = fuzz_kernels.generate_modules(2024, 160)
+    seen = {f for m in modules for k in m.kernels for f in k.features}
+    assert {f for f in FEATURES if switched_on(f)} <= seen
+    details = {"no_inputs": True, "scalar_first": switched_on("scalars_anywhere"), "nested_namespace": switched_on("namespace")}
+    assert {detail for detail, on in details.items() if on} <= seen
+
+
+# --- building ---------------------------------------------------------------------------------
+
+
+def build_and_check(module: FuzzModule, folder: Path, in_place: bool) -> None:
+    """Builds `module` (one form) and checks (a), (b) and (c) of the module doc."""
+    from iree_dispatch.backend.abi import ptx_entries
+    from iree_dispatch.backend.pipeline import build
+    from iree_dispatch.runtime import read_descriptions
+
+    source = module.write(folder)
+    specs = [k.declare(source) for k in module.kernels]
+    if in_place:
+        specs = [s.with_outputs_in_place() for s in specs]
+    form = folder / ("in_place" if in_place else "declared")
+    result = build(module.spec(source, specs), form / f"{module.name}.vmfb", emit_mlir=form / f"{module.name}.mlir")
+
+    _, descriptions = read_descriptions(result.vmfb)
+    assert set(descriptions) == {k.function for k in module.kernels}
+    for k in module.kernels:
+        check_description(k, descriptions[k.function], in_place)
+
+    ptx = (result.objects_dir / f"{module.name}.sm_90.ptx").read_text()
+    entries = ptx_entry_names(module.kernels, ptx)
+    found = ptx_entries(ptx)
+    for k in module.kernels:
+        sizes = [p.nbytes for p in found[entries[k.ident]].params]
+        assert sizes == [8] * len(k.pointers) + [4] * slots(k), f"{k.name}: adapted PTX entry takes {sizes}"
+
+    dispatches = flow_dispatches(result.mlir)
+    for k in module.kernels:
+        check_dispatch(k, dispatches.get(k.function, []))
+
+
+def slots(k: FuzzKernel) -> int:
+    return sum(2 if p.nbytes == 8 else 1 for p in k.scalars)
+
+
+def check_description(k: FuzzKernel, d: KernelDescription, in_place: bool) -> None:
+    where = f"{k.name} ({'in place' if in_place else 'declared'})"
+    assert d.name == k.name and d.function == k.function, where
+    assert d.block == (k.block, 1, 1) and d.grid == (k.grid, "1", "1"), where
+    assert [(t.name, t.dtype, t.shape) for t in d.inputs] == [(p.name, p.mlir, (k.size,)) for p in k.call_tensors(in_place)], where
+    # C types compared by what they are (int64_t is `long` once a kernel's types were resolved by the compiler).
+    assert [(s.name, fuzz_kernels.SCALAR.get(s.ctype, s.ctype), s.nbytes) for s in d.scalars] == [
+        (p.name, p.numpy, p.nbytes) for p in k.call_scalars(in_place)], where
+    assert [(t.name, t.dtype, t.inplace) for t in d.outputs] == [(p.name, p.mlir, in_place or p.role == "io") for p in k.writable], where
+
+
+def ptx_entry_names(kernels: tuple[FuzzKernel, ...], ptx: str) -> dict[str, str]:
+    """Each kernel's PTX entry: its name if extern "C", else the entry whose demangled name is
+    the kernel's qualified name (found here independently of iree_dispatch's own lookup)."""
+    from iree_dispatch.backend.abi import ptx_entries
+    from iree_dispatch.frontend.cxx_names import demangle
+
+    names = sorted(ptx_entries(ptx))
+    pretty = demangle(names)
+    found = {}
+    for k in kernels:
+        if k.name_style == "extern_c":
+            found[k.ident] = k.ident
+            continue
+        qualified = f"{k.namespace}::{k.ident}" if k.namespace else k.name
+        matches = [n for n in names if re.search(rf"(?:^|\s){re.escape(qualified)}\(", pretty[n])]
+        assert len(matches) == 1, f"{k.name}: PTX entries {matches} among {[pretty[n] for n in names]}"
+        found[k.ident] = matches[0]
+    return found
+
+
+# `%r:2 = flow.dispatch {@exe::@variant::@entry, ...}[%w](%a, %b, %c) : (types) -> (%a{%n}, %c{%n})`
+_DISPATCH = re.compile(r"=\s*flow\.dispatch\s+\{[^}]*\}(?:\[[^\]]*\])?\(([^)]*)\)\s*:\s*\((.*)\)\s*->\s*(.*)$")
+
+
+def flow_dispatches(mlir: Path) -> dict[str, list[tuple[list[str], list[str], list[str]]]]:
+    """function → its flow.dispatch ops as (operands, operand types, results), from the module
+    compiled to flow level with the build's own flags."""
+    from iree.compiler.tools.binaries import find_tool
+
+    from iree_dispatch.backend.compile import compile_flags
+    from iree_dispatch.core.archs import parse_arch
+
+    flags = compile_flags(parse_arch(fuzz_kernels.DEFAULT_ARCHS[0]), Path("."))
+    proc = subprocess.run([find_tool("iree-compile"), *flags, "--compile-to=flow", mlir.name], cwd=mlir.parent, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found: dict[str, list] = {}
+    function = None
+    for line in proc.stdout.splitlines():
+        head = re.match(r"\s*util\.func\s+public\s+@([\w$.]+)\(", line)
+        if head:
+            function = head[1]
+            continue
+        match = _DISPATCH.search(line)
+        if match and function:
+            results = match[3].strip()
+            results = results[1:-1] if results.startswith("(") else results
+            found.setdefault(function, []).append((_split(match[1]), _split(match[2]), _split(results)))
+    return found
+
+
+def _split(text: str) -> list[str]:
+    """Top-level comma-separated parts of `text` (commas inside <>, {} and () stay)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"{": 1, "<": 1, "(": 1, "}": -1, ">": -1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    last = text[start:].strip()
+    return [*parts, last] if last else parts
+
+
+def check_dispatch(k: FuzzKernel, dispatches: list) -> None:
+    assert len(dispatches) == 1, f"{k.function}: {len(dispatches)} flow.dispatch ops"
+    operands, types, results = dispatches[0]
+    tensors = [(value, t) for value, t in zip(operands, types) if t.startswith("tensor<")]
+    elements = [re.match(r"tensor<(?:[?\d]+x)*(\w+)>", t)[1] for _, t in tensors]
+    assert elements == [p.mlir for p in k.pointers], f"{k.function}: dispatch binds {elements}"
+    assert [t for t in types if not t.startswith("tensor<")] == ["i32"] * slots(k), f"{k.function}: push constants {types}"
+    tied = [r.split("{")[0] for r in results]
+    assert all(v.startswith("%") for v in tied), f"{k.function}: untied results {results}"
+    assert len(set(tied)) == len(tied), f"{k.function}: results share a value: {results}"
+    want = [tensors[i][0] for i, p in enumerate(k.pointers) if p.writable]
+    assert tied == want, f"{k.function}: results tied to {tied}, the writable pointers' operands are {want}"
+
+
+@needs_build_tools
+@pytest.mark.parametrize("feature", FEATURES)
+def test_each_feature_builds_alone(tmp_path, feature):
+    """Modules of kernels that show one feature on top of the long-supported ones, so a
+    failure names the feature."""
+    if not switched_on(feature):
+        pytest.skip(f"{feature} is switched off in tests/support/artifacts/fuzz_kernels.py")
+    kernels = tuple(fuzz_kernels.generate(fuzz_kernels._derive("feature", feature, j), ident=f"f{j}", require=[feature],
+                                      fuzz_bf16=j % 2 == 1 and feature == "pp_alias", **BASELINE) for j in range(6))
+    if feature == "pp_alias":  # both meanings of floatX: one module each
+        for bf16 in (False, True):
+            module = FuzzModule(f"feature_pp_{int(bf16)}", 0, bf16, tuple(k for k in kernels if k.fuzz_bf16 == bf16))
+            build_and_check(module, tmp_path / module.name, in_place=False)
+        return
+    build_and_check(FuzzModule(f"feature_{feature}", 0, False, kernels), tmp_path, in_place=False)
+
+
+@needs_build_tools
+# No shrinking: one seed is as simple as another, and each example costs two builds.
+@settings(max_examples=3, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**63 - 1), index=st.integers(0, 1))
+def test_random_modules_build_in_both_forms(tmp_path_factory, seed, index):
+    module = fuzz_kernels.generate_module(seed, index, 12)
+    folder = tmp_path_factory.mktemp("random")
+    build_and_check(module, folder, in_place=False)
+    build_and_check(module, folder, in_place=True)
+
+
+@needs_build_tools
+@pytest.mark.parametrize("index", [0, 1])  # floatX as float, then as __nv_bfloat16
+def test_references_agree_with_the_cuda_text_on_the_host(tmp_path, index):
+    """The kernels' per-element functions compiled for the host compute, element for element
+    and bit for bit, what the numpy references say (no GPU involved)."""
+    pytest.importorskip("ml_dtypes")
+    module = fuzz_kernels.generate_module(4711, index, 20)
+    library = ctypes.CDLL(str(fuzz_kernels.build_host_library(module, tmp_path)))
+    rng = np.random.default_rng()
+    checked = 0
+    for k in module.kernels:
+        for n in fuzz_kernels.call_sizes(rng):
+            arrays, scalars = k.random_arrays(rng, n), k.random_scalars(rng)
+            want = k.reference(arrays, scalars, n)
+            got = fuzz_kernels.run_on_host(library, k, arrays, scalars, n, fuzz_kernels.poison_for(k, want))
+            for name in want:
+                assert got[name].tobytes() == want[name].tobytes(), f"{k.name}: {name} at n={n}"
+                checked += 1
+    assert checked >= 20 * 4
+
+
+@needs_build_tools
+def test_artifacts_and_manifest(tmp_path):
+    """artifacts.fuzz builds both forms of every kernel and says so in its manifest."""
+    from iree_dispatch.runtime import read_descriptions
+
+    from ..support.artifacts import fuzz as fuzz_modules
+
+    proc = subprocess.run([sys.executable, "-m", "tests.support.artifacts.fuzz", str(tmp_path), "--count", "5", "--per-module", "3", "--seed", "99", "--strict"],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "5 of 5 kernels built" in proc.stdout
+    manifest = json.loads((tmp_path / fuzz_modules.MANIFEST).read_text())
+    modules = fuzz_kernels.generate_modules(99, 5, 3)
+    assert manifest["seed"] == 99 and list(manifest["modules"]) == [m.name for m in modules]
+    assert set(fuzz_modules.layout(99, 5, 3).values()) == {"manifest.json"} | {
+        rel for m in manifest["modules"].values() for rel in (m["declared"], m["in_place"])}
+    for m in modules:
+        entry = manifest["modules"][m.name]
+        assert entry["digest"] == m.digest() and not entry["failed"]
+        assert {ident: e["function"] for ident, e in entry["kernels"].items()} == {k.ident: k.function for k in m.kernels}
+        _, declared = read_descriptions(tmp_path / entry["declared"])
+        _, in_place = read_descriptions(tmp_path / entry["in_place"])
+        for k in m.kernels:
+            check_description(k, declared[k.function], in_place=False)
+            check_description(k, in_place[k.function], in_place=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**63 - 1), n=st.sampled_from(fuzz_kernels.AWKWARD_SIZES))
+def test_the_gpu_comparison_sees_every_unwritten_element(seed, n):
+    """What test_gpu_abi_fuzz.py does with a kernel's results, on results made here: the
+    expected ones pass, and fresh outputs left holding their poison fail in every element."""
+    pytest.importorskip("ml_dtypes")
+    from ..support.fuzz_checks import call_arguments, mismatches
+
+    k = fuzz_kernels.generate(seed)
+    rng = np.random.default_rng(seed % 2**32)
+    arrays, scalars = k.random_arrays(rng, n), k.random_scalars(rng)
+    want = k.reference(arrays, scalars, n)
+    poison = fuzz_kernels.poison_for(k, want)
+    args = call_arguments(k, True, arrays, scalars, poison, n)
+    assert len(args) == len(k.call_tensors(True)) + len(k.call_scalars(True))
+    assert all(a is poison[p.name] for a, p in zip(args, k.call_tensors(True)) if p.role == "out")
+    exact = tuple(want.values())
+    assert mismatches(k, exact if len(exact) > 1 else exact[0], want, "k") == (0, [])
+    unwritten = tuple(poison.get(name, w) for name, w in want.items())
+    count, problems = mismatches(k, unwritten if len(unwritten) > 1 else unwritten[0], want, "k")
+    assert count == n * len(poison) and len(problems) == len(poison)

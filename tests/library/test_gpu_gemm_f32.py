@@ -1,0 +1,169 @@
+"""On a CUDA device: the f32 CUDA-core GEMMs (kernels/gemm_f32.toml: gemm_f32, c = a @ b, and
+gemm_nt_f32, c = a @ b^T with b [N, K]) against their float64 references, through IREE
+(iree_dispatch.runtime).
+
+Sizes: 1 x 1 x 1; sizes that are not multiples of the 128 x 128 x 8 tiles; K not a multiple of 4
+(a's rows, and NT's b rows, not 16-byte aligned: element loads); N odd (b's rows for gemm_f32 and
+c's rows not 16-byte aligned: element loads and stores); multiples of the tiles (float4 loads and
+stores); GPT-2 small's f32 matmuls at 8 x 1024 tokens: the MLP's up-projection 8192 x 3072 x 768
+and down-projection 8192 x 768 x 3072 (gemm_f32), and the LM head 8192 x 50257 x 768 with the
+tied embedding as stored (gemm_nt_f32). Every element of c is checked. The runtime passes
+16-byte aligned buffers, so bases that are only 4-byte aligned (IREE's bindings inside a model)
+are not reached here: tests/library/test_gemm_f32.py runs the same source on the host with such pointers.
+
+Each case runs three ways, with fresh random data: the module as built (IREE allocates c; an
+H100 runs the sm_90 cubin), the copy whose output is declared in place called with c filled
+with NaN (an element the kernel fails to write stays NaN and fails), and the sm_80-PTX-only copy,
+poisoned the same way.
+
+Error bound, element by element: |c - c64| <= RTOL * (|a| @ |b|) + 1e-30, with c64 the float64
+product of the same f32 inputs. The kernel sums K fused products in f32 (one rounding per step,
+2^-24 relative each). The worst case of such a sum is K * 2^-24 of |a| @ |b| (2.4e-4 at K = 4096),
+reached only if every rounding goes the same way; random data's roundings are independent, so
+the error grows as sqrt(K) * 2^-24 (3.8e-6 at K = 4096). A float32 simulation of the sequential
+sum on inputs drawn as here (131072 elements, K = 4096) came to 2.5e-6 of |a| @ |b| at most:
+RTOL = 1e-5 leaves a factor of 4 for the tails of the large cases, while a missing or doubled
+term (|a_k b_k|, about (|a| @ |b|) / K) or a value from another row or column (inputs have
+per-row means in a and per-column means in b) is off by far more.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from ..support.artifacts.gemm_f32 import LAYOUT, build_all
+from ..support.gpu_modules import loaded_modules
+from ..support.references import load_references
+
+pytestmark = pytest.mark.gpu
+
+RTOL = 1e-5
+CHUNK = 1024  # rows of c checked at a time (the LM head's float64 product is 3.3 GB)
+
+REFERENCES = load_references()
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory) -> dict:
+    return loaded_modules(tmp_path_factory, "gemm_f32", LAYOUT, build_all)
+
+
+def inputs(name: str, m: int, n: int, k: int, seed=None):
+    """a [M, K] with per-row means, b ([K, N], or [N, K] for gemm_nt_f32) with per-column-of-c means."""
+    rng = np.random.default_rng(seed)
+    a = (rng.normal(0.0, 1.0, (m, k)) + rng.normal(0.0, 0.5, (m, 1))).astype(np.float32)
+    if name == "gemm_nt_f32":
+        b = (rng.normal(0.0, 1.0, (n, k)) + rng.normal(0.0, 0.5, (n, 1))).astype(np.float32)
+    else:
+        b = (rng.normal(0.0, 1.0, (k, n)) + rng.normal(0.0, 0.5, (1, n))).astype(np.float32)
+    return a, b
+
+
+def check(name: str, results: list, a: np.ndarray, b: np.ndarray) -> list[str]:
+    """Each of `results` (c from one call) against the float64 reference, element by element;
+    the reference and the bound are computed once per chunk of rows for all of them."""
+    results = [np.asarray(got) for got in results]
+    m = a.shape[0]
+    b_kn = b.T if name == "gemm_nt_f32" else b  # [K, N]
+    n = b_kn.shape[1]
+    for got in results:
+        assert got.shape == (m, n) and got.dtype == np.float32, (got.shape, got.dtype)
+    reference = getattr(REFERENCES, name)
+    abs_b64 = np.abs(b_kn.astype(np.float64))
+    worst = [0.0] * len(results)
+    for r0 in range(0, m, CHUNK):
+        rows = a[r0 : r0 + CHUNK]
+        want = reference(rows, b)
+        bound = RTOL * (np.abs(rows.astype(np.float64)) @ abs_b64) + 1e-30
+        for w, got in enumerate(results):
+            err = np.abs(got[r0 : r0 + CHUNK].astype(np.float64) - want)
+            bad = ~(err <= bound)  # NaN fails
+            if bad.any():
+                i, j = np.argwhere(bad)[0]
+                pytest.fail(f"{name} ({WAYS[w]}): {int(bad.sum())} elements off in rows {r0}..{r0 + rows.shape[0] - 1}, "
+                            f"first at [{r0 + i}, {j}]: got {got[r0 + i, j]}, want {want[i, j]}")
+            worst[w] = max(worst[w], float(np.max(err / bound)))
+    return [f"max err/bound {x:.3f}" for x in worst]
+
+
+WAYS = ("as built", "poisoned", "sm_80 PTX poisoned")
+
+
+def run_three_ways(modules, name: str, a, b) -> list[str]:
+    n = b.shape[0] if name == "gemm_nt_f32" else b.shape[1]
+    results = [np.asarray(getattr(modules["gemm_f32"], name)(a, b))]
+    for module in ("gemm_f32_poisonable", "gemm_f32_sm80_ptx_poisonable"):
+        poisoned = np.full((a.shape[0], n), np.nan, np.float32)
+        results.append(np.asarray(getattr(modules[module], name)(a, b, poisoned)))
+    return check(name, results, a, b)
+
+
+# (M, N, K): see the module docstring.
+SIZES = [(1, 1, 1), (1, 77, 5), (3, 8, 8), (37, 101, 13), (128, 128, 8), (129, 129, 33), (200, 1001, 9), (1000, 77, 100),
+         (517, 1000, 17), (256, 384, 768), (1024, 1024, 1024), (300, 2048, 4096), (300, 50257, 64)]
+
+
+@pytest.mark.parametrize("name", ["gemm_f32", "gemm_nt_f32"])
+@pytest.mark.parametrize("m, n, k", SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in SIZES])
+def test_matches_float64(modules, name, m, n, k):
+    a, b = inputs(name, m, n, k)
+    reports = run_three_ways(modules, name, a, b)
+    print(f"\n{name} {m}x{n}x{k}: " + " | ".join(f"{way} {r}" for way, r in zip(WAYS, reports)))
+
+
+def _wall_tflops(module, name: str, a: np.ndarray, b: np.ndarray, n: int, calls: int = 5) -> float:
+    """2 M N K / the median wall time of a synchronous call on device-resident inputs (the call's
+    overhead and c's allocation included: a lower bound on the kernel's own rate)."""
+    da, db = module.to_device(a), module.to_device(b)
+    function = getattr(module, name)
+    function(da, db)  # warm-up: module loading, the output pool
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        function(da, db)
+        times.append(time.perf_counter() - start)
+    return 2.0 * a.shape[0] * n * a.shape[1] / float(np.median(times)) / 1e12
+
+
+# GPT-2 small in f32 at 8 x 1024 tokens: (kernel, M, N, K).
+GPT2 = [("gemm_f32", 8192, 3072, 768), ("gemm_f32", 8192, 768, 3072), ("gemm_nt_f32", 8192, 50257, 768)]
+
+
+@pytest.mark.parametrize("name, m, n, k", GPT2, ids=[f"{name}-{m}x{n}x{k}" for name, m, n, k in GPT2])
+def test_gpt2_shapes(modules, name, m, n, k):
+    """The MLP's two matmuls and the LM head (vocabulary 50257, odd: element loads of b's rows
+    for gemm_f32, element stores of c's rows), every element checked."""
+    a, b = inputs(name, m, n, k)
+    reports = run_three_ways(modules, name, a, b)
+    tflops = _wall_tflops(modules["gemm_f32"], name, a, b, n)
+    print(f"\n{name} {m}x{n}x{k}: " + " | ".join(f"{way} {r}" for way, r in zip(WAYS, reports)) + f" | {tflops:.1f} TFLOP/s (wall, as built)")
+
+
+# (B, M, N, K): batches of the sizes above, and GPT-2 small's attention in f32 (96 heads of 1024
+# tokens: the scores q @ k^T and the context p @ v).
+BATCHED = [(1, 1, 1, 1), (3, 37, 101, 13), (5, 129, 129, 33), (2, 200, 1001, 9), (7, 128, 128, 8), (96, 1024, 1024, 64), (96, 1024, 64, 1024)]
+
+
+@pytest.mark.parametrize("batch, m, n, k", BATCHED, ids=[f"{z}x{m}x{n}x{k}" for z, m, n, k in BATCHED])
+def test_batched_matches_float64(modules, batch, m, n, k):
+    """gemm_batched_f32: every batch's c against its own float64 product (each batch's a and b
+    with its own means: a block reading another batch's matrices fails), three ways."""
+    rng = np.random.default_rng()
+    a = (rng.normal(0.0, 1.0, (batch, m, k)) + rng.normal(0.0, 0.5, (batch, 1, 1))).astype(np.float32)
+    b = (rng.normal(0.0, 1.0, (batch, k, n)) + rng.normal(0.0, 0.5, (batch, 1, 1))).astype(np.float32)
+    results = [np.asarray(modules["gemm_f32"].gemm_batched_f32(a, b))]
+    for module in ("gemm_f32_poisonable", "gemm_f32_sm80_ptx_poisonable"):
+        results.append(np.asarray(modules[module].gemm_batched_f32(a, b, np.full((batch, m, n), np.nan, np.float32))))
+    want = REFERENCES.gemm_batched_f32(a, b)
+    bound = RTOL * np.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64))) + 1e-30
+    for way, got in zip(WAYS, results):
+        assert got.shape == (batch, m, n) and got.dtype == np.float32, (got.shape, got.dtype)
+        bad = ~(np.abs(got.astype(np.float64) - want) <= bound)  # NaN fails
+        if bad.any():
+            z, i, j = np.argwhere(bad)[0]
+            pytest.fail(f"gemm_batched_f32 ({way}): {int(bad.sum())} elements off, first at [{z}, {i}, {j}]: got {got[z, i, j]}, want {want[z, i, j]}")
+    print(f"\ngemm_batched_f32 {batch}x{m}x{n}x{k}: max err/bound " + " | ".join(
+        f"{way} {float(np.max(np.abs(got.astype(np.float64) - want) / bound)):.3f}" for way, got in zip(WAYS, results)))
