@@ -3,7 +3,7 @@
 1. The model (torch dialect from torch.export + IREE's FX importer, or linalg on tensors) is
    brought to IREE's input level by iree-compile itself (`--compile-to=input`): torch ops become
    linalg named ops and generics, the same whatever importer or torch version wrote them.
-2. patterns.py finds the candidates there, select.py picks a kernel for each (or says why none),
+2. the op kinds (kinds/) find the candidates there, select.py picks a kernel for each (or says why none),
    rewrite.py replaces them by calls to the kernels' generated functions.
 3. The rewritten module is a program (docs/programs.md): backend/pipeline.build links the
    kernels' executables in and compiles it for CUDA.
@@ -23,7 +23,7 @@ from pathlib import Path
 from ..core.errors import CompileError, DispatchError
 from ..core.files import Staging, check_input_file, check_model_file, check_outputs, quoted_includes, spec_declares
 from .capability import KernelSet, load_kernels
-from .patterns import find_candidates
+from .kinds import find_candidates
 from .select import Decision, decide
 
 Progress = Callable[[str], None]
@@ -67,7 +67,7 @@ class ModelReport:
         lines.append(f"replaced: {len(self.replaced)}")
         for d in self.replaced:
             form = d.form
-            how = f" (as {form.kind})" if form.kind != d.candidate.kind else ""
+            how = f" (as {form.kind.name})" if form.kind.name != d.candidate.kind else ""
             lines.append(f"  #{d.candidate.order} {d.candidate.kind} {d.candidate.description}{_loc(d)} -> {d.capability.label}{how}")
             lines += [f"      note: {n}" for n in d.notes]
         lines.append(f"left to IREE: {len(self.left)}")
@@ -87,7 +87,7 @@ class ModelReport:
         def entry(d: Decision) -> dict:
             e = {"index": d.candidate.order, "kind": d.candidate.kind, "op": d.candidate.description, "location": d.candidate.location}
             if d.replaced:
-                e.update(kernel=d.capability.label, form=d.form.kind, notes=d.notes)
+                e.update(kernel=d.capability.label, form=d.form.kind.name, notes=d.notes)
             else:
                 e["reasons"] = [{"category": c, "reason": r} for c, r in d.reasons]
             return e
