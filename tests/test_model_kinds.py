@@ -78,7 +78,7 @@ def _model_candidates(path: Path) -> list[tuple[str, tuple[str, ...], tuple[str,
         to_input_level(path, input_ir)
         with ir.Context():
             found = find_candidates(ir.Module.parse(input_ir.read_text()))
-            return [(c.kind, tuple(f.kind.name for f in c.forms), c.refusal, list(c.forms)) for c in found]
+            return [(c.kind, tuple(f.kind for f in c.forms), c.refusal, list(c.forms)) for c in found]
 
 
 def test_registry_lists_every_kind_once_in_order():
@@ -96,7 +96,7 @@ def test_matmul_matcher_forms_and_refusal():
     assert [c.kind for c in found] == ["matmul", "matmul"]
     assert [c.order for c in found] == [1, 2]
     biased, accumulating = found
-    assert [f.kind.name for f in biased.forms] == ["matmul+bias", "matmul"]
+    assert [f.kind for f in biased.forms] == ["matmul+bias", "matmul"]
     assert biased.refusal is None
     assert [o.shape for o in biased.forms[0].operands] == [(4, 8), (8, 16), (16,)]
     assert biased.description == "4x8 @ 8x16 f32 x f32 -> 4x16 f32"
@@ -117,7 +117,7 @@ def test_match_results_are_frozen():
 
 def test_softmax_matcher():
     rows, cols = _candidates(SOFTMAXES)
-    assert (rows.kind, [f.kind.name for f in rows.forms], rows.refusal) == ("softmax", ["softmax"], None)
+    assert (rows.kind, [f.kind for f in rows.forms], rows.refusal) == ("softmax", ["softmax"], None)
     assert rows.forms[0].operands[0].shape == (4, 16) and rows.forms[0].compute == "f32"
     assert cols.refusal == ("layout", "softmax over dim 0, not the last (1); kernels normalize contiguous rows")
 
@@ -126,7 +126,7 @@ def test_norm_matchers():
     found = _model_candidates(MODELS / "norms_f32.torch.mlir")
     assert [c[0] for c in found] == ["rmsnorm", "layernorm", "layernorm"]
     rms = found[0][3][-1]
-    assert rms.kind.name == "rmsnorm" and len(rms.operands) == 2 and abs(rms.eps - 1e-6) < 1e-12
+    assert rms.kind == "rmsnorm" and len(rms.operands) == 2 and abs(rms.eps - 1e-6) < 1e-12
     bare = found[1][3][-1]  # LayerNorm without weight and bias: ones and zeros for the kernel
     assert [o.value for o in bare.operands[1:]] == [Splat(1.0), Splat(0.0)]
     assert bare.notes == ("the model has no weight: the kernel gets ones", "the model has no bias: the kernel gets zeros")

@@ -67,7 +67,7 @@ class ModelReport:
         lines.append(f"replaced: {len(self.replaced)}")
         for d in self.replaced:
             form = d.form
-            how = f" (as {form.kind.name})" if form.kind.name != d.candidate.kind else ""
+            how = f" (as {form.kind})" if form.kind != d.candidate.kind else ""
             lines.append(f"  #{d.candidate.order} {d.candidate.kind} {d.candidate.description}{_loc(d)} -> {d.capability.label}{how}")
             lines += [f"      note: {n}" for n in d.notes]
         lines.append(f"left to IREE: {len(self.left)}")
@@ -87,7 +87,7 @@ class ModelReport:
         def entry(d: Decision) -> dict:
             e = {"index": d.candidate.order, "kind": d.candidate.kind, "op": d.candidate.description, "location": d.candidate.location}
             if d.replaced:
-                e.update(kernel=d.capability.label, form=d.form.kind.name, notes=d.notes)
+                e.update(kernel=d.capability.label, form=d.form.kind, notes=d.notes)
             else:
                 e["reasons"] = [{"category": c, "reason": r} for c, r in d.reasons]
             return e

@@ -49,15 +49,15 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
     tried_kinds: list[OpKind] = []
     form_of_reason: list[OpKind] = []
     for form in cand.forms:
-        caps = kernels.for_op(form.kind.name)
-        if form.kind not in tried_kinds:
-            tried_kinds.append(form.kind)
+        caps = kernels.for_op(form.kind)
+        if form.op_kind not in tried_kinds:
+            tried_kinds.append(form.op_kind)
         if form.refusal is not None:  # the model's ops lack the form's structure: no kernel of its kind can take it
             for cap in caps:
                 reason = (form.refusal[0], f"{cap.label}: {form.refusal[1]}")
                 if reason not in d.reasons:
                     d.reasons.append(reason)
-                    form_of_reason.append(form.kind)
+                    form_of_reason.append(form.op_kind)
             continue
         for cap in caps:
             why, narrow, notes, extra = _fits(form, cap, allow_wider)
@@ -65,15 +65,15 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
                 d.form, d.capability, d.narrow_to = form, cap, narrow
                 d.widen, d.pad = extra.get("widen", {}), extra.get("pad", {})
                 d.notes = [*form.notes, *notes]
-                for other, note in form.kind.left_when_undeclared:
-                    if any(f.kind.name == other for f in cand.forms) and not kernels.for_op(other):
+                for other, note in form.op_kind.left_when_undeclared:
+                    if any(f.kind == other for f in cand.forms) and not kernels.for_op(other):
                         d.notes.append(note)
                 d.notes += [f"not as {kind.name}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if kind.fused]
                 return d
             reason = (why[0], f"{cap.label}: {why[1]}")
             if reason not in d.reasons:
                 d.reasons.append(reason)
-                form_of_reason.append(form.kind)
+                form_of_reason.append(form.op_kind)
     tried_kinds = [k for k in tried_kinds if k.named_when_undeclared or kernels.for_op(k.name)]
     missing = [k.name for k in tried_kinds if not kernels.for_op(k.name)]
     if missing and len(missing) == len(tried_kinds):
@@ -113,14 +113,14 @@ def _fits_types(form: Form, cap: Capability, allow_wider: bool):
                 notes.append(f"computes in {cap.accumulate} where the model computes in {form.compute} (--allow-wider-accumulation)")
         else:
             hint = " (--allow-wider-accumulation accepts a wider one)" if wider(cap.accumulate, form.compute) else ""
-            verb = "accumulates" if form.kind.accumulates else "computes"
+            verb = "accumulates" if form.op_kind.accumulates else "computes"
             return ("numerics", f"{verb} in {cap.accumulate}, the model in {form.compute}{steps}{hint}"), None, [], {}
     if cap.output_dtype != form.result_dtype:
-        if allow_wider and form.kind.narrows and cap.output_dtype == cap.accumulate and form.result_dtype == form.compute and notes:
+        if allow_wider and form.op_kind.narrows and cap.output_dtype == cap.accumulate and form.result_dtype == form.compute and notes:
             narrow = form.result_dtype
         else:
             why = f"writes {cap.output_dtype}, the model's result is {form.result_dtype}"
-            if form.kind.explains_kept_result and form.result_dtype == form.compute and wider(form.compute, cap.output_dtype):
+            if form.op_kind.explains_kept_result and form.result_dtype == form.compute and wider(form.compute, cap.output_dtype):
                 why += f" (the model keeps it: its only use is not one rounding to {cap.output_dtype})"
             return ("dtype", why), None, [], {}
     if form.eps is not None and cap.eps is not None:

@@ -221,7 +221,7 @@ def _attention_qkv_form(att: Form) -> Form:
     operands are x seen as [B, S, 3, H, D] (a free expand) and the mask, whose result is `out` seen
     as [B, S, H, D]. When the structure is not there, the form carries the reason (`refusal`), so
     the report can say why the chain is taken as plain attention."""
-    form = replace(att, kind=ATTENTION_QKV, result_dims=())
+    form = replace(att, op_kind=ATTENTION_QKV, result_dims=())
 
     def refuse(category: str, reason: str) -> Form:
         return replace(form, refusal=(category, reason))

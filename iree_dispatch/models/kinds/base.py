@@ -68,9 +68,9 @@ def operand(value: ir.Value, info: tuple[Shape, str]) -> Operand:
 
 @dataclass(frozen=True)
 class Form:
-    """One way a kernel of `kind` computes the candidate's result."""
+    """One way a kernel of `op_kind` computes the candidate's result."""
 
-    kind: OpKind
+    op_kind: OpKind
     operands: tuple[Operand, ...]
     result: ir.Value  # whose uses the kernel's result replaces
     result_shape: Shape  # as the kernel writes it
@@ -92,6 +92,11 @@ class Form:
     # When the model's ops around the form's core don't have the form's structure (attention_qkv:
     # q, k, v not sliced from one projection): every kernel of its kind is refused so
     refusal: Reason | None = None
+
+    @property
+    def kind(self) -> str:
+        """The op kind's name: what a kernel's `replaces.op` says."""
+        return self.op_kind.name
 
 
 @dataclass(frozen=True)
