@@ -35,7 +35,7 @@ def decide(candidates: list[Candidate], kernels: KernelSet, *, allow_wider_accum
     covered = {}
     for d in decisions:
         if d.replaced and d.form.covers:
-            inner = [c for c in candidates if c.root is not None and c.root in d.form.covers]
+            inner = [c for c in candidates if c.root in d.form.covers]
             covered.update({id(c): d for c in inner})
             d.notes.append("with " + " and ".join(f"#{c.order} {c.kind}" for c in inner) + ": one kernel call for the whole chain")
     return [d for d in decisions if id(d.candidate) not in covered]
