@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 
-from .errors import OutputError, SpecError
+from .errors import DispatchError, OutputError, SpecError
 
 MAX_INPUT_BYTES = 64 << 20  # a spec, source or program past this is refused before it is read
 STALE_TEMP_SECONDS = 3600  # a temporary beside an output whose owner can't be told alive is removed after this
@@ -97,6 +97,22 @@ def check_text_file(what: str, path: Path, expected: str) -> None:
         return  # the loader names what is wrong
     if kind is not None:
         raise SpecError(f"{what} {path} is {kind}, not {expected}")
+
+
+def check_model_file(model: Path) -> None:
+    """A regular file of MLIR text or bytecode (models with inlined weights are large: no size
+    limit, unlike specs); a compiled module, an executable or other binary file is named as such."""
+    try:
+        st = os.stat(model)
+    except OSError as exc:
+        raise DispatchError(f"can't read model {model}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DispatchError(f"model {model} is not a regular file; give the .mlir file of an imported model")
+    with open(model, "rb") as handle:
+        bytecode = handle.read(4) == b"ML\xefR"  # MLIR bytecode, which iree-compile reads too
+    kind = None if bytecode else binary_kind(model)
+    if kind is not None:
+        raise DispatchError(f"model {model} is {kind}, not MLIR; give the .mlir file of an imported model (torch dialect or linalg on tensors)")
 
 
 def spec_declares(spec_path: Path) -> tuple[str, list[Path]]:

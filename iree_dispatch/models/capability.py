@@ -23,27 +23,9 @@ from ..core import expr as ex
 from ..core.errors import SpecError
 from ..core.files import check_text_file
 from ..frontend.spec import KernelSpec, ModuleSpec
+from .kinds import REGISTRY, OpKind, Registry
 
-# op kind → (ranks of the kernel's input tensors in order, rank of its output, float scalars it takes)
-OP_KINDS: dict[str, tuple[tuple[int, ...], int, int]] = {
-    "matmul": ((2, 2), 2, 0),  # lhs [M, K], rhs [K, N] → [M, N]
-    "matmul+bias": ((2, 2, 1), 2, 0),  # lhs [M, K], rhs [K, N], bias [N] → lhs @ rhs + bias
-    "matmul+bias+gelu": ((2, 2, 1), 2, 0),  # lhs [M, K], rhs [K, N], bias [N] → gelu_tanh(lhs @ rhs + bias)
-    "matmul_nt": ((2, 2), 2, 0),  # lhs [M, K], rhs [N, K] (a Linear's weight as stored) → lhs @ rhs^T [M, N]
-    "batch_matmul": ((3, 3), 3, 0),  # lhs [B, M, K], rhs [B, K, N] → [B, M, N]
-    "softmax": ((2,), 2, 0),  # x [rows, cols] → softmax over cols (a model's last dim)
-    "layernorm": ((2, 1, 1), 2, 1),  # x [rows, cols], weight [cols], bias [cols], eps → per row
-    "rmsnorm": ((2, 1), 2, 1),  # x [rows, cols], weight [cols], eps → x * rsqrt(mean(x^2) + eps) * weight per row
-    # q [Z, S, D], kt [Z, D, S], v [Z, S, D], mask [B, S, S] → softmax(q @ kt / sqrt(D) + mask[z // (Z / B)]) @ v
-    "attention": ((3, 3, 3, 3), 3, 0),
-    # qkv [B, S, 3, H, D] (the qkv projection's result as it is stored), mask [B, S, S] → out [B, S, H, D]:
-    # the same per batch b and head h, with q = qkv[b, :, 0, h], k = qkv[b, :, 1, h], v = qkv[b, :, 2, h]
-    "attention_qkv": ((5, 3), 4, 0),
-}
 _KEYS = {"op", "accumulate", "divisible", "max", "eps", "priority", "pad"}
-# What the kernel computes in, unless `accumulate` says otherwise: matmuls accumulate in their
-# output's type; the row kernels of the library compute in float32 whatever they store.
-_DEFAULT_ACCUMULATE = {"softmax": "f32", "layernorm": "f32", "rmsnorm": "f32", "attention": "f32", "attention_qkv": "f32"}
 _FLOAT_RANK = {"f16": 1, "bf16": 1, "f32": 2, "f64": 3}
 
 
@@ -101,8 +83,8 @@ class KernelSet:
         return sorted((c for c in self.capabilities if c.op == op), key=lambda c: (-c.priority, c.order))
 
 
-def load_kernels(paths: list[str | Path]) -> KernelSet:
-    """Loads each spec file with its `replaces` tables."""
+def load_kernels(paths: list[str | Path], registry: Registry = REGISTRY) -> KernelSet:
+    """Loads each spec file with its `replaces` tables (ops: the kinds of `registry`)."""
     if not paths:
         raise SpecError("no kernel spec given (--kernels SPEC.toml)")
     modules, capabilities = [], []
@@ -112,7 +94,7 @@ def load_kernels(paths: list[str | Path]) -> KernelSet:
         by_name = {k.name: k for k in module.kernels}
         for kernel_name, label, tables in replaces:
             for table in tables:
-                capabilities.append(_capability(module, by_name[kernel_name], table, label, len(capabilities)))
+                capabilities.append(_capability(module, by_name[kernel_name], table, label, len(capabilities), registry))
     names = [m.name for m in modules]
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
@@ -148,28 +130,29 @@ def load_spec_with_replaces(path: Path) -> tuple[ModuleSpec, list[tuple[str, str
     return load_spec(path), replaces
 
 
-def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str, order: int) -> Capability:
+def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str, order: int, registry: Registry) -> Capability:
     unknown = set(table) - _KEYS
     if unknown:
         raise SpecError(f"{label}: replaces: unknown keys {sorted(unknown)}; allowed: {sorted(_KEYS)}")
     op = table.get("op")
-    if op not in OP_KINDS:
-        raise SpecError(f"{label}: replaces.op must be one of {', '.join(repr(k) for k in OP_KINDS)}, got {op!r}")
-    in_ranks, out_rank, n_floats = OP_KINDS[op]
+    if op not in registry:
+        raise SpecError(f"{label}: replaces.op must be one of {', '.join(repr(k) for k in registry.names)}, got {op!r}")
+    kind = registry.kind(op)
     ranks = tuple(len(t.shape) for t in kernel.inputs)
-    if ranks != in_ranks:
-        raise SpecError(f"{label}: replaces {op!r} needs input tensors of ranks {list(in_ranks)} in parameter order; the kernel's inputs have ranks {list(ranks)}")
-    if len(kernel.outputs) != 1 or len(kernel.outputs[0].shape) != out_rank:
-        raise SpecError(f"{label}: replaces {op!r} needs one output tensor of rank {out_rank}; the kernel has {[len(t.shape) for t in kernel.outputs]}")
-    _check_shapes(kernel, op, label)
+    if ranks != kind.input_ranks:
+        raise SpecError(f"{label}: replaces {op!r} needs input tensors of ranks {list(kind.input_ranks)} in parameter order; the kernel's inputs have ranks {list(ranks)}")
+    if len(kernel.outputs) != 1 or len(kernel.outputs[0].shape) != kind.output_rank:
+        raise SpecError(f"{label}: replaces {op!r} needs one output tensor of rank {kind.output_rank}; the kernel has {[len(t.shape) for t in kernel.outputs]}")
+    _check_shapes(kernel, kind, label)
     floats = [s for s in kernel.scalar_args if s.stype.kind == "float"]
     others = [s.name for s in kernel.scalar_args if s.stype.kind != "float"]
     if others:
         raise SpecError(f"{label}: replaces {op!r}: scalar arguments {others} have no value in a model; give them values with scalars = {{ ... }}")
     eps = table.get("eps")
-    if eps is not None and (op not in ("layernorm", "rmsnorm") or not isinstance(eps, (int, float)) or isinstance(eps, bool)):
-        raise SpecError(f"{label}: replaces.eps is a number, for op = \"layernorm\" or \"rmsnorm\" kernels whose epsilon is built in")
-    wanted = 0 if eps is not None else n_floats
+    if eps is not None and (not kind.epsilon or not isinstance(eps, (int, float)) or isinstance(eps, bool)):
+        with_eps = " or ".join(f'"{k.name}"' for k in registry if k.epsilon)
+        raise SpecError(f"{label}: replaces.eps is a number, for op = {with_eps} kernels whose epsilon is built in")
+    wanted = 0 if eps is not None else int(kind.epsilon)
     if len(floats) != wanted:
         what = "its epsilon as one float argument" if wanted else "no float argument"
         raise SpecError(f"{label}: replaces {op!r} passes {what}; the kernel takes {[s.name for s in floats] or 'none'}")
@@ -183,7 +166,7 @@ def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str,
         if missing:
             raise SpecError(f"{label}: replaces.{key} names {missing}, which are not shape symbols of the kernel's inputs ({', '.join(sorted(symbols))})")
         constraints[key] = tuple(sorted(raw.items()))
-    accumulate = table.get("accumulate", _DEFAULT_ACCUMULATE.get(op, kernel.outputs[0].dtype))
+    accumulate = table.get("accumulate", kind.accumulate or kernel.outputs[0].dtype)
     if accumulate not in _FLOAT_RANK:
         raise SpecError(f"{label}: replaces.accumulate must be one of {', '.join(_FLOAT_RANK)}, got {accumulate!r}")
     priority = table.get("priority", 0)
@@ -192,7 +175,7 @@ def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str,
     pad = table.get("pad", [])
     if not isinstance(pad, list) or not all(isinstance(p, str) for p in pad):
         raise SpecError(f"{label}: replaces.pad must be a list of shape symbols, e.g. pad = [\"N\"]")
-    if pad and "matmul" not in op:
+    if pad and not kind.pads:
         raise SpecError(f"{label}: replaces.pad is for matmul kernels (zeros padded along M, N or K add nothing to the other results); {op!r} would change")
     not_divisible = sorted(set(pad) - {n for n, _ in constraints["divisible"]})
     if not_divisible:
@@ -201,34 +184,17 @@ def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str,
                       order, label)
 
 
-def _check_shapes(kernel: KernelSpec, op: str, label: str) -> None:
-    """The kernel's declared shapes say the op: a matmul's K shared and its output [M, N], a row
-    op's output (and vectors) the shape of its rows."""
+def _check_shapes(kernel: KernelSpec, kind: OpKind, label: str) -> None:
+    """The kernel's declared shapes say the op (kind.declared_shapes): a matmul's K shared and its
+    output [M, N], a row op's output (and vectors) the shape of its rows."""
     ins = [tuple(str(d) for d in t.shape) for t in kernel.inputs]
     out = tuple(str(d) for d in kernel.outputs[0].shape)
-    if op in ("matmul", "matmul+bias", "matmul+bias+gelu"):
-        (m, k), (k2, n) = ins[0], ins[1]
-        want_out, same = (m, n), [(k, k2)] + ([(ins[2][0], n)] if "bias" in op else [])
-    elif op == "matmul_nt":
-        (m, k), (n, k2) = ins[0], ins[1]
-        want_out, same = (m, n), [(k, k2)]
-    elif op == "batch_matmul":
-        (b, m, k), (b2, k2, n) = ins
-        want_out, same = (b, m, n), [(b, b2), (k, k2)]
-    elif op == "attention":
-        (z, s, d), (z2, d2, s2), (z3, s3, d3), (_, s4, s5) = ins
-        want_out, same = (z, s, d), [(z, z2), (z, z3), (d, d2), (d, d3), (s, s2), (s, s3), (s, s4), (s, s5)]
-    elif op == "attention_qkv":
-        (b, s, three, h, d), (b2, s2, s3) = ins
-        want_out, same = (b, s, h, d), [(three, "3"), (b, b2), (s, s2), (s, s3)]
-    else:
-        rows, cols = ins[0]
-        want_out, same = (rows, cols), [(v[0], cols) for v in ins[1:]]
+    want_out, same = kind.declared_shapes(ins)
     bad = [f"{x} vs {y}" for x, y in same if x != y]
     if out != want_out or bad:
         shapes = "; ".join(f"{t.name} {list(shape)}" for t, shape in zip((*kernel.inputs, kernel.outputs[0]), (*ins, out)))
         agree = f"; sizes that must agree: {', '.join(bad)}" if bad else ""
-        raise SpecError(f"{label}: replaces {op!r}, but the kernel's shapes ({shapes}) don't say it: the output must be {list(want_out)}{agree}")
+        raise SpecError(f"{label}: replaces {kind.name!r}, but the kernel's shapes ({shapes}) don't say it: the output must be {list(want_out)}{agree}")
 
 
 def widens_exactly(a: str, b: str) -> bool:

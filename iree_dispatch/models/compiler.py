@@ -3,7 +3,7 @@
 1. The model (torch dialect from torch.export + IREE's FX importer, or linalg on tensors) is
    brought to IREE's input level by iree-compile itself (`--compile-to=input`): torch ops become
    linalg named ops and generics, the same whatever importer or torch version wrote them.
-2. patterns.py finds the candidates there, select.py picks a kernel for each (or says why none),
+2. the op kinds (kinds/) find the candidates there, select.py picks a kernel for each (or says why none),
    rewrite.py replaces them by calls to the kernels' generated functions.
 3. The rewritten module is a program (docs/programs.md): backend/pipeline.build links the
    kernels' executables in and compiles it for CUDA.
@@ -12,9 +12,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import stat
 import subprocess
 import tempfile
 from collections import Counter
@@ -23,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import CompileError, DispatchError
-from ..core.files import Staging, binary_kind, check_input_file, check_outputs, quoted_includes, spec_declares
+from ..core.files import Staging, check_input_file, check_model_file, check_outputs, quoted_includes, spec_declares
 from .capability import KernelSet, load_kernels
-from .patterns import find_candidates
+from .kinds import find_candidates
 from .select import Decision, decide
 
 Progress = Callable[[str], None]
@@ -281,22 +279,6 @@ def _mlir_error(exc: Exception) -> str:
         first = diagnostics[0]
         return f"{first.location}: {first.message}".replace("\n", " ")
     return " ".join(str(exc).split())
-
-
-def check_model_file(model: Path) -> None:
-    """A regular file of MLIR text or bytecode (models with inlined weights are large: no size
-    limit, unlike specs); a compiled module, an executable or other binary file is named as such."""
-    try:
-        st = os.stat(model)
-    except OSError as exc:
-        raise DispatchError(f"can't read model {model}: {exc.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise DispatchError(f"model {model} is not a regular file; give the .mlir file of an imported model")
-    with open(model, "rb") as handle:
-        bytecode = handle.read(4) == b"ML\xefR"  # MLIR bytecode, which iree-compile reads too
-    kind = None if bytecode else binary_kind(model)
-    if kind is not None:
-        raise DispatchError(f"model {model} is {kind}, not MLIR; give the .mlir file of an imported model (torch dialect or linalg on tensors)")
 
 
 def to_input_level(model: Path, out: Path) -> None:

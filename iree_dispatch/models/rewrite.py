@@ -17,7 +17,8 @@ from iree.compiler import ir
 from ..backend.ir import tensor_type
 from ..core import expr as ex
 from ..frontend.spec import KernelSpec
-from .patterns import tensor_info
+from .ir_match import tensor_info
+from .kinds import Splat
 from .select import Decision
 
 
@@ -56,10 +57,10 @@ def apply(decision: Decision, replaced: dict) -> None:
         args, args_before_cast = [], []
         for operand, type_text in zip(form.operands, ins):
             value = operand.value
-            if isinstance(value, tuple):  # ("splat", v): a weight or bias the model does not have
+            if isinstance(value, Splat):  # a weight or bias the model does not have
                 t = ir.Type.parse(tensor_type(operand.dtype, list(operand.shape)))
                 element = ir.Type.parse(operand.dtype)
-                attr = ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(element, value[1]))
+                attr = ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(element, value.value))
                 value = ir.Operation.create("arith.constant", results=[t], attributes={"value": attr}).results[0]
             while value in replaced:
                 value = replaced[value]

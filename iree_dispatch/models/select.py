@@ -1,11 +1,15 @@
-"""Chooses a kernel for each candidate (patterns.py), or says why none fits."""
+"""Chooses a kernel for each candidate (kinds/), or says why none fits.
+
+Nothing here names an op kind: what differs between kinds (the word for a numerics refusal,
+whether a result may be narrowed, which refusals are noted) is read from the form's OpKind."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from .capability import Capability, KernelSet, widens_exactly, wider
-from .patterns import Candidate, Form, round_to, shape_text
+from .ir_match import round_to, shape_text
+from .kinds import Candidate, Form, OpKind, Reason, Splat
 
 
 @dataclass
@@ -13,7 +17,7 @@ class Decision:
     candidate: Candidate
     form: Form | None = None
     capability: Capability | None = None
-    reasons: list[tuple[str, str]] = field(default_factory=list)  # (category, text), when left to IREE
+    reasons: list[Reason] = field(default_factory=list)  # when left to IREE
     notes: list[str] = field(default_factory=list)
     narrow_to: str | None = None  # truncate the kernel's wider result to the model's type
     widen: dict[int, str] = field(default_factory=dict)  # operand index → the kernel's wider type (arith.extf, exact)
@@ -31,13 +35,10 @@ def decide(candidates: list[Candidate], kernels: KernelSet, *, allow_wider_accum
     covered = {}
     for d in decisions:
         if d.replaced and d.form.covers:
-            inner = [c for c in candidates if c.root is not None and c.root in d.form.covers]
+            inner = [c for c in candidates if c.root in d.form.covers]
             covered.update({id(c): d for c in inner})
             d.notes.append("with " + " and ".join(f"#{c.order} {c.kind}" for c in inner) + ": one kernel call for the whole chain")
     return [d for d in decisions if id(d.candidate) not in covered]
-
-
-_FUSED = ("matmul_nt", "attention", "attention_qkv")  # forms whose refusal the report notes when a plainer form is taken
 
 
 def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
@@ -45,18 +46,18 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
     if cand.refusal is not None:
         d.reasons.append(cand.refusal)
         return d
-    tried_kinds = []
-    form_of_reason: list[str] = []
+    tried_kinds: list[OpKind] = []
+    form_of_reason: list[OpKind] = []
     for form in cand.forms:
         caps = kernels.for_op(form.kind)
-        if form.kind not in tried_kinds:
-            tried_kinds.append(form.kind)
+        if form.op_kind not in tried_kinds:
+            tried_kinds.append(form.op_kind)
         if form.refusal is not None:  # the model's ops lack the form's structure: no kernel of its kind can take it
             for cap in caps:
                 reason = (form.refusal[0], f"{cap.label}: {form.refusal[1]}")
                 if reason not in d.reasons:
                     d.reasons.append(reason)
-                    form_of_reason.append(form.kind)
+                    form_of_reason.append(form.op_kind)
             continue
         for cap in caps:
             why, narrow, notes, extra = _fits(form, cap, allow_wider)
@@ -64,17 +65,17 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
                 d.form, d.capability, d.narrow_to = form, cap, narrow
                 d.widen, d.pad = extra.get("widen", {}), extra.get("pad", {})
                 d.notes = [*form.notes, *notes]
-                if form.kind == "matmul" and any(f.kind == "matmul+bias" for f in cand.forms) and not kernels.for_op("matmul+bias"):
-                    d.notes.append("its bias add is left to IREE (no kernel declares matmul+bias for it)")
-                fused = [f"not as {kind}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if kind.startswith("matmul+") or kind in _FUSED]
-                d.notes += fused
+                for other, note in form.op_kind.left_when_undeclared:
+                    if any(f.kind == other for f in cand.forms) and not kernels.for_op(other):
+                        d.notes.append(note)
+                d.notes += [f"not as {kind.name}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if kind.fused]
                 return d
             reason = (why[0], f"{cap.label}: {why[1]}")
             if reason not in d.reasons:
                 d.reasons.append(reason)
-                form_of_reason.append(form.kind)
-    tried_kinds = [k for k in tried_kinds if k not in ("attention", "attention_qkv") or kernels.for_op(k)]  # a fused form no kernel declares is no news
-    missing = [k for k in tried_kinds if not kernels.for_op(k)]
+                form_of_reason.append(form.op_kind)
+    tried_kinds = [k for k in tried_kinds if k.named_when_undeclared or kernels.for_op(k.name)]
+    missing = [k.name for k in tried_kinds if not kernels.for_op(k.name)]
     if missing and len(missing) == len(tried_kinds):
         d.reasons.insert(0, ("kernel", f"no kernel declares {' or '.join(repr(k) for k in missing)}"))
     return d
@@ -112,13 +113,14 @@ def _fits_types(form: Form, cap: Capability, allow_wider: bool):
                 notes.append(f"computes in {cap.accumulate} where the model computes in {form.compute} (--allow-wider-accumulation)")
         else:
             hint = " (--allow-wider-accumulation accepts a wider one)" if wider(cap.accumulate, form.compute) else ""
-            return ("numerics", f"{_computes(form.kind)} in {cap.accumulate}, the model in {form.compute}{steps}{hint}"), None, [], {}
+            verb = "accumulates" if form.op_kind.accumulates else "computes"
+            return ("numerics", f"{verb} in {cap.accumulate}, the model in {form.compute}{steps}{hint}"), None, [], {}
     if cap.output_dtype != form.result_dtype:
-        if allow_wider and form.kind.startswith("matmul") and cap.output_dtype == cap.accumulate and form.result_dtype == form.compute and notes:
+        if allow_wider and form.op_kind.narrows and cap.output_dtype == cap.accumulate and form.result_dtype == form.compute and notes:
             narrow = form.result_dtype
         else:
             why = f"writes {cap.output_dtype}, the model's result is {form.result_dtype}"
-            if form.kind == "matmul_nt" and form.result_dtype == form.compute and wider(form.compute, cap.output_dtype):
+            if form.op_kind.explains_kept_result and form.result_dtype == form.compute and wider(form.compute, cap.output_dtype):
                 why += f" (the model keeps it: its only use is not one rounding to {cap.output_dtype})"
             return ("dtype", why), None, [], {}
     if form.eps is not None and cap.eps is not None:
@@ -156,13 +158,9 @@ def _fits_shapes(form: Form, cap: Capability, narrow, notes, extra):
         for dim, size in zip(t.shape, shape):
             if hasattr(dim, "name") and None not in (size, bound[dim.name]) and bound[dim.name] != size:
                 return no("shape", f"{t.name}: {dim.name} = {size} here but {bound[dim.name]} elsewhere")
-    if any(isinstance(o.value, tuple) and None in o.shape for o in form.operands):
+    if any(isinstance(o.value, Splat) and None in o.shape for o in form.operands):
         return no("shape", "a weight or bias the model lacks would need a dynamic size")
     if pad:
         notes = [*notes, *(f"{s} = {n} padded to {p} with zeros (sliced off the result: the same values)" for s, (n, p) in pad.items())]
         extra = {**extra, "pad": pad}
     return None, narrow, notes, extra
-
-
-def _computes(kind: str) -> str:
-    return "accumulates" if "matmul" in kind else "computes"
