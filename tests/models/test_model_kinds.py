@@ -23,7 +23,7 @@ from iree_dispatch.models.kinds import REGISTRY, Candidate, Family, Form, Matche
 from iree_dispatch.models.kinds.base import operand  # noqa: E402
 from iree_dispatch.models.select import decide  # noqa: E402
 
-MODELS = Path(__file__).parent / "models"
+MODELS = Path(__file__).parent
 ALL_KINDS = ("matmul", "matmul+bias", "matmul+bias+gelu", "matmul_nt", "batch_matmul", "softmax", "layernorm", "rmsnorm", "attention", "attention_qkv")
 
 MATMUL_BIAS = """
