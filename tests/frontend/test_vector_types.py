@@ -38,7 +38,7 @@ def test_a_vector_pointers_shape_counts_vectors_and_the_caller_sees_the_lanes():
     x, y = kernel.tensors
     assert (x.dtype, [str(d) for d in x.shape], x.lanes, x.role) == ("f32", ["n", "4"], 4, "input")
     assert (y.dtype, [str(d) for d in y.shape], y.declared_shape) == ("f32", ["n", "4"], y.shape[:1])
-    assert kernel.describe()["inputs"][0]["shape"] == ["n", 4]
+    assert kernel.describe().inputs[0].shape == ("n", 4)
     again = kernel.with_outputs_in_place()  # declared again from the source: the lanes are not added twice
     assert [t.shape for t in again.tensors] == [x.shape, y.shape] and again.tensors[1].role == "inplace"
     # A template over a vector type substitutes it like any type.
