@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .core.contract import TensorDescription
 from .core.errors import DispatchError
-from .core.files import check_input_file, check_outputs, check_text_file, quoted_includes, spec_declares
+from .core.files import check_given_file, check_input_file, check_outputs, check_text_file, quoted_includes, spec_declares
 
 _print_lock = threading.Lock()
 
@@ -155,10 +155,7 @@ def _cmd_run(args) -> int:
     max_elements = parse_max_element_count(args.output_max_element_count)
     if not args.function:
         raise DispatchError(f"no function given: add --function=NAME (iree-dispatch inspect {path} lists them)")
-    if Path(path).is_dir():
-        raise DispatchError(f"{path} is a folder; run takes a built module (.vmfb) file")
-    if not Path(path).is_file():
-        raise DispatchError(f"no such module: {path}")
+    check_given_file("module", Path(path), "run takes a built module (.vmfb) file")
     # The function and the inputs are checked against the module's own descriptions before a
     # device is opened: a typo fails the same way, and at once, on a machine without a GPU.
     try:
@@ -186,11 +183,7 @@ def _cmd_run(args) -> int:
 
 def _cmd_inspect(args) -> int:
     path = Path(args.path)
-    if path.is_dir():
-        raise DispatchError(f"{path} is a folder; inspect takes a spec (.toml) or a module (.vmfb) file")
-    if not path.exists():
-        raise DispatchError(f"{path}: no such file; inspect takes a spec (.toml) or a module (.vmfb) file")
-    check_input_file("spec" if path.suffix == ".toml" else "module", path)
+    check_given_file("spec" if path.suffix == ".toml" else "module", path, "inspect takes a spec (.toml) or a module (.vmfb) file")
     if path.suffix == ".toml":
         from .frontend.spec_file import load_spec
 

@@ -60,6 +60,16 @@ def check_input_file(what: str, path: Path) -> None:
         raise SpecError(f"{what} {path} is {st.st_size / 2**20:.0f} MiB, over the {MAX_INPUT_BYTES >> 20} MiB an input may have; is it the right file?")
 
 
+def check_given_file(what: str, path: Path, takes: str) -> None:
+    """A file a command was given by name: it must exist and be a file (`takes`, e.g. "run takes
+    a built module (.vmfb) file", ends the message), then pass check_input_file."""
+    if path.is_dir():
+        raise SpecError(f"{path} is a folder; {takes}")
+    if not path.exists():
+        raise SpecError(f"{path}: no such file; {takes}")
+    check_input_file(what, path)
+
+
 # What a file that is not text most likely is, by its first bytes.
 _BINARY_KINDS = ((b"\x7fELF", "an executable or library (ELF)"), (b"\x89PNG", "an image (PNG)"), (b"PK\x03\x04", "a zip archive"))
 _SNIFF_BYTES = 1 << 16

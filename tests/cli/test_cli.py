@@ -90,7 +90,7 @@ def test_build_errors_are_one_clear_line(tmp_path, capsys):
 @pytest.mark.skipif(cuda_device_available(), reason="checks the no-GPU path")
 def test_run_without_gpu_says_so(capsys):
     assert main(["run", "whatever.vmfb", "--function=f"]) == 1
-    assert "no such module" in capsys.readouterr().err
+    assert "no such file; run takes a built module" in capsys.readouterr().err
     built = ROOT / "build" / "samples.vmfb"
     if built.exists():
         assert main(["run", str(built), "--function=simple_mul", "--input=4xf32=1", "--input=4xf32=2"]) == 1
