@@ -42,16 +42,17 @@ SHARED_MEMORY = {"sm_90a": {64: 50176, 128: 99328}, "sm_80": {64: 36864, 128: 69
 
 
 def prepare() -> None:
-    """Compile each source for each arch into build/fa/<stem>.<arch>.cubin."""
+    """Compile each source for each arch into build/fa/<stem>.<arch>.cubin, and flash_attention.cu's
+    sm_80 PTX (its mma.sync body, JIT-compiled by the driver on newer GPUs, checked there too)."""
     BUILD.mkdir(parents=True, exist_ok=True)
-    for source in SOURCES:
-        for arch in ARCHS:
-            out = BUILD / f"{Path(source).stem}.{arch}.cubin"
-            # sm_90a through -gencode: the -arch shorthand also runs a plain sm_90 pass, which rejects wgmma.
-            target = f"-gencode=arch=compute_{arch[3:]},code={arch}"
-            cmd = ["nvcc", "-cubin", target, "-O3", "-std=c++17", str(ROOT / "kernels" / source), "-o", str(out)]
-            print(" ".join(cmd), flush=True)
-            subprocess.run(cmd, check=True)
+    jobs = [(source, arch, "cubin") for source in SOURCES for arch in ARCHS] + [(SOURCES[0], "sm_80", "ptx")]
+    for source, arch, kind in jobs:
+        out = BUILD / f"{Path(source).stem}.{arch}.{kind}"
+        # sm_90a through -gencode: the -arch shorthand also runs a plain sm_90 pass, which rejects wgmma.
+        target = f"-gencode=arch=compute_{arch[3:]},code={arch}" if kind == "cubin" else f"-arch=compute_{arch[3:]}"
+        cmd = ["nvcc", f"-{kind}", target, "-O3", "-std=c++17", str(ROOT / "kernels" / source), "-o", str(out)]
+        print(" ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
 
 
 @dataclass(frozen=True)
@@ -74,20 +75,24 @@ class Case:
 
     def label(self) -> str:
         mask = f" mask[{','.join(map(str, self.mask_dims))},{self.Sq if self.mask_dims[2] != 1 else 1},{self.Sk}]" if self.masking == "mask" else ""
-        return (f"B{self.B} Hq{self.Hq} Hkv{self.Hkv} Sq{self.Sq} Sk{self.Sk} d{self.D} {self.masking}{mask}"
-                + (" misaligned" if self.misaligned else ""))
+        return f"B{self.B} Hq{self.Hq} Hkv{self.Hkv} Sq{self.Sq} Sk{self.Sk} d{self.D} {self.masking}{mask}" + (" misaligned" if self.misaligned else "")
+
+
+def bodies(torch) -> list[tuple[str, str]]:
+    """The flash_attention objects to check on this GPU, (arch, file name): on Hopper the sm_90a
+    cubin (wgmma body) and the sm_80 PTX (mma.sync body); elsewhere the sm_80 cubin."""
+    major, _ = torch.cuda.get_device_capability()
+    if major == 9:
+        return [("sm_90a", "flash_attention.sm_90a.cubin"), ("sm_80", "flash_attention.sm_80.ptx")]
+    return [("sm_80", "flash_attention.sm_80.cubin")]
 
 
 class Kernels:
-    """The flash_attention cubin for this GPU, launched by CuPy on torch tensors."""
+    """One flash_attention object (cubin or PTX) of `arch`, launched by CuPy on torch tensors."""
 
-    def __init__(self, torch, cupy):
-        self.torch, self.cupy = torch, cupy
-        major, _ = torch.cuda.get_device_capability()
-        arch = "sm_90a" if major == 9 else "sm_80"
-        self.arch = arch
-        self.module = cupy.RawModule(path=str(BUILD / f"flash_attention.{arch}.cubin"))
-        self.previous = cupy.RawModule(path=str(BUILD / f"attention.{arch}.cubin"))
+    def __init__(self, torch, cupy, arch: str, file_name: str):
+        self.torch, self.cupy, self.arch = torch, cupy, arch
+        self.module = cupy.RawModule(path=str(BUILD / file_name))
         self._functions: dict[str, object] = {}
 
     def function(self, name: str, smem: int):
@@ -162,11 +167,11 @@ def reference(torch, case: Case, q, k, v, mask, scale: float):
 
 
 def sdpa(torch, case: Case, q, k, v, mask, scale: float):
-    return torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=case.masking == "causal", scale=scale, enable_gqa=case.Hq != case.Hkv)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=case.masking == "causal", scale=scale, enable_gqa=case.Hq != case.Hkv)
 
 
 def correctness(torch, kernels: Kernels) -> bool:
+    print(f"\n{kernels.arch} body ({'wgmma' if kernels.arch == 'sm_90a' else 'mma.sync'}):")
     cases = []
     for d in (64, 128):
         cases += [
@@ -204,15 +209,16 @@ def correctness(torch, kernels: Kernels) -> bool:
             err = (got - ref).abs()[finite]
             within = bool((err <= atol + rtol * ref.abs()[finite]).all())
             max_err = float(err.max()) if err.numel() else 0.0
-            try:
+            theirs = math.nan  # torch's own error, for scale; not for the misaligned views
+            if not case.misaligned:
                 theirs = float((sdpa(torch, case, q, k, v, mask, scale).double() - ref).abs()[finite].max())
-            except RuntimeError:
-                theirs = math.nan
             nan_rows = int(ref_nan.any(dim=-1).sum())
             passed = nan_match and within
             ok &= passed
-            print(f"{case.label():62} {str(dtype)[6:]:5} {max_err:9.2e} {theirs:9.2e} {nan_rows:8d}  {'ok' if passed else 'FAIL'}"
-                  + ("" if nan_match else " (NaN pattern differs)"), flush=True)
+            print(
+                f"{case.label():62} {str(dtype)[6:]:5} {max_err:9.2e} {theirs:9.2e} {nan_rows:8d}  {'ok' if passed else 'FAIL'}" + ("" if nan_match else " (NaN pattern differs)"),
+                flush=True,
+            )
     return ok
 
 
@@ -245,7 +251,9 @@ def picked_backend(torch, fn) -> str:
     return "math/other"
 
 
-def benchmark(torch, kernels: Kernels, warmup: int, reps: int) -> None:
+def benchmark(torch, cupy, all_kernels: list[Kernels], warmup: int, reps: int) -> None:
+    """Times the first of all_kernels (the object this GPU runs) against torch; the others beside."""
+    kernels = all_kernels[0]
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     shapes = [
@@ -272,6 +280,7 @@ def benchmark(torch, kernels: Kernels, warmup: int, reps: int) -> None:
         ours()
         diff = float((out.float() - theirs().float()).abs().max())
         t_ours = time_ms(torch, ours, warmup, reps)
+        t_others = [time_ms(torch, other.launcher(case, q, k, v, mask, out, scale), warmup, reps) for other in all_kernels[1:]]
         t_torch = time_ms(torch, theirs, warmup, reps)
         forced = {}
         for label, backend in backends:
@@ -280,7 +289,7 @@ def benchmark(torch, kernels: Kernels, warmup: int, reps: int) -> None:
                     forced[label] = time_ms(torch, theirs, warmup, reps)
             except RuntimeError:
                 forced[label] = math.nan
-        rows.append((name, case, t_ours, t_torch, picked_backend(torch, theirs), forced, diff))
+        rows.append((name, case, t_ours, t_torch, picked_backend(torch, theirs), forced, diff, t_others))
     # The previous kernel (attention.cu's attention_bf16: additive [B, S, S] mask, keys transposed)
     # on GPT-2's shape, for the before/after.
     case = shapes[0][1]
@@ -292,20 +301,26 @@ def benchmark(torch, kernels: Kernels, warmup: int, reps: int) -> None:
     causal = torch.full((s, s), -math.inf, device="cuda").triu(1).to(dtype)
     mask = causal.expand(case.B, s, s).contiguous()
     out = torch.empty_like(q)
-    fn = kernels.previous.get_function("attention_bf16")
+    previous = cupy.RawModule(path=str(BUILD / f"attention.{kernels.arch}.cubin"))
+    fn = previous.get_function("attention_bf16")
     args = tuple(np.uint64(t.data_ptr()) for t in (q, kt, v, mask, out)) + (np.int32(z), np.int32(s), np.int32(case.B))
     t_prev = time_ms(torch, lambda: fn((z, math.ceil(s / 64)), (128,), args), warmup, reps)
 
-    print()
-    print("| shape | sizes | ours ms | ours TFLOP/s | torch ms | torch TFLOP/s | torch backend | ours / torch | flash / efficient / cuDNN forced, TFLOP/s | max abs diff |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, case, t_ours, t_torch, backend, forced, diff in rows:
+    others = "".join(f" {other.arch} body TFLOP/s |" for other in all_kernels[1:])
+    print(f"\nbf16; ours: the {kernels.arch} object. TFLOP/s count causal attention at half the FLOPs.")
+    print(
+        f"| shape | sizes | ours ms | ours TFLOP/s | torch ms | torch TFLOP/s | torch backend | ours / torch |{others} flash / efficient / cuDNN forced, TFLOP/s | max abs diff |"
+    )
+    print("|---" * (10 + len(all_kernels) - 1) + "|")
+    for name, case, t_ours, t_torch, backend, forced, diff, t_others in rows:
         tf = lambda ms: case.flops() / ms / 1e9  # noqa: E731
         forced_tf = " / ".join("n/a" if math.isnan(t) else f"{tf(t):.0f}" for t in forced.values())
-        print(f"| {name} | {case.label()} | {t_ours:.4f} | {tf(t_ours):.0f} | {t_torch:.4f} | {tf(t_torch):.0f} | {backend} | "
-              f"{t_torch / t_ours:.2f} | {forced_tf} | {diff:.1e} |")
-    print(f"\nPrevious kernel attention_bf16 on GPT-2's shape (causal as a [B, S, S] mask): {t_prev:.4f} ms, "
-          f"{shapes[0][1].flops() / t_prev / 1e9:.0f} TFLOP/s (causal FLOPs).")
+        other_tf = "".join(f" {tf(t):.0f} |" for t in t_others)
+        print(
+            f"| {name} | {case.label()} | {t_ours:.4f} | {tf(t_ours):.0f} | {t_torch:.4f} | {tf(t_torch):.0f} | {backend} | "
+            f"{t_torch / t_ours:.2f} |{other_tf} {forced_tf} | {diff:.1e} |"
+        )
+    print(f"\nPrevious kernel attention_bf16 on GPT-2's shape (causal as a [B, S, S] mask): {t_prev:.4f} ms, {shapes[0][1].flops() / t_prev / 1e9:.0f} TFLOP/s (causal FLOPs).")
 
 
 def main() -> int:
@@ -323,11 +338,13 @@ def main() -> int:
 
     props = torch.cuda.get_device_properties(0)
     driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    print(f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC, {props.name}, driver {driver}, torch {torch.__version__}, "
-          f"cupy {cupy.__version__}", flush=True)
-    kernels = Kernels(torch, cupy)
-    ok = True if args.skip_correctness else correctness(torch, kernels)
-    benchmark(torch, kernels, args.warmup, args.reps)
+    print(f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC, {props.name}, driver {driver}, torch {torch.__version__}, cupy {cupy.__version__}", flush=True)
+    all_kernels = [Kernels(torch, cupy, arch, file_name) for arch, file_name in bodies(torch)]
+    ok = True
+    if not args.skip_correctness:
+        for kernels in all_kernels:
+            ok &= correctness(torch, kernels)
+    benchmark(torch, cupy, all_kernels, args.warmup, args.reps)
     print("\ncorrectness:", "all passed" if ok else "FAILURES")
     return 0 if ok else 1
 
