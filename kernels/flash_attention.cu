@@ -27,16 +27,26 @@
 // are taken in natural-log units before log2(e) is applied, so finfo.min * log2(e) never
 // overflows to -inf, and a row masked entirely with one such value averages v as torch does.
 //
-// Layout of the work: one block of WARPS warps per BQ = 16 * MT * WARPS query rows of one (b, h)
-// (grid x: b * Hq + h, grid y: the query tile, the longest causal rows first). Each warp owns
-// MT * 16 consecutive rows; their q fragments stay in registers for the whole pass. Key tiles of
+// Two bodies, one per arch family, with the same launch (Launch: 256 threads per 128 query rows
+// of one (b, h); grid x: b * Hq + h, grid y: the query tile, the longest causal rows first):
+//
+// sm_90a (Hopper): wgmma. Two warpgroups of 64 rows each; q, k and v tiles in shared memory in
+// wgmma's 128-byte swizzled layout, copied by cp.async (k and v through a two-stage ring of
+// 64-key tiles). Per tile a warpgroup computes its 64 x 64 scores with wgmma (q and k read from
+// shared memory), masks and softmaxes them in registers, and adds p @ v with a wgmma taking p
+// from registers. Two blocks per SM (128 registers a thread).
+//
+// sm_80 and newer (Ampere; its PTX elsewhere): mma.sync. Each warp owns MT * 16 consecutive rows
+// (WARPS warps per block); their q fragments stay in registers for the whole pass. Key tiles of
 // BK = 64 rows of k and v are copied by cp.async into a two-stage shared-memory ring (rows padded
 // to D + 8 elements: ldmatrix without bank conflicts), the next tile's copy overlapping this
 // tile's math. Per tile a warp computes its scores (ldmatrix + mma.sync; each k fragment serves
 // the warp's MT row tiles), masks, updates the running max and sum, and adds p @ v with p taken
-// straight from the score accumulators (their layout is the A operand's). Causal: a block stops
-// at its last row's diagonal tile, a warp skips the tiles wholly above its rows, and only the
-// tiles crossing a warp's diagonal compute the element-wise rule. Rows past Sq are zero-filled
+// straight from the score accumulators (their layout is the A operand's).
+//
+// Both: causal, a block stops at its last row's diagonal tile, a warp (sm_90a: a warpgroup)
+// skips the tiles wholly above its rows, and only the tiles crossing a warp's diagonal compute
+// the element-wise rule. Rows past Sq are zero-filled
 // and not stored; keys past Sk are zero-filled and masked with -inf.
 //
 // Pointers that are not 16-byte aligned (IREE bindings are only element-aligned) take an
@@ -624,12 +634,14 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// The launch configuration of each variant, the same for both bodies: 32 * WARPS threads per
-// block and BQ = 16 * MT * WARPS query rows (grid y: ceildiv(Sq, BQ)); on sm_90a WARPS / 4
-// warpgroups of 64 rows each (MT is the mma.sync body's only). Dynamic shared memory: the
-// mma.sync body's 2 stages x (k, v) x 64 rows x (D + 8) x 2 bytes; the wgmma body's q tile
-// (BQ x D x 2 bytes) + 2 stages x (k, v) x 64 x D x 2 bytes + 1024 for alignment.
-template <int D, Masking MASKING>
+// The launch configuration of every variant, the same for both bodies (a spec's block and grid
+// are per kernel, not per arch; kernels/flash_attention.toml states them): 32 * WARPS threads
+// per block and BQ = 16 * MT * WARPS = 128 query rows (grid y: ceildiv(Sq, 128)); on sm_90a
+// WARPS / 4 = 2 warpgroups of 64 rows. Dynamic shared memory: the mma.sync body's 2 stages x
+// (k, v) x 64 rows x (D + 8) x 2 bytes (d64 36864, d128 69632); the wgmma body's q tile (BQ x D
+// x 2 bytes) + 2 stages x (k, v) x 64 x D x 2 bytes + 1024 for alignment (d64 50176, d128
+// 99328). On an H100 the mma.sync body alone measured 4 warps x 32 rows faster for d64 causal
+// (165 vs 129 TFLOP/s at GPT-2's shape); the shared block size follows the wgmma body.
 struct Launch {
   static constexpr int WARPS = 8, MT = 1, BQ = 16 * MT * WARPS;
 };
@@ -638,7 +650,7 @@ struct Launch {
 template <typename T, int D, Masking MASKING>
 __device__ __forceinline__ void forward(const T* q, const T* k, const T* v, const T* mask, T* out, int Hq, int Hkv, int Sq, int Sk, int MB,
                                         int MH, int MQ, float scale) {
-  using L = Launch<D, MASKING>;
+  using L = Launch;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(L::BQ == 64 * (L::WARPS / 4), "both bodies take the same rows per block");
   flash_attention_fwd_sm90<T, D, MASKING, L::WARPS / 4>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
@@ -659,7 +671,7 @@ using flash_attention::CAUSAL;
 using flash_attention::forward;
 using flash_attention::NONE;
 
-#define FA_THREADS(D, MASKING) (32 * flash_attention::Launch<D, MASKING>::WARPS)
+#define FA_THREADS (32 * flash_attention::Launch::WARPS)
 // Blocks per SM the registers are budgeted for. sm_90a: 2 (at most 128 registers a thread; the
 // wgmma body's d128 variants spill ~28 bytes but run 1.2x faster than with 1 block of ~160
 // registers: 349 vs 292 TFLOP/s at B1 H32 S4096 causal, H100). The mma.sync body: 1 (its
@@ -670,39 +682,39 @@ using flash_attention::NONE;
 #define FA_MIN_BLOCKS 1
 #endif
 
-extern "C" __global__ void __launch_bounds__(FA_THREADS(64, NONE), FA_MIN_BLOCKS) flash_attn_bf16_d64(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bf16_d64(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<bf16, 64, NONE>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS(64, CAUSAL), FA_MIN_BLOCKS) flash_attn_bf16_d64_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bf16_d64_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<bf16, 64, CAUSAL>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS(64, ADDITIVE), FA_MIN_BLOCKS) flash_attn_bf16_d64_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bf16_d64_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<bf16, 64, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS(128, NONE), FA_MIN_BLOCKS) flash_attn_bf16_d128(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bf16_d128(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<bf16, 128, NONE>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS(128, CAUSAL), FA_MIN_BLOCKS) flash_attn_bf16_d128_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bf16_d128_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<bf16, 128, CAUSAL>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS(128, ADDITIVE), FA_MIN_BLOCKS) flash_attn_bf16_d128_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bf16_d128_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<bf16, 128, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS(64, NONE), FA_MIN_BLOCKS) flash_attn_f16_d64(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d64(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<f16, 64, NONE>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS(64, CAUSAL), FA_MIN_BLOCKS) flash_attn_f16_d64_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d64_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<f16, 64, CAUSAL>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS(64, ADDITIVE), FA_MIN_BLOCKS) flash_attn_f16_d64_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d64_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<f16, 64, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS(128, NONE), FA_MIN_BLOCKS) flash_attn_f16_d128(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d128(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<f16, 128, NONE>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS(128, CAUSAL), FA_MIN_BLOCKS) flash_attn_f16_d128_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d128_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<f16, 128, CAUSAL>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS(128, ADDITIVE), FA_MIN_BLOCKS) flash_attn_f16_d128_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d128_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<f16, 128, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }
