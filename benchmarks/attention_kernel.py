@@ -74,7 +74,7 @@ class Case:
         return full / 2 if self.masking == "causal" else full
 
     def label(self) -> str:
-        mask = f" mask[{','.join(map(str, self.mask_dims))},{self.Sq if self.mask_dims[2] != 1 else 1},{self.Sk}]" if self.masking == "mask" else ""
+        mask = f" mask[{','.join(map(str, self.mask_dims))},{self.Sk}]" if self.masking == "mask" else ""
         return f"B{self.B} Hq{self.Hq} Hkv{self.Hkv} Sq{self.Sq} Sk{self.Sk} d{self.D} {self.masking}{mask}" + (" misaligned" if self.misaligned else "")
 
 
