@@ -7,7 +7,7 @@ struct's definition in the source (or a header it includes with quotes); everyth
 field's type after all aliases, its offset, the struct's size and alignment, is asked of the
 compiler with a probe (type_probe.compile_probe) whose one kernel takes template instances that
 spell the fields' types (`decltype(Shape::m)`) and the numbers (`sizeof`, `alignof`,
-`__builtin_offsetof`) in its mangled name. Nested structs, vector fields and arrays of scalars are
+`offsetof`) in its mangled name. Nested structs, vector fields and arrays of scalars are
 flattened (`inner.a`, `v.x`, `dims[1]`); a pointer field is refused: a pointer inside a struct
 can't be an IREE binding.
 """
@@ -75,9 +75,10 @@ def _layout(source: Path, ctype: str, flags, arch, tc, where: str, read: dict[st
     """The layout of struct `ctype`, its nested structs flattened into it."""
     names = field_names(source, ctype, where)
     probe = (
-        f"template <class... T> struct {_FIELDS};\ntemplate <unsigned long long... V> struct {_LAYOUT};\n"
+        # offsetof from <stddef.h>: nvcc's is __builtin_offsetof, NVRTC (which has none) gets toolchains/nvrtc_include's.
+        f"#include <stddef.h>\ntemplate <class... T> struct {_FIELDS};\ntemplate <unsigned long long... V> struct {_LAYOUT};\n"
         f"__global__ void {_PROBE}({_FIELDS}<{', '.join(f'decltype({ctype}::{n})' for n in names)}>*, "
-        f"{_LAYOUT}<sizeof({ctype}), alignof({ctype}), {', '.join(f'__builtin_offsetof({ctype}, {n})' for n in names)}>*) {{}}\n"
+        f"{_LAYOUT}<sizeof({ctype}), alignof({ctype}), {', '.join(f'offsetof({ctype}, {n})' for n in names)}>*) {{}}\n"
     )
     failed = f"compiling the source to read the layout of struct {ctype} (fields {', '.join(names)}) failed"
     ptx, probe_read = compile_probe(source, probe, flags, arch, tc, where, failed)
