@@ -145,6 +145,11 @@ def _run_module_path(args) -> str:
     return first
 
 
+def _vector(scalar) -> bool:
+    """Whether a struct argument is a CUDA vector (its fields the lanes x, y, z, w)."""
+    return all(f.name in "xyzw" and len(f.name) == 1 for f, _ in scalar.fields)
+
+
 def _cmd_run(args) -> int:
     import numpy as np
 
@@ -165,6 +170,12 @@ def _cmd_run(args) -> int:
     if args.function not in descriptions:
         raise DispatchError(f"{path}: no function {args.function!r} (functions: {', '.join(descriptions)})")
     inputs = [parse_input(text) for text in args.input]
+    struct = next((s for s in descriptions[args.function].scalars if s.kind == "struct" and not _vector(s)), None) if descriptions[args.function] else None
+    if struct is not None:
+        raise DispatchError(
+            f"{args.function} takes {struct.ctype} {struct.name!r} by value, which --input can't spell; call it from Python with a "
+            "dict of its fields (a vector such as float2 takes its lanes as a tensor: --input=2xf32=1,2)"
+        )
     if descriptions[args.function]:
         runtime.KernelFunction(descriptions[args.function], lambda *_: None, device=None).check(*inputs)
     module = runtime.load(path, args.device)
@@ -211,7 +222,7 @@ def _cmd_inspect(args) -> int:
         def tensor(t: TensorDescription) -> str:
             return f"{t.name}: {t.dtype}[{', '.join(map(str, t.shape))}]{' (in place)' if t.inplace else ''}"
 
-        params = [tensor(t) for t in d.inputs] + [f"{s.name}: {s.ctype}" for s in d.scalars]
+        params = [tensor(t) for t in d.inputs] + [s.signature() for s in d.scalars]
         outs = ", ".join(tensor(t) for t in d.outputs)
         print(f"  kernel {name}({', '.join(params)}) -> ({outs})")
         if undecided.get(name):

@@ -25,6 +25,7 @@ class PtxParam:
     ptx_type: str
     name: str
     nbytes: int
+    align: int = 0  # `.align N`, given for byte arrays (structs and vectors by value)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ def ptx_entries(ptx: str) -> dict[str, PtxEntry]:
             tokens = decl.split()
             ptx_type = next((t for t in tokens if t in _SIZES), "?")
             name, _, count = tokens[-1].partition("[")
-            params.append(PtxParam(ptx_type, name, _SIZES.get(ptx_type, 0) * int(count.rstrip("]") or 1)))
+            align = int(tokens[tokens.index(".align") + 1]) if ".align" in tokens[:-1] else 0
+            params.append(PtxParam(ptx_type, name, _SIZES.get(ptx_type, 0) * int(count.rstrip("]") or 1), align))
         entries[match[1]] = PtxEntry(match[1], tuple(params), _directive(match[3], "maxntid"), _directive(match[3], "reqntid"))
     return entries
 
@@ -116,6 +118,12 @@ def check_entry(spec: KernelSpec, entry: str, ptx: str, arch_name: str) -> None:
         want, what = (8, "a 64-bit pointer") if param.pointer else (sizes[param.name].nbytes, f"{sizes[param.name].nbytes} bytes ({param.ctype})")
         if ptx_param.nbytes != want:
             raise AbiError(f"{where}: parameter {i} {param.name!r}: expected {what}, PTX has {ptx_param.ptx_type} ({ptx_param.nbytes} bytes)")
+        stype = sizes.get(param.name)
+        if stype is not None and stype.kind == "struct" and ptx_param.align != stype.align:
+            raise AbiError(
+                f"{where}: parameter {i} {param.name!r}: the compiler laid {param.ctype} out aligned to {stype.align} bytes, "
+                f"but the PTX entry aligns it to {ptx_param.align or 'its type'}; were the types read with other flags than the build's?"
+            )
     threads = spec.block[0] * spec.block[1] * spec.block[2]
     if found.max_threads is not None:
         limit = 1

@@ -166,6 +166,14 @@ def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, fun
     for s in k.scalar_args:
         if s.stype.integer:
             symbols.setdefault(s.name, b.to_index(ir.value(s.name), s.stype))
+        for f in s.stype.fields:
+            # A struct's integer field of one word may size things by its dotted name (`s.m`).
+            if f.stype.integer and f.stype.nbytes == 4 and f.offset % 4 == 0:
+                key, value = f"{s.name}.{f.name}", b.to_index(ir.value(_word(s.name, f.offset // 4)), f.stype)
+                if key in symbols:  # also an input's dim: the two must agree
+                    b.check("eq", value, symbols[key], f"{key} must equal the size of {_first_binding(k, key)}")
+                else:
+                    symbols[key] = value
 
     def lower(e: ex.Expr) -> str:
         return ex.lower_to_arith(e, symbols, b.fresh, b.lines)
@@ -213,7 +221,7 @@ def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, fun
     out_types = [_tensor_type(t) for t in k.outputs]
     b.return_([ir.result_value(lhs, len(results), i) for i in range(len(results))], out_types)
 
-    args = [ir.argument(t.name, _tensor_type(t)) for t in k.inputs] + [ir.argument(s.name, s.stype.func_arg) for s in k.scalar_args]
+    args = [ir.argument(t.name, _tensor_type(t)) for t in k.inputs] + [a for s in k.scalar_args for a in _scalar_arguments(s)]
     # A prebuilt kernel runs on its objects' archs, not the module's.
     archs = list(dict.fromkeys(a.name for v in exe.variants for a in v.archs)) if k.objects else [a.name for a in module.archs]
     objects = "+".join(o.kind for o in k.objects) if k.objects else module.objects
@@ -238,9 +246,25 @@ def _launch_plan(k: KernelSpec, exe: Executable, entry: str) -> LaunchPlan:
     )
 
 
+def _word(name: str, index: int) -> str:
+    """The generated function's argument for word `index` of struct argument `name` ("." keeps
+    it apart from the C parameter names)."""
+    return f"{name}.w{index}"
+
+
+def _scalar_arguments(s) -> list[str]:
+    """A scalar's arguments of the generated function: one, or a struct's words (its bytes as
+    the caller packs them: core/contract.struct_argument)."""
+    if s.stype.kind == "struct":
+        return [ir.argument(_word(s.name, i), "i32") for i in range(s.stype.slots)]
+    return [ir.argument(s.name, s.stype.func_arg)]
+
+
 def _pack_argument(b: FunctionBuilder, s) -> list[str]:
     """A scalar argument of the generated function → its 32-bit push constants."""
     st, value = s.stype, ir.value(s.name)
+    if st.kind == "struct":
+        return [ir.value(_word(s.name, i)) for i in range(st.slots)]
     b.check_scalar_argument(value, s.name, st)
     if st.kind == "float":
         return [b.cast("bitcast", value, "f32", "i32")]

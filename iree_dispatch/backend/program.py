@@ -182,6 +182,8 @@ class Program:
         if not isinstance(kernel, KernelSpec):
             raise TypeError(f"program {self.name}: call() takes a KernelSpec first, got {type(kernel).__name__}")
         where = f"program {self.name}: call {self._calls} to {kernel.name}"
+        if struct := next((s for s in kernel.scalar_args if s.stype.kind == "struct"), None):
+            raise TypeError(f"{where}: the kernel takes {struct.stype.ctype} {struct.name!r} by value, which programs don't pass yet; call its function from Python")
         known = self._kernels.get(kernel.function)
         if known is not None and known != kernel:
             raise ValueError(f"{where}: another kernel with function name {kernel.function!r} ({known.name}) is already called in this program")

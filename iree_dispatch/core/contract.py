@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ REFLECTION_KEY = "iree_dispatch.kernel"
 PROGRAM_REFLECTION_KEY = "iree_dispatch.program"
 # The version of the JSON form below. Any change to what a description holds or means gets a
 # new number: the runtime then refuses the modules an older build wrote instead of misreading them.
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2
 # The relations between sizes a description's checks use, by their arith.cmpi predicate: the
 # generated functions assert them, the runtime checks them before a call.
 RELATIONS = {"eq": operator.eq, "ne": operator.ne, "sge": operator.ge, "sle": operator.le}
@@ -40,23 +41,41 @@ Dim = str | int  # a dim as descriptions write it: a size's name or expression, 
 
 @dataclass(frozen=True)
 class ScalarDescription:
-    """A scalar argument (or push constant) by its C type: `kind` and `nbytes` say how it travels."""
+    """A scalar argument (or push constant) by its C type: `kind` and `nbytes` say how it travels.
+    A struct or vector by value (kind "struct") travels as its bytes in 32-bit words: `fields`
+    are its scalar fields, each a ScalarDescription named by its path (`m`, `inner.a`,
+    `dims[1]`, a vector's `x`) with its byte offset."""
 
     name: str
     ctype: str
-    kind: str  # ScalarType.kind: int, uint, bool, float, double, half, bf16
+    kind: str  # ScalarType.kind: int, uint, bool, float, double, half, bf16, struct
     nbytes: int
+    fields: tuple[tuple[ScalarDescription, int], ...] = ()  # (field, byte offset) of a struct
 
     @classmethod
     def of(cls, name: str, stype: ScalarType) -> ScalarDescription:
-        return cls(name, stype.ctype, stype.kind, stype.nbytes)
+        return cls(name, stype.ctype, stype.kind, stype.nbytes, tuple((cls.of(f.name, f.stype), f.offset) for f in stype.fields))
+
+    @property
+    def words(self) -> int:
+        """32-bit push constants it takes: a struct its bytes' words, a 64-bit value two."""
+        if self.kind == "struct":
+            return -(-self.nbytes // 4)
+        return 2 if self.nbytes == 8 else 1
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "ctype": self.ctype, "kind": self.kind, "bytes": self.nbytes}
+        fields = [{**f.to_dict(), "offset": offset} for f, offset in self.fields]
+        return {"name": self.name, "ctype": self.ctype, "kind": self.kind, "bytes": self.nbytes, "fields": fields}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> ScalarDescription:
-        return cls(d["name"], d["ctype"], d["kind"], d["bytes"])
+        return cls(d["name"], d["ctype"], d["kind"], d["bytes"], tuple((cls.from_dict(f), f["offset"]) for f in d["fields"]))
+
+    def signature(self) -> str:
+        """How `inspect` shows it: `s: Shape {m: int @0, alpha: float @4}`."""
+        if self.kind != "struct":
+            return f"{self.name}: {self.ctype}"
+        return f"{self.name}: {self.ctype} {{{', '.join(f'{f.name}: {f.ctype} @{offset}' for f, offset in self.fields)}}}"
 
 
 @dataclass(frozen=True)
@@ -301,6 +320,76 @@ def scalar_argument(kernel: str, scalar: ScalarDescription, value) -> int | floa
     # The argument is an i32 (i64 for 64-bit types): unsigned values travel as the same bits.
     width = 64 if bits == 64 else 32
     return value - 2**width if value >= 2 ** (width - 1) else value
+
+
+def struct_argument(kernel: str, scalar: ScalarDescription, value) -> tuple[list[int], dict[str, int]]:
+    """A struct or vector argument as the generated function takes it: its bytes as signed
+    32-bit words (padding zero), and its integer fields' values by dotted name (`s.m`: what
+    grids and shapes may use). `value`: a dict of the fields (nested structs' fields by their
+    path, `inner.a`, or as nested dicts), a numpy structured scalar or 0-d array with those
+    fields, or for a vector a sequence of its lanes. Every field is range-checked as a scalar
+    argument is (scalar_argument)."""
+    where = f"{kernel}(): argument {scalar.name!r} ({scalar.ctype})"
+    names = [f.name for f, _ in scalar.fields]
+    given = _struct_fields(where, scalar, value)
+    for key in [k for k in given if k not in names]:  # a vector field given as a sequence: `shift[1]` is `shift.y`
+        if (lane := re.fullmatch(r"(.+)\[([0-3])\]", key)) and f"{lane[1]}.{'xyzw'[int(lane[2])]}" in names:
+            given[f"{lane[1]}.{'xyzw'[int(lane[2])]}"] = given.pop(key)
+    missing = [n for n in names if n not in given]
+    unknown = [n for n in given if n not in names]
+    if missing or unknown:
+        problem = f"has no field {unknown[0]!r}" if unknown else f"is missing field {missing[0]!r}"
+        raise ValueError(f"{where} {problem}; its fields are {', '.join(names)}")
+    data = bytearray(4 * scalar.words)
+    ints = {}
+    for field, offset in scalar.fields:
+        converted = scalar_argument(kernel, ScalarDescription(f"{scalar.name}.{field.name}", field.ctype, field.kind, field.nbytes), given[field.name])
+        if field.kind == "float":
+            raw = int(np.array(converted, np.float32).view(np.uint32))
+        else:
+            raw = int(converted) & ((1 << (8 * field.nbytes)) - 1)
+            if field.kind in ("int", "uint", "bool"):
+                ints[f"{scalar.name}.{field.name}"] = int(given[field.name])
+        data[offset : offset + field.nbytes] = raw.to_bytes(field.nbytes, "little")
+    return [int(w) for w in np.frombuffer(bytes(data), "<i4")], ints
+
+
+def _struct_fields(where: str, scalar: ScalarDescription, value) -> dict:
+    """The fields given for a struct argument, flattened to their paths (see struct_argument)."""
+    if isinstance(value, np.ndarray) and value.dtype.names is not None and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, np.void) and value.dtype.names is not None:
+        return _flattened({name: value[name] for name in value.dtype.names})
+    if isinstance(value, Mapping):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"{where} must map field names to values, got keys {list(value)!r}")
+        return _flattened(value)
+    lanes = [f.name for f, _ in scalar.fields]
+    if isinstance(value, (list, tuple, np.ndarray)) and all(len(n) == 1 and n in "xyzw" for n in lanes):
+        values = list(np.asarray(value).reshape(-1)) if isinstance(value, np.ndarray) else list(value)
+        if len(values) != len(lanes):
+            raise ValueError(f"{where} has {len(lanes)} lanes ({', '.join(lanes)}), got {len(values)} values")
+        return dict(zip(lanes, values))
+    if all(len(n) == 1 and n in "xyzw" for n in lanes):
+        raise TypeError(f"{where} must be a sequence of its {len(lanes)} lanes or a dict of {', '.join(lanes)}, got {type(value).__name__}")
+    raise TypeError(f"{where} must be a dict of its fields ({', '.join(lanes)}) or a numpy structured scalar, got {type(value).__name__}")
+
+
+def _flattened(fields: Mapping, prefix: str = "") -> dict:
+    """Nested dicts (or structured scalars) of fields as one dict keyed by path: {"in": {"a": 1}} → {"in.a": 1}."""
+    flat = {}
+    for key, value in fields.items():
+        if isinstance(value, np.ndarray) and value.dtype.names is not None and value.ndim == 0:
+            value = value[()]
+        if isinstance(value, np.void) and value.dtype.names is not None:
+            value = {name: value[name] for name in value.dtype.names}
+        if isinstance(value, Mapping):
+            flat.update(_flattened(value, f"{prefix}{key}."))
+        elif isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim > 0):
+            flat.update(_flattened({f"{key}[{i}]": v for i, v in enumerate(value)}, prefix))  # an array field
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def bfloat16_bits(value: float) -> int:

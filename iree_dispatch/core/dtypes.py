@@ -110,12 +110,19 @@ class ScalarType:
     """
 
     ctype: str
-    kind: str  # int, uint, bool, float, double, half, bf16: how values are checked and packed
+    kind: str  # int, uint, bool, float, double, half, bf16: how values are checked and packed; struct: by its fields
     nbytes: int  # sizeof in C: the size of the PTX .param nvcc emits
-    func_arg: str  # MLIR type of the generated function's argument
+    func_arg: str  # MLIR type of the generated function's argument (a struct's: of each of its words)
+    # A struct or CUDA vector type passed by value (kind "struct"): its scalar fields flattened
+    # (`m`, `inner.a`, `dims[1]`; a vector's lanes `x`..`w`) at their byte offsets, and alignof.
+    fields: tuple[Field, ...] = ()
+    align: int = 0
 
     @property
     def slots(self) -> int:
+        """32-bit push constants: a struct takes its bytes' words, padding included."""
+        if self.kind == "struct":
+            return -(-self.nbytes // 4)
         return 2 if self.nbytes == 8 else 1
 
     @property
@@ -127,6 +134,15 @@ class ScalarType:
         if self.kind == "bool":
             return 0, 1
         return (0, 2**bits - 1) if self.kind == "uint" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
+@dataclass(frozen=True)
+class Field:
+    """A scalar field of a struct (or a lane of a vector) passed by value: its place in the bytes."""
+
+    name: str
+    stype: ScalarType
+    offset: int
 
 
 def _scalars(kind: str, nbytes: int, func_arg: str, *ctypes: str) -> list[ScalarType]:
@@ -155,7 +171,24 @@ SCALAR_TYPES: dict[str, ScalarType] = {
     )
 }
 
+# A vector's lane element type → the C type of one lane, as a struct field.
+_LANE_CTYPES = {
+    "f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "f64": "double", "i8": "signed char", "ui8": "unsigned char",
+    "i16": "short", "ui16": "unsigned short", "i32": "int", "ui32": "unsigned int", "i64": "long long", "ui64": "unsigned long long",
+}
+
+
+def vector_scalar_type(ctype: str) -> ScalarType:
+    """A CUDA vector type passed by value (`float2 c`, `half2 h`, `int4 v`) as a struct of its
+    lanes `x`, `y`, `z`, `w`, with the vector's alignment (vector_types.h)."""
+    vector = VECTOR_TYPES[ctype]
+    lane = SCALAR_TYPES[_LANE_CTYPES[vector.element]]
+    fields = tuple(Field("xyzw"[i], lane, i * lane.nbytes) for i in range(vector.lanes))
+    return ScalarType(ctype, "struct", lane.nbytes * vector.lanes, "i32", fields, vector.align)
+
+
 SCALAR_HINT = (
     "scalars may be bool, (un)signed char/short/int/long/long long, (u)int8/16/32/64_t, size_t, "
-    "float, double, __half or __nv_bfloat16; pass anything else (structs, pointers to host data) in a tensor"
+    "float, double, __half or __nv_bfloat16, a CUDA vector type (float2, half2, int4, ...) or a struct of scalars defined in the "
+    "kernel's source; pass anything else (pointers to host data) in a tensor"
 )

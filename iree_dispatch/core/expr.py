@@ -1,7 +1,7 @@
 """Integer expressions over named workloads: grid sizes and output dimensions.
 
-Syntax is a Python subset (parsed with `ast`, never evaluated by Python): integers, names,
-`+ - * // %`, parentheses, `ceildiv(a, b)`, `min(a, b, ...)`, `max(a, b, ...)`.
+Syntax is a Python subset (parsed with `ast`, never evaluated by Python): integers, names
+(a struct argument's integer field as a dotted name, `s.m`), `+ - * // %`, parentheses, `ceildiv(a, b)`, `min(a, b, ...)`, `max(a, b, ...)`.
 Expressions are evaluated in Python (checks, inspect) and lowered to `arith` ops on `index`
 (the export `count` region and the wrapper function), from the same tree.
 """
@@ -86,6 +86,8 @@ def _convert(node: ast.AST, text: str, what: str) -> Expr:
         return _in_range(Num(node.value), text, what)
     if isinstance(node, ast.Name):
         return Sym(node.id)
+    if isinstance(node, ast.Attribute) and _dotted(node):
+        return Sym(_dotted(node))  # a struct argument's field, `s.m` (frontend/spec.py binds it)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         return BinOp(_BINOPS[type(node.op)], _convert(node.left, text, what), _convert(node.right, text, what))
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
@@ -101,6 +103,15 @@ def _convert(node: ast.AST, text: str, what: str) -> Expr:
         f"{what}: unsupported term {fragment!r} in {text!r}; allowed are integers, names, "
         "+ - * // %, ceildiv(a, b), min(...), max(...)"
     )
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """`s.m` or `s.inner.a` as that text; None for anything else (`f(x).m`)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and (base := _dotted(node.value)):
+        return f"{base}.{node.attr}"
+    return None
 
 
 def divisors(expr: Expr) -> list[Expr]:

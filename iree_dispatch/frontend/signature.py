@@ -165,8 +165,14 @@ def _blank_directives(code: str) -> str:
     return "\n".join(lines)
 
 
+def code_of(text: str) -> str:
+    """Source text with comments and preprocessor lines blanked (every newline kept): the
+    declarations a reader of this module looks at."""
+    return _blank_directives(_blank_comments(text))
+
+
 def parse_kernels(text: str, source: Path) -> list[KernelSignature]:
-    code = _blank_directives(_blank_comments(text))
+    code = code_of(text)
     line_of = lambda offset: code.count("\n", 0, offset) + 1  # noqa: E731
     extern_blocks = _extern_c_ranges(code)
     namespaces = _namespace_ranges(code)

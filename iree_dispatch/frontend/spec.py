@@ -19,14 +19,16 @@ from typing import Any, Literal
 from ..core import expr as ex
 from ..core.archs import DEFAULT_ARCHS, Arch, parse_arch, parse_archs
 from ..core.contract import KernelDescription, ScalarDescription, TensorDescription
-from ..core.dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, VECTOR_TYPES, ScalarType
+from ..core.dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, VECTOR_TYPES, ScalarType, vector_scalar_type
 from ..core.errors import SignatureError, SpecError
 from ..core.variants import POLICIES, Variant, plan_variants
 from .prebuilt import PrebuiltObject, is_object_source, read_objects
 from .signature import KernelSignature, Param, find_kernel, parse_signature, signature_text
+from .struct_layout import struct_type
 from .type_probe import needs_probe, resolve_types
 
-# IREE's CUDA HAL limits per export: bindings and 32-bit push constants per dispatch, threads per block.
+# IREE's CUDA HAL limits per export: bindings and 32-bit push constants per dispatch, threads per
+# block (IREE_HAL_CUDA_MAX_DISPATCH_BINDING_COUNT, IREE_HAL_CUDA_MAX_DISPATCH_CONSTANT_COUNT).
 MAX_BINDINGS = 16
 MAX_CONSTANTS = 64
 MAX_THREADS_PER_BLOCK = 1024
@@ -103,7 +105,8 @@ class TensorParam:
 
 @dataclass(frozen=True)
 class ScalarParam:
-    """A scalar parameter: one 32-bit push constant, from a size expression or a call argument."""
+    """A scalar parameter: its 32-bit push constants (a struct or vector by value: its bytes'
+    words), from a size expression or a call argument."""
 
     param: Param
     stype: ScalarType
@@ -393,15 +396,35 @@ class KernelSpec:
         scalar_list = []
         for p in (p for p in signature.params if not p.pointer):
             stype = SCALAR_TYPES.get(p.ctype)
-            if p.ctype in VECTOR_TYPES:
-                vector = VECTOR_TYPES[p.ctype]
-                raise SpecError(
-                    f"{_param_where(signature, p)}: scalar {p.name!r} has the vector type {p.ctype}, which IREE's 32-bit push constants "
-                    f"don't carry; pass its {vector.lanes} lanes as scalars of their own and build the {p.ctype} in the kernel, or pass it in a tensor"
-                )
+            if stype is None and p.ctype in VECTOR_TYPES:
+                stype = vector_scalar_type(p.ctype)
+            elif stype is None and not objects and triton is None and re.fullmatch(r"[A-Za-z_][\w:]*", p.ctype):
+                # A struct by value: its layout from the compiler, with the flags its types were resolved with.
+                probe_arch = arch if isinstance(arch, Arch) else parse_arch(arch or DEFAULT_ARCHS[-1])
+                stype = struct_type(signature, p, tuple(nvcc_flags), probe_arch)
+                types_resolved_with = (tuple(nvcc_flags), probe_arch)
             if stype is None:
                 written = f" (written {p.written!r})" if p.written and p.written != p.ctype else ""
                 raise SpecError(f"{_param_where(signature, p)}: scalar {p.name!r} has type {p.ctype!r}{written}; {SCALAR_HINT}")
+            if stype.kind == "struct":
+                if p.name in scalar_exprs:
+                    raise SpecError(f"{where}: scalars.{p.name}: a {p.ctype} is passed by the caller, not computed from sizes; drop the entry")
+                if stype.slots > MAX_CONSTANTS:
+                    raise SpecError(
+                        f"{_param_where(signature, p)}: {p.ctype} {p.name!r} is {stype.nbytes} bytes, {stype.slots} 32-bit push constants, "
+                        f"but IREE's CUDA HAL allows at most {MAX_CONSTANTS} per dispatch; pass it in a tensor instead"
+                    )
+                # Its integer fields of one word may size things, by their dotted names (`s.m`).
+                for f in stype.fields:
+                    if f.stype.integer and f.stype.nbytes == 4 and f.offset % 4 == 0:
+                        bound.setdefault(f"{p.name}.{f.name}", f"field {f.name} of argument {p.name}")
+                scalar_list.append(ScalarParam(p, stype, None))
+                if machine_code and stype.nbytes != 4:
+                    raise SpecError(
+                        f"{where}: {p.ctype} {p.name!r} is {stype.nbytes} bytes, but IREE passes each push constant as its own 32-bit "
+                        f"parameter; PTX is rewritten to match, machine code ({', '.join(machine_code)}) can't be: give PTX instead"
+                    )
+                continue
             if p.name in scalar_exprs:
                 if not (stype.integer or stype.kind == "float"):
                     raise SpecError(f"{where}: scalars.{p.name}: a {p.ctype} can't be computed from sizes (only integer types and float can); make it an argument")
@@ -445,7 +468,10 @@ class KernelSpec:
             raise SpecError(f"{where}: {len(tensors)} pointer parameters, but IREE's CUDA HAL allows at most {MAX_BINDINGS} bindings per dispatch")
         slots = sum(s.stype.slots for s in scalar_list)
         if slots > MAX_CONSTANTS:
-            raise SpecError(f"{where}: the scalar parameters need {slots} 32-bit push constants (64-bit values take two), but IREE allows at most {MAX_CONSTANTS} per dispatch")
+            raise SpecError(
+                f"{where}: the scalar parameters need {slots} 32-bit push constants (64-bit values take two, a struct its bytes' words), "
+                f"but IREE allows at most {MAX_CONSTANTS} per dispatch"
+            )
         return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects, by_arch, types_resolved_with, triton,
                    tuple(inferred))
 

@@ -92,33 +92,11 @@ _PROBED: dict[str, dict[str, tuple[str, ...]]] = {}
 def _probe(source: Path, expressions: list[str], flags: tuple[str, ...], arch: Arch, tc, where: str) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
     """The compiler's parameter types for each of `expressions`, and the digest of every file it
     read (the source and its headers)."""
-    with tempfile.TemporaryDirectory(prefix="iree_dispatch_probe.") as tmp:
-        probe = Path(tmp) / "probe.cu"
-        # The probe includes the source as-is (its own #includes resolve from its folder) and
-        # adds, per kernel, one kernel taking a pointer to a template instance over the kernel's
-        # function type: the only way that type reaches a mangled name is spelled out in full.
-        probes = "".join(f"__global__ void {_PROBE}_{i}({_HOLDER}<decltype(&{e})>*) {{}}\n" for i, e in enumerate(expressions))
-        included, linked = source, Path(tmp) / "source"
-        if any(c in str(source) for c in '"\n\r'):
-            # No #include can spell these: the source is reached through a link to its folder
-            # (its own #includes resolve from there as before), which read is mapped back from.
-            if any(c in source.name for c in '"\n\r'):
-                raise SignatureError(f"{where}: the type probe can't #include a file whose name has a quote or a line break; rename {source.name!r}")
-            linked.symlink_to(source.parent, target_is_directory=True)
-            included = linked / source.name
-        probe.write_text(f'#include "{included}"\ntemplate <class F> struct {_HOLDER};\n{probes}', encoding="utf-8")
-        try:
-            compiled = tc.compile_ptx(probe, arch, Path(tmp) / "probe.ptx", flags)
-            ptx = compiled.text()
-            read = {str(source.parent / d.relative_to(linked) if d.is_relative_to(linked) else d): file_digest(d)
-                    for d in compiled.dependencies if d != probe.absolute()}
-        except ToolchainError as exc:
-            log = str(exc).replace(str(probe), f"{source.name} (with a type probe appended)").split("\ncommand: ")[0]
-            raise SignatureError(
-                f"{where}: a parameter type is no C type iree_dispatch knows, and compiling the source "
-                f"to resolve it as an alias failed (flags: {' '.join(flags) or 'none'}; the -D flags that select a type go in "
-                f"[module] nvcc_flags, or KernelSpec.declare(..., nvcc_flags=...)):\n{log}"
-            ) from None
+    # The probe includes the source as-is (its own #includes resolve from its folder) and
+    # adds, per kernel, one kernel taking a pointer to a template instance over the kernel's
+    # function type: the only way that type reaches a mangled name is spelled out in full.
+    probes = "".join(f"__global__ void {_PROBE}_{i}({_HOLDER}<decltype(&{e})>*) {{}}\n" for i, e in enumerate(expressions))
+    ptx, read = compile_probe(source, f"template <class F> struct {_HOLDER};\n{probes}", flags, arch, tc, where)
     entries = re.findall(rf"\.entry\s+(_Z\w*{_PROBE}_\w*)\s*\(", ptx)
     found = {}
     for text in demangle(entries).values():
@@ -132,6 +110,38 @@ def _probe(source: Path, expressions: list[str], flags: tuple[str, ...], arch: A
     if set(found) != set(expressions):
         raise SignatureError(f"{where}: the compiler's probe has no answer for {sorted(set(expressions) - set(found))} (entries: {entries})")
     return found, read
+
+
+_ALIAS_FAILED = "a parameter type is no C type iree_dispatch knows, and compiling the source to resolve it as an alias failed"
+
+
+def compile_probe(source: Path, probes: str, flags: tuple[str, ...], arch: Arch, tc, where: str, failed: str = _ALIAS_FAILED) -> tuple[str, dict[str, str]]:
+    """The PTX of a probe translation unit: `source` included unchanged, then `probes`; and the
+    digest of every file the compile read (the source and its headers). failed: what a failed
+    compile means, for its message."""
+    with tempfile.TemporaryDirectory(prefix="iree_dispatch_probe.") as tmp:
+        probe = Path(tmp) / "probe.cu"
+        included, linked = source, Path(tmp) / "source"
+        if any(c in str(source) for c in '"\n\r'):
+            # No #include can spell these: the source is reached through a link to its folder
+            # (its own #includes resolve from there as before), which read is mapped back from.
+            if any(c in source.name for c in '"\n\r'):
+                raise SignatureError(f"{where}: the type probe can't #include a file whose name has a quote or a line break; rename {source.name!r}")
+            linked.symlink_to(source.parent, target_is_directory=True)
+            included = linked / source.name
+        probe.write_text(f'#include "{included}"\n{probes}', encoding="utf-8")
+        try:
+            compiled = tc.compile_ptx(probe, arch, Path(tmp) / "probe.ptx", flags)
+            ptx = compiled.text()
+            read = {str(source.parent / d.relative_to(linked) if d.is_relative_to(linked) else d): file_digest(d)
+                    for d in compiled.dependencies if d != probe.absolute()}
+        except ToolchainError as exc:
+            log = str(exc).replace(str(probe), f"{source.name} (with a type probe appended)").split("\ncommand: ")[0]
+            raise SignatureError(
+                f"{where}: {failed} (flags: {' '.join(flags) or 'none'}; the -D flags that select a type go in "
+                f"[module] nvcc_flags, or KernelSpec.declare(..., nvcc_flags=...)):\n{log}"
+            ) from None
+    return ptx, read
 
 
 def _resolve(signature: KernelSignature, types: tuple[str, ...]) -> KernelSignature:

@@ -18,7 +18,7 @@ import iree.runtime as rt
 import numpy as np
 
 from ..core import expr as ex
-from ..core.contract import RELATIONS, FunctionDescription, scalar_argument
+from ..core.contract import RELATIONS, FunctionDescription, scalar_argument, struct_argument
 from ..core.dtypes import ELEMENT_TYPES
 from ..core.errors import DeviceError
 from . import dlpack
@@ -84,9 +84,19 @@ class KernelFunction:
         sizes: dict[str, tuple[int, str]] = {}
         tensors = [self._check_tensor(spec, value, sizes) for spec, value in zip(self._inputs, values)]
         raw_scalars = values[len(self._inputs) :]
-        scalars = [scalar_argument(self.name, scalar, value) for scalar, value in zip(self._scalars, raw_scalars)]
         env = {name: size for name, (size, _) in sizes.items()}
+        scalars: list = []
         for scalar, value in zip(self._scalars, raw_scalars):
+            if scalar.kind == "struct":
+                # Its bytes' words, as the generated function takes them; its integer fields size things as `s.m`.
+                words, fields = struct_argument(self.name, scalar, value)
+                scalars += words
+                for name, field in fields.items():
+                    if name in sizes and sizes[name][0] != field:
+                        raise ValueError(f"{self.name}(): argument {scalar.name!r}: {name} = {field}, but the size {name} is {sizes[name][0]} (from {sizes[name][1]})")
+                    env[name] = field
+                continue
+            scalars.append(scalar_argument(self.name, scalar, value))
             if scalar.kind in ("int", "uint", "bool"):
                 env.setdefault(scalar.name, int(value))
         if self._relations:

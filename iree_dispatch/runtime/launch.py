@@ -155,8 +155,9 @@ def read_export(vmfb: zipfile.ZipFile, executable: str, variant: str, entry: str
 @dataclass(frozen=True)
 class _Constant:
     name: str
-    stype: ScalarType  # its C type, and how it travels in 32-bit words
+    stype: ScalarType | None  # its C type, and how it travels in 32-bit words; None: a struct by value
     value: ex.Expr | None  # None: the call's argument of that name
+    words: int  # 32-bit push constants it takes
 
 
 @dataclass(frozen=True)
@@ -187,9 +188,13 @@ class DirectLaunch:
         self.grid = tuple(ex.parse(g, "grid") for g in description.grid)
         self.bindings = plan.bindings
         self.constants = tuple(
-            _Constant(c.scalar.name, SCALAR_TYPES[c.scalar.ctype], None if c.value is None else ex.parse(c.value, "scalar")) for c in plan.constants
+            _Constant(c.scalar.name, SCALAR_TYPES.get(c.scalar.ctype) if c.scalar.kind != "struct" else None,
+                      None if c.value is None else ex.parse(c.value, "scalar"), c.scalar.words)
+            for c in plan.constants
         )
-        self._scalar_names = [s.name for s in description.scalars]
+        # The call's converted scalars by name: a struct's are its words, `s.w0`, `s.w1`, ...
+        self._scalar_names = [name for s in description.scalars for name in (_struct_words(s.name, s.words) if s.kind == "struct" else [s.name])]
+        self._structs = any(s.kind == "struct" for s in description.scalars)
         self._input_names = [t.name for t in description.inputs]
         fresh = [(i, t) for i, t in enumerate(description.outputs) if not t.inplace]
         self.outputs = {
@@ -210,7 +215,7 @@ class DirectLaunch:
         words, slot_of = 0, {}
         for c in self.constants:
             slot_of[c.name] = words
-            words += c.stype.slots
+            words += c.words
         self._float_slots = tuple(slot_of[s.name] for s in description.scalars if s.kind == "float")
         # The calls prepared so far (compiled.py's Calls), where the compiled launch module
         # exists: a call with the signature of one made before launches without Python.
@@ -223,7 +228,7 @@ class DirectLaunch:
         launcher = self._device.launcher
         module, self._function = launcher.load(self._image, self._entry, self._shared_memory)
         weakref.finalize(self, launcher.unload, module).atexit = False
-        if launcher.compiled is not None:
+        if launcher.compiled is not None and not self._structs:  # a struct argument is packed in Python, call by call
             device = self._device
             self.prepared_calls = launcher.compiled.Calls(
                 self._function, self._block, self._shared_memory, launcher.stream, launcher.context, device.ordinal, device, device.streams_in_use,
@@ -237,6 +242,9 @@ class DirectLaunch:
         words: list[int] = []
         for c in self.constants:
             st = c.stype
+            if st is None:  # a struct's words, as contract.struct_argument packed them
+                words += [scalars[name] & 0xFFFFFFFF for name in _struct_words(c.name, c.words)]
+                continue
             if c.value is None:
                 value = scalars[c.name]
                 if st.kind == "float":
@@ -373,6 +381,10 @@ class _Prepared:
     outputs: tuple[tuple[_Output, tuple[int, ...], int], ...]  # each fresh output, its shape and bytes
 
 
+def _struct_words(name: str, words: int) -> list[str]:
+    return [f"{name}.w{i}" for i in range(words)]
+
+
 def _words(value: int, slots: int) -> list[int]:
     """An integer as its 32-bit words, low word first (two's complement)."""
     return [value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF] if slots == 2 else [value & 0xFFFFFFFF]
@@ -442,10 +454,10 @@ def plan_for(description: KernelDescription, device: Device, output_dtypes: Sequ
     variant = next((v for v in plan.variants if any(rule_holds(rule, *capability) for rule in v.rules)), None)
     if variant is None:
         return None
-    if any(c.scalar.ctype not in SCALAR_TYPES for c in plan.constants):
+    if any(c.scalar.kind != "struct" and c.scalar.ctype not in SCALAR_TYPES for c in plan.constants):
         return None  # a scalar type this runtime doesn't know (a newer build's)
     export = read_export(archive, plan.executable, variant.name, plan.entry)
-    if not _agrees(export, plan.block, variant, sum(SCALAR_TYPES[c.scalar.ctype].slots for c in plan.constants), len(plan.bindings)):
+    if not _agrees(export, plan.block, variant, sum(c.scalar.words for c in plan.constants), len(plan.bindings)):
         return None
     direct = DirectLaunch(description, export.image, variant.shared_memory, device, output_dtypes)
     direct.load()

@@ -8,12 +8,9 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-
 from iree_dispatch.backend.pipeline import build
 from iree_dispatch.backend.ptx_roles import pointer_uses
 from iree_dispatch.core.dtypes import VECTOR_TYPES
-from iree_dispatch.core.errors import SpecError
 from iree_dispatch.frontend.spec import KernelSpec
 
 from ..support.artifacts.templates import VECTORS_CU, vectors_module
@@ -46,11 +43,11 @@ def test_a_vector_pointers_shape_counts_vectors_and_the_caller_sees_the_lanes():
     assert [(t.dtype, [str(d) for d in t.shape]) for t in swapped.tensors] == [("f16", ["n", "2"]), ("f16", ["n", "2"])]
 
 
-def test_a_vector_scalar_is_refused_with_the_workaround(cu):
+def test_a_vector_scalar_is_a_struct_of_its_lanes(cu):
     source = cu('#include <cuda_fp16.h>\nextern "C" __global__ void k(float* x, half2 alpha, int n) {}\n')
-    with pytest.raises(SpecError, match=r"k.cu:2: kernel k: scalar 'alpha' has the vector type half2, which IREE's 32-bit push constants don't carry; "
-                                        r"pass its 2 lanes as scalars of their own"):
-        KernelSpec.declare(source, "k", block=64, grid=1, shape=["n"])
+    alpha = KernelSpec.declare(source, "k", block=64, grid=1, shape=["n"]).scalars[0].stype
+    assert (alpha.kind, alpha.nbytes, alpha.align, alpha.slots) == ("struct", 4, 4, 1)
+    assert [(f.name, f.stype.ctype, f.offset) for f in alpha.fields] == [("x", "__half", 0), ("y", "__half", 2)]
 
 
 @needs_build_tools

@@ -6,6 +6,7 @@ a row of docs/errors.md, generated from the same table so the docs quote real me
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import re
 import sys
@@ -72,6 +73,20 @@ def _call(*args):
     KernelFunction(description, lambda *a: None, device=None)(*args)
 
 
+def _call_struct(*args):
+    """A kernel taking `struct S { int m; float alpha; } s` and a float2 `c` by value; x's size is s.m."""
+    int_, float_ = ScalarDescription("m", "int", "int", 4), ScalarDescription("alpha", "float", "float", 4)
+    description = FunctionDescription(
+        name="scale",
+        function="scale",
+        inputs=(TensorDescription("x", "f32", ("s.m",)),),
+        scalars=(ScalarDescription("s", "S", "struct", 8, ((int_, 0), (float_, 4))),
+                 ScalarDescription("c", "float2", "struct", 8, ((dataclasses.replace(float_, name="x"), 0), (dataclasses.replace(float_, name="y"), 4)))),
+        outputs=(),
+    )
+    KernelFunction(description, lambda *a: None, device=None)(*args, *(() if len(args) == 3 else ((1.0, 2.0),)))
+
+
 def _old_description():
     """A kernel description as builds wrote it before descriptions had a version."""
     old = '{"kernel":"mul","inputs":[{"name":"a","dtype":"f32","shape":["n"]}],"outputs":[],"scalars":[]}'
@@ -87,12 +102,14 @@ class CliError(DispatchError):
 
 
 CASES = [
-    Case("struct passed by value", lambda d: _declare(d, 'struct P { int x; };\nextern "C" __global__ void mul(float* out, P p, int n) {}'), DispatchError),
+    Case("struct by value with a pointer field", lambda d: _declare(d, 'struct P { const float* x; int n; };\nextern "C" __global__ void mul(float* out, P p, int n) {}'), DispatchError, True),
+    Case("struct by value over IREE's push-constant limit", lambda d: _declare(d, 'struct P { int v[65]; };\nextern "C" __global__ void mul(float* out, P p, int n) {}'), DispatchError, True),
+    Case("struct by value not defined in the source", lambda d: _declare(d, '#include <vector_types.h>\ntypedef struct dim3 P;\nextern "C" __global__ void mul(float* out, P p, int n) {}'), DispatchError, True),
+    Case("struct by value with a bit-field", lambda d: _declare(d, 'struct P { int a : 3; int b; };\nextern "C" __global__ void mul(float* out, P p, int n) {}'), DispatchError, True),
     Case("pointer to pointer", lambda d: _declare(d, 'extern "C" __global__ void mul(float** out, int n) {}'), DispatchError),
     Case("variadic kernel", lambda d: _declare(d, 'extern "C" __global__ void mul(float* out, int n, ...) {}'), DispatchError),
     Case("unknown element type", lambda d: _declare(d, 'struct pair { float a, b; };\nextern "C" __global__ void mul(pair* out, int n) {}'), DispatchError, True),
     Case("element type through an alias to an unsupported type", lambda d: _declare(d, 'struct pair { float a, b; };\ntypedef pair vec_t;\nextern "C" __global__ void mul(vec_t* out, int n) {}'), DispatchError, True),
-    Case("scalar of a CUDA vector type", lambda d: _declare(d, '#include <vector_types.h>\nextern "C" __global__ void mul(float* out, float2 c, int n) {}'), DispatchError),
     Case("type alias the compiler doesn't know", lambda d: _declare(d, 'extern "C" __global__ void mul(my_t* out, int n) {}'), DispatchError, True),
     Case("type alias defined only under a -D flag that isn't given", lambda d: _declare(d, '#ifdef USE_F32\ntypedef float real_t;\n#endif\nextern "C" __global__ void mul(real_t* out, int n) {}'), DispatchError, True),
     Case("signature = disagreeing with the source's parameters", lambda d: _declare(d, MUL, signature="void mul(const float* a, float* out, int n)"), DispatchError),
@@ -144,6 +161,11 @@ CASES = [
     Case("per-arch shared memory for an arch not built", lambda d: _spec_file(d, "[module]\narchs = ['sm_90a', 'sm_80']\n[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblock = [64]\ngrid = ['n']\nshape = ['n']\nshared_memory = { sm_90 = 200000, sm_80 = 65536 }\n"), DispatchError),
     Case("malformed arch", lambda d: _spec_file(d, "[module]\narchs = ['sm8']\n[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblock = [64]\ngrid = ['n']\nshape = ['n']\n"), DispatchError),
     Case("misspelled spec key", lambda d: _spec_file(d, "[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblok = [64]\n"), DispatchError),
+    Case("call: struct argument missing a field", lambda d: _call_struct(_f32(4), {"m": 4}), ValueError),
+    Case("call: struct argument with an unknown field", lambda d: _call_struct(_f32(4), {"m": 4, "alpha": 1.0, "beta": 2.0}), ValueError),
+    Case("call: struct field out of its C type's range", lambda d: _call_struct(_f32(4), {"m": 4, "alpha": 1e39}), ValueError),
+    Case("call: struct field disagreeing with a size it names", lambda d: _call_struct(_f32(4), {"m": 5, "alpha": 1.0}), ValueError),
+    Case("call: vector argument with the wrong number of lanes", lambda d: _call_struct(_f32(4), {"m": 4, "alpha": 1.0}, (1.0, 2.0, 3.0)), ValueError),
     Case("call: wrong dtype", lambda d: _call(_f32(4).astype(np.float64), _f32(4), 1.0, 2), TypeError),
     Case("call: shapes that must match don't", lambda d: _call(_f32(4), _f32(5), 1.0, 2), ValueError),
     Case("call: wrong rank", lambda d: _call(np.ones((2, 2), np.float32), _f32(4), 1.0, 2), ValueError),

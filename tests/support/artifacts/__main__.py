@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from . import attention, fuzz, gemm, gemm_f32, gemm_nt, library, multi_spec, nonconst, objects, prebuilt, samples, styles, templates, toolchains, transformer
+from . import attention, fuzz, gemm, gemm_f32, gemm_nt, library, multi_spec, nonconst, objects, prebuilt, samples, structs, styles, templates, toolchains, transformer
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,6 +34,7 @@ GROUPS: dict[str, tuple[str, Callable[[Path], dict[str, Path]]]] = {
     "templates": ("templates", templates.build_all),
     "nonconst": ("nonconst", nonconst.build_all),
     "fuzz": ("fuzz", fuzz.build_all),
+    "structs": ("structs", structs.build_all),
 }
 
 
