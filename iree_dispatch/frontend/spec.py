@@ -508,7 +508,7 @@ class KernelSpec:
         where = f"{self.signature.where}: kernel {self.name}"
         if self.zero:
             raise SpecError(
-                f"{where}: zero = {list(self.zero)} zero-fills fresh outputs, but the out= form writes into the caller's buffers, which it "
+                f"{where}: zero = {json.dumps(list(self.zero))} zero-fills fresh outputs, but the out= form writes into the caller's buffers, which it "
                 "must not overwrite before the kernel runs; declare the out= form without zero and zero the buffers before the call"
             )
         for t in self.tensors:
@@ -664,7 +664,7 @@ def _parse_shared_memory(value, block: tuple[int, int, int], bound: Mapping[str,
     unknown = [n for n in ex.symbols(e) if n not in names]
     if unknown and unknown[0] in bound:
         raise SpecError(
-            f"{where}: shared_memory uses {unknown[0]!r} ({bound[unknown[0]]}), a size: IREE fixes the dynamic shared memory per kernel, "
+            f"{where}: shared_memory uses {unknown[0]!r} (from {bound[unknown[0]]}), a size: IREE fixes the dynamic shared memory per kernel, "
             f"not per launch, so declare its upper bound: shared_memory = {{ size = \"{value}\", max = <bytes> }} (the kernel gets max "
             "bytes through IREE and its exact size when launched directly; a call that needs more than max is refused)"
         )

@@ -8,7 +8,9 @@ executable, its variants with their conditions, the entry, the binding order and
 constant's scalar. The runtime reads the very object IREE loaded out of the vmfb (its
 executable flatbuffers are stored entries of the vmfb's zip directory), takes the same variant
 IREE's conditions take, and launches the entry with the plan's block size and the variant's
-shared memory, once IREE's export is found to agree with the plan. Everything a call checks is checked first, as for IREE's path.
+shared memory (a size over sizes: the call's own, within the variant's bound), once IREE's
+export is found to agree with the plan. Outputs declared `zero` are memset on the kernel's
+stream before it. Everything a call checks is checked first, as for IREE's path.
 
 Streams. A call whose arrays include another framework's (torch, CuPy) is queued on that
 framework's current stream, like one of its own ops, and returns without waiting: its results are

@@ -174,7 +174,7 @@ def test_the_bound_is_checked_against_each_arch(cu):
 
 
 def test_a_size_over_dims_without_a_bound_is_refused_with_how_to_declare_one(cu):
-    with pytest.raises(SpecError, match=r"shared_memory uses 'Bc' \(argument Bc\), a size: IREE fixes the dynamic shared memory per kernel, not per launch, "
+    with pytest.raises(SpecError, match=r"shared_memory uses 'Bc' \(from argument Bc\), a size: IREE fixes the dynamic shared memory per kernel, not per launch, "
                                         r"so declare its upper bound: shared_memory = \{ size = \"\(3\*Bc\*d \+ Bc\*Br\)\*4\", max = <bytes> \}"):
         _flash(cu, FLASH_SIZE)
 
@@ -245,7 +245,7 @@ def test_zero_refusals(cu, source, kw, message):
 
 
 def test_zero_and_the_out_form(cu):
-    with pytest.raises(SpecError, match=r"zero = \['bins'\] zero-fills fresh outputs, but the out= form writes into the caller's buffers"):
+    with pytest.raises(SpecError, match=r"zero = \[\"bins\"\] zero-fills fresh outputs, but the out= form writes into the caller's buffers"):
         _histogram(cu, zero=["bins"]).with_outputs_in_place()
 
 
