@@ -220,7 +220,7 @@ def _cmd_inspect(args) -> int:
             print(f"  variants: {', '.join(archs)} (newest first; each guarded by a compute-capability condition)")
     for name, d in descriptions.items():
         def tensor(t: TensorDescription) -> str:
-            return f"{t.name}: {t.dtype}[{', '.join(map(str, t.shape))}]{' (in place)' if t.inplace else ''}"
+            return f"{t.name}: {t.dtype}[{', '.join(map(str, t.shape))}]{' (in place)' if t.inplace else ''}{' (zero-filled)' if t.zero else ''}"
 
         params = [tensor(t) for t in d.inputs] + [s.signature() for s in d.scalars]
         outs = ", ".join(tensor(t) for t in d.outputs)
@@ -232,6 +232,8 @@ def _cmd_inspect(args) -> int:
         if isinstance(sizes, tuple):  # per arch (spec.py)
             sizes = ", ".join(f"{arch} {n}" for arch, n in sizes)
         shared = f"  shared memory {sizes} B" if sizes else ""
+        if d.shared_memory_size is not None:
+            shared = f"  shared memory {d.shared_memory_size} B (at most {sizes})"
         print(f"    source {d.source}{entry}  block {list(d.block)}  grid {list(d.grid)}{shared}")
     return 0
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..core import expr as ex
 from ..core.contract import REFLECTION_KEY, LaunchPlan, LaunchVariant, PushConstant, ScalarDescription, encode
+from ..core.dtypes import ELEMENT_TYPES
 from ..core.variants import Variant
 from ..frontend.spec import KernelSpec, ModuleSpec, TensorParam
 from . import ir
@@ -178,10 +179,21 @@ def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, fun
     def lower(e: ex.Expr) -> str:
         return ex.lower_to_arith(e, symbols, b.fresh, b.lines)
 
+    # A shared memory size over sizes may use the block's dims too (a size of that name wins).
+    for axis, threads in zip("xyz", k.block):
+        symbols.setdefault(f"block_{axis}", b.constant(threads))
+
     # A divisor that depends on sizes is checked before anything divides by it (arith's
     # divisions by zero are undefined).
     for label, divisor in k.size_divisors():
         b.check("ne", lower(divisor), b.constant(0), f"{label} divides by {divisor}, which is 0 for these sizes")
+
+    # The export declares the bound of the shared memory a call needs: a call beyond it would
+    # give the kernel less than it uses.
+    if k.shared_memory_size is not None:
+        needed = lower(k.shared_memory_size)
+        b.check("sle", needed, b.constant(k.shared_memory), f"shared memory {k.shared_memory_size} exceeds its declared max of {k.shared_memory} bytes")
+        b.check("sge", needed, b.constant(0), f"shared memory {k.shared_memory_size} is negative")
 
     arg_names = {a.name for a in k.scalar_args}
     constants = []
@@ -203,8 +215,14 @@ def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, fun
                 dyn.append(v)
             else:
                 dyn.append(dim_values[(t.name, i)])
-        # A fresh output is an allocation of its own (ir.FunctionBuilder.alloca: never merged with another).
-        name = b.alloca(ir.value(f"{t.name}.init"), _tensor_type(t), dyn) if t.role == "output" else ir.value(t.name)
+        # A fresh output is an allocation of its own (ir.FunctionBuilder.alloca: never merged with
+        # another), or zero-filled (`zero`), which IREE does with a fill on its queue before the dispatch.
+        if t.role != "output":
+            name = ir.value(t.name)
+        elif t.name in k.zero:
+            name = b.zeros(ir.value(f"{t.name}.init"), _tensor_type(t), dyn, _byte_count(b, t, dyn), k.zero.index(t.name))
+        else:
+            name = b.alloca(ir.value(f"{t.name}.init"), _tensor_type(t), dyn)
         operands.append(name)
         operand_types.append(f"{_tensor_type(t)}{ir.dynamic_dims(dyn)}")
         if t.writable:
@@ -285,6 +303,17 @@ def _pack_expression(b: FunctionBuilder, s, value: str, arg_names: set[str]) -> 
     if hi < 2**63:  # index is 64-bit: nothing exceeds a 64-bit unsigned range
         b.check("sle", value, b.constant(hi), f"{label} exceeds the range of {st.ctype}")
     return b.split64(wide) if st.nbytes == 8 else [b.cast("trunci", wide, "i64", "i32")]
+
+
+def _byte_count(b: FunctionBuilder, t: TensorParam, dynamic_dims: list[str]) -> str:
+    """The bytes of output `t` (an index): its static dims and element size times its dynamic dims."""
+    static = ELEMENT_TYPES[t.dtype].nbytes
+    for d in t.shape:
+        static *= d.value if isinstance(d, ex.Num) else 1
+    count = dynamic_dims[0] if static == 1 and dynamic_dims else b.constant(static)
+    for d in dynamic_dims[1:] if static == 1 else dynamic_dims:
+        count = b.op(f"arith.muli {count}, {d} : index")
+    return count
 
 
 def _first_binding(k: KernelSpec, symbol: str) -> str:

@@ -273,6 +273,18 @@ class FunctionBuilder:
         self.lines.append(f"{name} = flow.tensor.alloca : {type_}{dynamic_dims(dims)}")
         return name
 
+    def zeros(self, name: str, type_: str, dims: Sequence[str], nbytes: str, distinct: int) -> str:
+        """A fresh tensor of `type_` (dynamic `dims`) whose `nbytes` bytes are zero: a splat of
+        zero bytes bitcast to `type_` (so every element type, ui8 and bf16 too, is zero bits).
+        Splats are pure, and IREE would merge two equal ones into ONE buffer that two outputs
+        then share; `distinct` (0, 1, ... per function) gives each a byte tensor of its own
+        rank (`tensor<?xi8>`, `tensor<1x?xi8>`, ...), so no two are equal."""
+        bytes_type = f"tensor<{'1x' * distinct}?xi8>"
+        zero = self.constant(0, "i8")
+        self.lines.append(f"{name}.bytes = flow.tensor.splat {zero} : {bytes_type}{{{nbytes}}}")
+        self.lines.append(f"{name} = flow.tensor.bitcast {name}.bytes : {bytes_type}{{{nbytes}}} -> {type_}{dynamic_dims(dims)}")
+        return name
+
     def dispatch(self, results: str, targets: Sequence[str], workloads: Sequence[str], operands: Sequence[str], operand_types: Sequence[str],
                  tied_results: Sequence[str]) -> None:
         """`flow.dispatch` of the export `targets` (`@exe::@variant::@entry`, one per variant)

@@ -140,10 +140,12 @@ def decide_roles(kernel: KernelSpec, evidence: Sequence[PtxEvidence]) -> tuple[K
 
 
 def _check_declared(kernel: KernelSpec, name: str, role: str, const: bool, read, written, where: str) -> None:
-    if role == "output" and read:
+    # A zero-filled output may be read: it holds zeros when the kernel starts (atomicAdd into it).
+    if role == "output" and read and name not in kernel.zero:
         raise AbiError(
             f"{where}: outputs declares {name!r} a fresh output, whose memory is uninitialised, but the kernel reads it ({read[0]} PTX line "
-            f"{read[1]}); declare it inplace = [\"{name}\"] (the caller passes it in) or drop it from outputs (the build then reads its role from the PTX)"
+            f"{read[1]}); declare it inplace = [\"{name}\"] (the caller passes it in), zero = [\"{name}\"] (a fresh output zero-filled before the "
+            "kernel runs, as atomicAdd into it needs) or drop it from outputs (the build then reads its role from the PTX)"
         )
     if role == "input" and written:
         declared = f"{name!r} points to const data" if const else f"readonly declares {name!r} read-only"

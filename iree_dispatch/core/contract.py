@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import operator
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from . import expr as ex
 from .dtypes import ScalarType
 from .errors import ContractError
 
@@ -81,19 +83,21 @@ class ScalarDescription:
 @dataclass(frozen=True)
 class TensorDescription:
     """A tensor argument or result: element type (MLIR's name) and dims. inplace: a result
-    that is the input of the same name, written in place."""
+    that is the input of the same name, written in place. zero: a fresh result zero-filled
+    before the kernel runs (else its memory is uninitialised)."""
 
     name: str
     dtype: str
     shape: tuple[Dim, ...]
     inplace: bool = False
+    zero: bool = False
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "inplace": self.inplace}
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "inplace": self.inplace, "zero": self.zero}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> TensorDescription:
-        return cls(d["name"], d["dtype"], tuple(d["shape"]), d["inplace"])
+        return cls(d["name"], d["dtype"], tuple(d["shape"]), d["inplace"], d["zero"])
 
 
 @dataclass(frozen=True)
@@ -206,12 +210,14 @@ class FunctionDescription:
 @dataclass(frozen=True, kw_only=True)
 class KernelDescription(FunctionDescription):
     """A kernel's generated function (`name` is the kernel's). shared_memory: bytes as
-    declared, one number or (arch, bytes) pairs. objects: the object kinds it carries
-    ("cubin+ptx"...). launch: None before the build has made the function (a spec's
+    declared, one number or (arch, bytes) pairs; with shared_memory_size (an expression over
+    sizes and block_x/y/z), the bound of the size each call needs. objects: the object kinds
+    it carries ("cubin+ptx"...). launch: None before the build has made the function (a spec's
     description), or for a function the runtime must call through IREE."""
 
     source: str  # the .cu file's name (a prebuilt kernel's first object, a Triton kernel's .py)
     shared_memory: int | tuple[tuple[str, int], ...] = 0
+    shared_memory_size: str | None = None
     block: tuple[int, int, int]
     grid: tuple[str, str, str]
     objects: str = ""
@@ -219,14 +225,35 @@ class KernelDescription(FunctionDescription):
 
     def to_dict(self) -> dict:
         shared = dict(self.shared_memory) if isinstance(self.shared_memory, tuple) else self.shared_memory
-        return {**self._common(), "source": self.source, "shared_memory": shared, "block": list(self.block), "grid": list(self.grid),
-                "objects": self.objects, "launch": None if self.launch is None else self.launch.to_dict()}
+        return {**self._common(), "source": self.source, "shared_memory": shared, "shared_memory_size": self.shared_memory_size, "block": list(self.block),
+                "grid": list(self.grid), "objects": self.objects, "launch": None if self.launch is None else self.launch.to_dict()}
+
+    def shared_memory_for_call(self, env: Mapping[str, int]) -> int:
+        """The bytes of dynamic shared memory a call with these sizes and integer arguments
+        needs: shared_memory_size evaluated, checked against its bound (ValueError naming the
+        values). Only for a description with a shared_memory_size."""
+        size_expression = self.shared_memory_size
+        if size_expression is None or not isinstance(self.shared_memory, int):
+            raise ValueError(f"{self.name}: its shared memory does not depend on sizes")
+        e = _parsed(size_expression)
+        values = {**dict(zip(("block_x", "block_y", "block_z"), self.block)), **env}
+        given = ", ".join(f"{n} = {values[n]}" for n in dict.fromkeys(ex.symbols(e)))
+        try:
+            size = ex.evaluate(e, values)
+        except ZeroDivisionError:
+            raise ValueError(f"{self.name}(): shared memory {size_expression} divides by zero for {given}") from None
+        if not 0 <= size <= self.shared_memory:
+            raise ValueError(
+                f"{self.name}(): shared memory {size_expression} = {size} bytes for {given}, "
+                + (f"beyond its declared max of {self.shared_memory} bytes (shared_memory max in the spec)" if size > 0 else "which is negative")
+            )
+        return size
 
     @classmethod
     def from_dict(cls, d: Mapping) -> KernelDescription:
         shared = d["shared_memory"]
         return cls(**cls._common_fields(d), source=d["source"], shared_memory=tuple(shared.items()) if isinstance(shared, Mapping) else shared,
-                   block=tuple(d["block"]), grid=tuple(d["grid"]), objects=d["objects"],
+                   shared_memory_size=d["shared_memory_size"], block=tuple(d["block"]), grid=tuple(d["grid"]), objects=d["objects"],
                    launch=None if d["launch"] is None else LaunchPlan.from_dict(d["launch"]))
 
 
@@ -390,6 +417,11 @@ def _flattened(fields: Mapping, prefix: str = "") -> dict:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+@functools.cache
+def _parsed(expression: str) -> ex.Expr:
+    """A description's expression, parsed once per process (calls evaluate it again and again)."""
+    return ex.parse(expression, "shared_memory")
 
 
 def bfloat16_bits(value: float) -> int:

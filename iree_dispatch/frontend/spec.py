@@ -143,6 +143,12 @@ class KernelSpec:
     inferred: tuple[str, ...] = ()
     # Made by with_outputs_in_place: a pointer the build finds only written is in place too.
     outputs_in_place: bool = False
+    # `shared_memory = { size = "...", max = ... }`: the bytes each call needs, an expression
+    # over sizes (and block_x/y/z); `shared_memory` is then its declared bound, which the
+    # export gets, since IREE fixes the size per export. None: the size is `shared_memory`.
+    shared_memory_size: ex.Expr | None = None
+    # Fresh outputs zero-filled before the kernel runs (`zero = ["out"]`), in parameter order.
+    zero: tuple[str, ...] = ()
 
     @property
     def pending(self) -> bool:
@@ -201,6 +207,8 @@ class KernelSpec:
         sized = [(f"grid[{i}] = {g}", g) for i, g in enumerate(self.grid)]
         sized += [(f"output {t.name} dim {i} = {d}", d) for t in self.outputs for i, d in enumerate(t.shape) if t.role == "output"]
         sized += [(f"scalar {s.name} = {s.value}", s.value) for s in self.scalars if s.value is not None]
+        if self.shared_memory_size is not None:
+            sized.append((f"shared_memory = {self.shared_memory_size}", self.shared_memory_size))
         return [(label, d) for label, e in sized for d in dict.fromkeys(ex.divisors(e)) if ex.symbols(d)]
 
     def describe(self) -> KernelDescription:
@@ -212,11 +220,14 @@ class KernelSpec:
             source=self.source.name,  # a pending Triton kernel's: its .py file
             # A number, or (arch, bytes) pairs as declared per arch.
             shared_memory=tuple((a.name, n) for a, n in self.shared_memory_by_arch) if self.shared_memory_by_arch else self.shared_memory,
+            shared_memory_size=None if self.shared_memory_size is None else str(self.shared_memory_size),
             block=tuple(self.block),
             grid=tuple(str(g) for g in self.grid),
             inputs=tuple(TensorDescription(t.name, t.dtype, tuple(_dim_json(d) for d in t.shape)) for t in self.inputs),
             scalars=tuple(ScalarDescription.of(s.name, s.stype) for s in self.scalar_args),
-            outputs=tuple(TensorDescription(t.name, t.dtype, tuple(_dim_json(d) for d in t.shape), t.role == "inplace") for t in self.outputs),
+            outputs=tuple(
+                TensorDescription(t.name, t.dtype, tuple(_dim_json(d) for d in t.shape), t.role == "inplace", t.name in self.zero) for t in self.outputs
+            ),
         )
 
     def fingerprint(self) -> dict:
@@ -249,6 +260,7 @@ class KernelSpec:
         inplace: Sequence[str] = (),
         readonly: Sequence[str] = (),
         outputs: Sequence[str] = (),
+        zero: Sequence[str] = (),
         shared_memory: str | int | Mapping[str, str | int] = 0,
         function: str | None = None,
         signature: str | None = None,
@@ -272,13 +284,18 @@ class KernelSpec:
         inplace: non-const pointers that are read and written (input and result, same buffer).
         readonly: non-const pointers the kernel only reads.
         outputs: non-const pointers the kernel only writes (fresh, uninitialised outputs).
+        zero: fresh outputs zero-filled before the kernel runs (a kernel that accumulates into
+        its output with atomicAdd): each is a fresh output the kernel may read, never an input
+        or an in-place pointer (zeroing those would destroy the caller's data).
         A non-const pointer in none of these lists takes the role its compiled PTX shows (read
         only: input; read and written: in place; only written: output; not traceable: in
         place); until the build has read it, it counts as an output. The build also refuses a
         declaration the PTX contradicts.
         shared_memory: bytes of dynamic shared memory (`extern __shared__`), an integer or an
-        expression of block_x, block_y, block_z. It is fixed per kernel (IREE sets it on the
-        export, not per launch), so it can't depend on sizes. A mapping arch → size
+        expression of block_x, block_y, block_z. IREE fixes it per kernel (on the export, not per
+        launch): a size that depends on sizes is given with its bound, `{"size": "(3*Bc*d +
+        Bc*Br)*4", "max": 49152}`; the export gets `max`, each call checks its size against it,
+        and a direct launch passes the call's exact size. A mapping arch → size
         (`{"sm_90a": 197632, "sm_80": 62592}`) sizes each arch's variant on its own (each has its
         own export); the module must then build only archs the mapping names.
         function: name of the generated function (default: `name` with every run of other
@@ -321,6 +338,7 @@ class KernelSpec:
         inplace = _names(inplace, f"{where}: inplace")
         readonly = _names(readonly, f"{where}: readonly")
         outputs = _names(outputs, f"{where}: outputs")
+        zero = _names(zero, f"{where}: zero")
         if function is not None and not isinstance(function, str):
             raise SpecError(f"{where}: function must be a string, got {function!r}")
         _check_names(where, "shapes", shapes, params_by_name, want_pointer=True)
@@ -328,6 +346,7 @@ class KernelSpec:
         _check_names(where, "inplace", dict.fromkeys(inplace), params_by_name, want_pointer=True)
         _check_names(where, "readonly", dict.fromkeys(readonly), params_by_name, want_pointer=True)
         _check_names(where, "outputs", dict.fromkeys(outputs), params_by_name, want_pointer=True)
+        _check_names(where, "zero", dict.fromkeys(zero), params_by_name, want_pointer=True)
 
         # IREE passes every binding before every push constant. A PTX entry is reordered to
         # match (ptx_adapt.py); machine code can't be rewritten, so its kernel must agree.
@@ -359,8 +378,15 @@ class KernelSpec:
             if p.const and lists and lists[0] != "readonly":
                 role_name = "in-place" if lists[0] == "inplace" else "an output"
                 raise SpecError(f"{where}: {p.name!r} points to const data, so it can't be {role_name}; drop const or the {lists[0]} entry")
+            if p.name in zero and (p.const or lists[:1] in (["inplace"], ["readonly"])):
+                what = "points to const data (an input)" if p.const else f"is listed in {lists[0]}, so the caller passes it in"
+                raise SpecError(
+                    f"{where}: zero = [\"{p.name}\"] zero-fills a fresh output before the kernel runs, but {p.name!r} {what}: zeroing it would "
+                    f"destroy the caller's data; drop it from zero, or make it a fresh output (outputs = [\"{p.name}\"])"
+                )
             role = "input" if (p.const or p.name in readonly) else ("inplace" if p.name in inplace else "output")
-            undecided = not p.const and not lists and triton is None
+            # A zero-filled pointer is a fresh output by declaration (the kernel may read it).
+            undecided = not p.const and not lists and p.name not in zero and triton is None
             if undecided:
                 inferred.append(p.name)
             dims_src = shapes.get(p.name, shape)
@@ -453,17 +479,34 @@ class KernelSpec:
                     _check_bound(d, bound, f"{where}: output {t.name!r} dim {i}")
 
         block_dims = _parse_block(block, where)
-        if isinstance(shared_memory, Mapping):
-            by_arch = _parse_shared_memory_table(shared_memory, block_dims, where)
+        shared_size = None
+        if isinstance(shared_memory, Mapping) and _SIZED_KEYS & set(shared_memory):
+            by_arch = ()
+            shared_size, shared_bytes = _parse_sized_shared_memory(shared_memory, block_dims, bound, where)
+        elif isinstance(shared_memory, Mapping):
+            by_arch = _parse_shared_memory_table(shared_memory, block_dims, bound, where)
             shared_bytes = max(n for _, n in by_arch)
         else:
-            by_arch, shared_bytes = (), _parse_shared_memory(shared_memory, block_dims, where)
+            by_arch, shared_bytes = (), _parse_shared_memory(shared_memory, block_dims, bound, where)
         grid_exprs = _parse_grid(grid, where)
         for i, g in enumerate(grid_exprs):
             _check_bound(g, bound, f"{where}: grid[{i}]")
 
+        # IREE removes a dispatch none of whose results is used, and a function returns only
+        # tensors: a kernel that writes none would never run.
+        if not tensors:
+            raise SpecError(
+                f"{where}: the kernel has no pointer parameter, so it has no tensor result; IREE runs a kernel for the tensors its "
+                "generated function returns (a dispatch with no result is removed as dead code), so it would never run. Give it a "
+                "pointer it writes its result through (e.g. float* out, shape = [...])"
+            )
         if not any(t.writable for t in tensors):
-            raise SpecError(f"{where}: the kernel writes no tensor (every pointer is const or readonly), so it has no result")
+            raise SpecError(
+                f"{where}: the kernel writes no tensor (every pointer, {', '.join(t.name for t in tensors)}, is const or readonly), so it has "
+                "no result; IREE removes a dispatch with no result as dead code, so it would never run. If it writes through one of them, "
+                f"drop const (the build then reads its role from the PTX) or declare it inplace = [\"{tensors[0].name}\"]; else give it a pointer it "
+                "writes its result through"
+            )
         if len(tensors) > MAX_BINDINGS:
             raise SpecError(f"{where}: {len(tensors)} pointer parameters, but IREE's CUDA HAL allows at most {MAX_BINDINGS} bindings per dispatch")
         slots = sum(s.stype.slots for s in scalar_list)
@@ -473,7 +516,7 @@ class KernelSpec:
                 f"but IREE allows at most {MAX_CONSTANTS} per dispatch"
             )
         return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects, by_arch, types_resolved_with, triton,
-                   tuple(inferred))
+                   tuple(inferred), shared_memory_size=shared_size, zero=tuple(t.name for t in tensors if t.name in zero))
 
     def with_outputs_in_place(self, function: str | None = None) -> KernelSpec:
         """The same kernel with every fresh output declared in place: its generated function
@@ -489,6 +532,11 @@ class KernelSpec:
         argument is then taken from the output buffer's size instead.
         """
         where = f"{self.signature.where}: kernel {self.name}"
+        if self.zero:
+            raise SpecError(
+                f"{where}: zero = {json.dumps(list(self.zero))} zero-fills fresh outputs, but the out= form writes into the caller's buffers, which it "
+                "must not overwrite before the kernel runs; declare the out= form without zero and zero the buffers before the call"
+            )
         for t in self.tensors:
             for i, d in enumerate(t.shape):
                 if t.role == "output" and not isinstance(d, (ex.Sym, ex.Num)):
@@ -525,6 +573,12 @@ class KernelSpec:
             return self
         return self._declared_again(nvcc_flags=nvcc_flags, arch=arch)
 
+    def _shared_memory_declared(self) -> int | dict:
+        """`shared_memory` as declare() takes it: bytes, a per-arch table, or a size and its bound."""
+        if self.shared_memory_size is not None:
+            return {"size": _dim_json(self.shared_memory_size), "max": self.shared_memory}
+        return {a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory
+
     def _declared_again(self, *, keep_inferred: bool = True, **changes) -> KernelSpec:
         """Declared again from the source, with `changes` to the declaration's arguments.
         keep_inferred: the undeclared pointers stay to be read from the PTX (False: `changes`
@@ -540,7 +594,8 @@ class KernelSpec:
             inplace=[*self._declared("inplace"), *provisional],
             readonly=self._declared("input"),
             outputs=self._declared("output"),
-            shared_memory={a.name: n for a, n in self.shared_memory_by_arch} if self.shared_memory_by_arch else self.shared_memory,
+            shared_memory=self._shared_memory_declared(),
+            zero=list(self.zero),
             function=self.function,
             nvcc_flags=flags,
             arch=arch,
@@ -623,14 +678,26 @@ def _parse_block(block, where) -> tuple[int, int, int]:
     return tuple(dims)  # type: ignore[return-value]
 
 
-def _parse_shared_memory(value, block: tuple[int, int, int], where: str) -> int:
+def _block_names(block: tuple[int, int, int]) -> dict[str, int]:
+    return {"block_x": block[0], "block_y": block[1], "block_z": block[2]}
+
+
+def _parse_shared_memory(value, block: tuple[int, int, int], bound: Mapping[str, str], where: str) -> int:
+    """A fixed size: bytes, or an expression of block_x/y/z. bound: the sizes and integer
+    arguments (a size expression over them needs a declared bound: see _parse_sized_shared_memory)."""
     e = ex.parse(value, f"{where}: shared_memory")
-    names = {"block_x": block[0], "block_y": block[1], "block_z": block[2]}
+    names = _block_names(block)
     unknown = [n for n in ex.symbols(e) if n not in names]
+    if unknown and unknown[0] in bound:
+        raise SpecError(
+            f"{where}: shared_memory uses {unknown[0]!r} (from {bound[unknown[0]]}), a size: IREE fixes the dynamic shared memory per kernel, "
+            f"not per launch, so declare its upper bound: shared_memory = {{ size = \"{value}\", max = <bytes> }} (the kernel gets max "
+            "bytes through IREE and its exact size when launched directly; a call that needs more than max is refused)"
+        )
     if unknown:
         raise SpecError(
-            f"{where}: shared_memory uses {unknown[0]!r}; it may use only block_x, block_y, block_z, because IREE fixes "
-            "the dynamic shared memory size per kernel, not per launch"
+            f"{where}: shared_memory uses {unknown[0]!r}, which is neither block_x, block_y, block_z nor a size (an input dim or "
+            f"integer argument; known: {', '.join(sorted(bound)) or 'none'})"
         )
     size = ex.evaluate(e, names)
     if size < 0:
@@ -638,7 +705,34 @@ def _parse_shared_memory(value, block: tuple[int, int, int], where: str) -> int:
     return size
 
 
-def _parse_shared_memory_table(table: Mapping, block: tuple[int, int, int], where: str) -> tuple[tuple[Arch, int], ...]:
+_SIZED_KEYS = {"size", "max"}  # shared_memory = { size = "<expression over sizes>", max = <bytes> }
+
+
+def _parse_sized_shared_memory(table: Mapping, block: tuple[int, int, int], bound: Mapping[str, str], where: str) -> tuple[ex.Expr, int]:
+    """`{ size = "(3*Bc*d + Bc*Br)*4", max = 49152 }`: the expression each call evaluates, and
+    the bound the export declares (IREE fixes one size per export)."""
+    if set(table) != _SIZED_KEYS:
+        raise SpecError(
+            f"{where}: shared_memory = {dict(table)!r}: a size that depends on sizes is given as {{ size = \"<expression>\", max = <bytes> }} "
+            f"(both keys, nothing else); a per-arch table names archs only"
+        )
+    limit = table["max"]
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise SpecError(f"{where}: shared_memory max must be a positive number of bytes, got {limit!r}")
+    e = ex.parse(table["size"], f"{where}: shared_memory size")
+    unknown = [n for n in ex.symbols(e) if n not in bound and n not in _block_names(block)]
+    if unknown:
+        raise SpecError(
+            f"{where}: shared_memory size uses {unknown[0]!r}, which is neither block_x, block_y, block_z nor a size (an input dim or "
+            f"integer argument; known: {', '.join(sorted(bound)) or 'none'})"
+        )
+    if not any(n in bound for n in ex.symbols(e)):
+        fixed = ex.evaluate(e, _block_names(block))
+        raise SpecError(f"{where}: shared_memory size {table['size']!r} depends on no size ({fixed} bytes); give it as shared_memory = {fixed}")
+    return e, limit
+
+
+def _parse_shared_memory_table(table: Mapping, block: tuple[int, int, int], bound: Mapping[str, str], where: str) -> tuple[tuple[Arch, int], ...]:
     if not table:
         raise SpecError(f"{where}: shared_memory is an empty table; give bytes per arch, e.g. {{ sm_90a = 197632, sm_80 = 98304 }}")
     sizes: dict[Arch, int] = {}
@@ -649,7 +743,7 @@ def _parse_shared_memory_table(table: Mapping, block: tuple[int, int, int], wher
             raise SpecError(f"{where}: shared_memory key {key!r}: {exc}") from None
         if arch in sizes:
             raise SpecError(f"{where}: shared_memory gives {arch.name} twice")
-        sizes[arch] = _parse_shared_memory(value, block, f"{where}: shared_memory.{key}")
+        sizes[arch] = _parse_shared_memory(value, block, bound, f"{where}: shared_memory.{key}")
     return tuple(sorted(sizes.items(), key=lambda item: (item[0].major, item[0].minor, item[0].suffix != ""), reverse=True))
 
 

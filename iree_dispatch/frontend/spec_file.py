@@ -17,7 +17,7 @@ _MODULE_KEYS = {"name", "archs", "nvcc_flags", "objects"}
 _TRITON_KEYS = {"constexprs", "num_warps", "num_stages", "aligned"}  # for a .py source: a @triton.jit function
 # `replaces`: what the kernel can replace in a model; read and checked by iree_dispatch.models (docs/models.md), not needed to build.
 _MODEL_KEYS = {"replaces"}
-_KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "outputs", "shared_memory",
+_KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "outputs", "zero", "shared_memory",
                 "function", "signature", *_TRITON_KEYS, *_MODEL_KEYS}
 
 
@@ -81,6 +81,7 @@ def load_spec(path: str | Path) -> ModuleSpec:
             "inplace": k.get("inplace", ()),
             "readonly": k.get("readonly", ()),
             "outputs": k.get("outputs", ()),
+            "zero": k.get("zero", ()),
             "function": k.get("function"),
         }
         if isinstance(source, Path) and source.suffix == ".py":

@@ -2,10 +2,10 @@
  * ctypes library the runtime already opened (compiled.py), so this file needs no CUDA headers
  * and links to nothing but Python.
  *
- *   set_driver(launch_kernel, stream_synchronize, ctx_get_current, ctx_push, ctx_pop)   their addresses
+ *   set_driver(launch_kernel, stream_synchronize, ctx_get_current, ctx_push, ctx_pop, memset_d8_async)   their addresses
  *   launch(function, grid, block, shared_memory, stream, values, wait) -> None or (launch rc, synchronize rc)
  *   set_frameworks(device_array_type, entry_attribute, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)
- *   Calls(...)   one kernel's prepared calls: .prepare(args, grid, words, outputs[, make_ahead]), .call(args), len()
+ *   Calls(...)   one kernel's prepared calls: .prepare(args, grid, words, outputs[, make_ahead[, shared_memory[, zeroed]]]), .call(args), len()
  *   capsule_address(capsule) -> a DLPack capsule's data + byte_offset
  *
  * launch: one kernel launch in one Python call (ctypes spends microseconds converting
@@ -20,7 +20,9 @@
  * records them under the signature of that call's arguments; `call` reads the signature of new
  * arguments, and for a known one allocates the outputs, launches and returns the results, or
  * returns None when the caller must take the checked path. Only float scalars change between
- * calls of one signature: they are packed into their words on every call.
+ * calls of one signature: they are packed into their words on every call. A signature also fixes
+ * the launch's dynamic shared memory (a size over sizes) and the bytes of each fresh output to
+ * zero-fill, which is queued on the kernel's stream ahead of it (cuMemsetD8Async).
  *
  * Arrays a signature knows: the runtime's own device arrays that a direct call has seen (the
  * entry it recorded in the array's __dict__ under the attribute named by set_frameworks, which
@@ -40,6 +42,7 @@ typedef int (*StreamSynchronize)(void*);
 typedef int (*CtxGetCurrent)(void**);
 typedef int (*CtxPush)(void*);
 typedef int (*CtxPop)(void**);
+typedef int (*MemsetD8Async)(unsigned long long, unsigned char, size_t, void*);
 
 #define MAX_PARAMETERS 256
 #define MAX_ARGUMENTS 64
@@ -50,6 +53,7 @@ static StreamSynchronize stream_synchronize = NULL;
 static CtxGetCurrent ctx_get_current = NULL;
 static CtxPush ctx_push = NULL;
 static CtxPop ctx_pop = NULL;
+static MemsetD8Async memset_d8_async = NULL;
 
 /* Array types a signature knows, and each framework's current stream by GPU ordinal. */
 enum { NONE = 0, OURS = 1, TORCH = 2, CUPY = 3 };
@@ -64,12 +68,13 @@ static PyObject *s_get_device, *s_is_contiguous, *s_dtype, *s_shape, *s_data_ptr
     *s_c_contiguous, *s_data, *s_ptr, *s_requires_grad, *s_is_cuda;
 
 static PyObject* set_driver(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5) {
-    PyErr_SetString(PyExc_TypeError, "set_driver(cuLaunchKernel, cuStreamSynchronize, cuCtxGetCurrent, cuCtxPushCurrent, cuCtxPopCurrent addresses)");
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError,
+                    "set_driver(cuLaunchKernel, cuStreamSynchronize, cuCtxGetCurrent, cuCtxPushCurrent, cuCtxPopCurrent, cuMemsetD8Async addresses)");
     return NULL;
   }
-  void* addresses[5];
-  for (int i = 0; i < 5; ++i) {
+  void* addresses[6];
+  for (int i = 0; i < 6; ++i) {
     addresses[i] = PyLong_AsVoidPtr(args[i]);
     if (PyErr_Occurred()) return NULL;
     if (addresses[i] == NULL) {
@@ -82,6 +87,7 @@ static PyObject* set_driver(PyObject* self, PyObject* const* args, Py_ssize_t na
   ctx_get_current = (CtxGetCurrent)addresses[2];
   ctx_push = (CtxPush)addresses[3];
   ctx_pop = (CtxPop)addresses[4];
+  memset_d8_async = (MemsetD8Async)addresses[5];
   Py_RETURN_NONE;
 }
 
@@ -198,6 +204,8 @@ typedef struct {
   uint32_t words[MAX_PARAMETERS];
   PyObject* outputs; /* one factory per fresh output: each call makes a new array of the call's framework */
   int make_ahead;    /* a synchronous call makes the next call's outputs while its kernel runs */
+  unsigned shared_memory;          /* the launch's bytes of dynamic shared memory */
+  uint64_t zeroed[MAX_PARAMETERS]; /* per fresh output: bytes zero-filled before the kernel (0: none) */
 } Entry;
 
 typedef struct {
@@ -533,12 +541,14 @@ static void free_entry(PyObject* capsule) {
   }
 }
 
-/* prepare(args, grid, words, outputs, make_ahead=True) -> bool: records a checked call's
- * launch under the signature of its arguments; False where no signature covers them.
- * make_ahead: whether a synchronous call of this entry makes its next call's outputs. */
+/* prepare(args, grid, words, outputs, make_ahead=True, shared_memory=the Calls', zeroed=()) ->
+ * bool: records a checked call's launch under the signature of its arguments; False where no
+ * signature covers them. make_ahead: whether a synchronous call of this entry makes its next
+ * call's outputs. shared_memory: the launch's bytes (None: the Calls'). zeroed: per fresh
+ * output, the bytes to zero-fill before the kernel (0: none); empty: none at all. */
 static PyObject* Calls_prepare(Calls* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4 && nargs != 5) {
-    PyErr_SetString(PyExc_TypeError, "prepare(args, grid, words, outputs, make_ahead=True)");
+  if (nargs < 4 || nargs > 7) {
+    PyErr_SetString(PyExc_TypeError, "prepare(args, grid, words, outputs, make_ahead=True, shared_memory=None, zeroed=())");
     return NULL;
   }
   int make_ahead = nargs == 5 ? PyObject_IsTrue(args[4]) : 1;
@@ -599,6 +609,27 @@ static PyObject* Calls_prepare(Calls* self, PyObject* const* args, Py_ssize_t na
     if (self->results[i] >= self->inputs || -1 - self->results[i] >= PyTuple_GET_SIZE(outputs)) {
       PyErr_SetString(PyExc_ValueError, "prepare: a result names no input or output");
       goto failed;
+    }
+  }
+  entry->shared_memory = self->shared_memory;
+  if (nargs >= 6 && args[5] != Py_None) {
+    unsigned long shared_memory = PyLong_AsUnsignedLong(args[5]);
+    if (PyErr_Occurred()) goto failed;
+    if (shared_memory > 0xFFFFFFFFul) {
+      PyErr_SetString(PyExc_OverflowError, "prepare: shared_memory does not fit 32 bits");
+      goto failed;
+    }
+    entry->shared_memory = (unsigned)shared_memory;
+  }
+  if (nargs == 7) {
+    PyObject* zeroed = args[6];
+    if (!PyTuple_Check(zeroed) || (PyTuple_GET_SIZE(zeroed) && PyTuple_GET_SIZE(zeroed) != PyTuple_GET_SIZE(outputs))) {
+      PyErr_SetString(PyExc_TypeError, "prepare: zeroed must be a tuple of byte counts, one per output");
+      goto failed;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(zeroed); ++i) {
+      entry->zeroed[i] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(zeroed, i));
+      if (PyErr_Occurred()) goto failed;
     }
   }
   entry->outputs = Py_NewRef(outputs);
@@ -746,6 +777,11 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
       }
     }
   }
+  /* Zero-filled outputs: queued on the kernel's stream, so done before it runs. A failure
+   * leaves the call to the checked path, which names the error. */
+  for (Py_ssize_t i = 0; i < output_count; ++i) {
+    if (entry->zeroed[i] && (memset_d8_async == NULL || memset_d8_async(output_addresses[i], 0, (size_t)entry->zeroed[i], stream))) goto done_none;
+  }
   uint64_t cells[MAX_PARAMETERS];
   void* parameters[MAX_PARAMETERS];
   Py_ssize_t count = 0;
@@ -764,7 +800,7 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
   for (Py_ssize_t i = 0; i < count; ++i) parameters[i] = &cells[i];
   /* After a failed launch, the launcher's own launch tries again and names the error. */
   int launched = launch_kernel(self->function, entry->grid[0], entry->grid[1], entry->grid[2], self->block[0], self->block[1], self->block[2],
-                               self->shared_memory, stream, parameters, NULL);
+                               entry->shared_memory, stream, parameters, NULL);
   if (launched != 0) {
     PyObject* values = PyList_New(count);
     if (values == NULL) goto done;
@@ -777,7 +813,7 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
       PyList_SET_ITEM(values, i, value);
     } /* "N" below passes this reference on */
     PyObject* done = PyObject_CallFunction(self->launch_safely, "O(III)(III)IKNO", self->function_object, entry->grid[0], entry->grid[1], entry->grid[2],
-                                           self->block[0], self->block[1], self->block[2], self->shared_memory, (unsigned long long)(uintptr_t)stream,
+                                           self->block[0], self->block[1], self->block[2], entry->shared_memory, (unsigned long long)(uintptr_t)stream,
                                            values, wait ? Py_True : Py_False);
     if (done == NULL) goto done;
     Py_DECREF(done);

@@ -231,7 +231,8 @@ class Launcher(_DeviceStream):
         self._cells: dict[int, tuple[ctypes.Array, ctypes.Array]] = {}  # the ctypes path's parameter cells, by count
         self._compiled = compiled_launch()
         if self._compiled is not None:
-            functions = (cuda.cuLaunchKernel, cuda.cuStreamSynchronize, cuda.cuCtxGetCurrent, cuda.cuCtxPushCurrent_v2, cuda.cuCtxPopCurrent_v2)
+            functions = (cuda.cuLaunchKernel, cuda.cuStreamSynchronize, cuda.cuCtxGetCurrent, cuda.cuCtxPushCurrent_v2, cuda.cuCtxPopCurrent_v2,
+                         cuda.cuMemsetD8Async)
             self._compiled.set_driver(*(ctypes.cast(f, ctypes.c_void_p).value for f in functions))
 
     @property
@@ -272,6 +273,14 @@ class Launcher(_DeviceStream):
                 rc = self._cuda.cuFuncSetAttribute(function, _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_memory)
                 self._check(rc, f"cuFuncSetAttribute ({entry}, {shared_memory} bytes of shared memory)")
         return module, function
+
+    def zero(self, address: int, nbytes: int, stream: int | None) -> None:
+        """Queues a fill of `nbytes` zero bytes at device `address` on `stream` (None: the
+        launcher's own), ahead of a kernel queued there next: a zero-filled output's memset."""
+        handle = self._stream.value if stream is None else stream
+        with self._current():
+            rc = self._cuda.cuMemsetD8Async(ctypes.c_uint64(address), ctypes.c_ubyte(0), ctypes.c_size_t(nbytes), ctypes.c_void_p(handle))
+        self._check(rc, f"cuMemsetD8Async ({nbytes} bytes at {address:#x})")
 
     def unload(self, module: ctypes.c_void_p) -> None:
         """Unloads a module `load` returned (errors are ignored: it runs from finalizers)."""

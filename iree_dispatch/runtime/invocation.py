@@ -18,7 +18,7 @@ import iree.runtime as rt
 import numpy as np
 
 from ..core import expr as ex
-from ..core.contract import RELATIONS, FunctionDescription, scalar_argument, struct_argument
+from ..core.contract import RELATIONS, FunctionDescription, KernelDescription, scalar_argument, struct_argument
 from ..core.dtypes import ELEMENT_TYPES
 from ..core.errors import DeviceError
 from . import dlpack
@@ -59,6 +59,8 @@ class KernelFunction:
         # A program's relations between sizes beyond equal names (program.py), which its
         # function checks at entry too: checked here first, so a bad call fails before launch.
         self._relations = [(ex.parse(c.lhs, "lhs"), c.op, ex.parse(c.rhs, "rhs"), c.message) for c in description.checks]
+        # A kernel whose shared memory depends on sizes: each call's size is held to its bound.
+        self._sized_shared_memory = isinstance(description, KernelDescription) and description.shared_memory_size is not None
         # Result index → input index of each in-place output: the caller's array is the result.
         names = [t.name for t in self._inputs]
         self._in_place = {i: names.index(t.name) for i, t in enumerate(description.outputs) if t.inplace}
@@ -101,6 +103,8 @@ class KernelFunction:
                 env.setdefault(scalar.name, int(value))
         if self._relations:
             self._check_relations(env)
+        if self._sized_shared_memory:
+            self.description.shared_memory_for_call(env)
         return tensors, scalars, env
 
     def _imported(self, tensors: list) -> tuple[list, set[int | None] | None]:

@@ -8,7 +8,9 @@ executable, its variants with their conditions, the entry, the binding order and
 constant's scalar. The runtime reads the very object IREE loaded out of the vmfb (its
 executable flatbuffers are stored entries of the vmfb's zip directory), takes the same variant
 IREE's conditions take, and launches the entry with the plan's block size and the variant's
-shared memory, once IREE's export is found to agree with the plan. Everything a call checks is checked first, as for IREE's path.
+shared memory (a size over sizes: the call's own, within the variant's bound), once IREE's
+export is found to agree with the plan. Outputs declared `zero` are memset on the kernel's
+stream before it. Everything a call checks is checked first, as for IREE's path.
 
 Streams. A call whose arrays include another framework's (torch, CuPy) is queued on that
 framework's current stream, like one of its own ops, and returns without waiting: its results are
@@ -168,18 +170,21 @@ class _Output:
     element_type: int
     itemsize: int
     shape: tuple[ex.Expr, ...]
+    zero: bool  # zero-filled on the launch's stream before the kernel
 
 
 class DirectLaunch:
     """One kernel's direct call: plan, loaded function, and the per-call work.
 
     Built by `plan_for`, which returns None where the plan can't be followed exactly.
-    image: the variant's object as IREE loads it; block and shared_memory: the plan's.
+    image: the variant's object as IREE loads it; block and shared_memory: the plan's (with a
+    shared memory size over sizes, its bound: each call launches with its own size).
     """
 
     def __init__(self, description: KernelDescription, image: bytes, shared_memory: int, device: Device, output_dtypes: Sequence[np.dtype | None]):
         plan = description.launch
         self.name = description.name
+        self._description = description
         self._device = device
         self._image = image
         self._entry = plan.entry
@@ -199,7 +204,7 @@ class DirectLaunch:
         fresh = [(i, t) for i, t in enumerate(description.outputs) if not t.inplace]
         self.outputs = {
             t.name: _Output(t.name, t.dtype, output_dtypes[i] if i < len(output_dtypes) else None, int(HAL_ELEMENT_TYPES[t.dtype]),
-                            ELEMENT_TYPES[t.dtype].nbytes, tuple(ex.parse(str(d), "shape") for d in t.shape))
+                            ELEMENT_TYPES[t.dtype].nbytes, tuple(ex.parse(str(d), "shape") for d in t.shape), t.zero)
             for i, t in fresh
         }
         self.results = [t.name for t in description.outputs]
@@ -296,7 +301,10 @@ class DirectLaunch:
         if min(grid) <= 0 or any(0 in shape for shape in shapes):
             return None
         constants = self.constants_for(env, dict(zip(self._scalar_names, scalars)))
-        prepared = _Prepared(grid, tuple(constants), tuple((out, shape, out.itemsize * math.prod(shape)) for out, shape in zip(self.outputs.values(), shapes)))
+        # A size over sizes is launched exactly (the call's checks held it to the bound loaded).
+        shared_memory = self._shared_memory if self._description.shared_memory_size is None else self._description.shared_memory_for_call(env)
+        prepared = _Prepared(grid, tuple(constants), tuple((out, shape, out.itemsize * math.prod(shape)) for out, shape in zip(self.outputs.values(), shapes)),
+                             shared_memory)
         # The current stream of each other framework's array where its framework is known
         # (torch, CuPy), else None: a call on such arrays runs on the first one's stream, and on
         # the launch stream if none is known (their export then orders their producers' work there).
@@ -346,7 +354,8 @@ class DirectLaunch:
             factories.append(make)
         _register_frameworks(self._device.launcher.compiled)
         make_ahead = framework is None and sum(size for _, _, size in prepared.outputs) <= MADE_AHEAD_BYTES
-        self.prepared_calls.prepare(args, prepared.grid, prepared.constants, tuple(factories), make_ahead)
+        zeroed = tuple(size if out.zero else 0 for out, _, size in prepared.outputs)
+        self.prepared_calls.prepare(args, prepared.grid, prepared.constants, tuple(factories), make_ahead, prepared.shared_memory, zeroed)
 
     def _run(self, prepared: _Prepared, pointers: Sequence[int], arrays: Sequence, stream: int | None, framework: str | None) -> list:
         """Allocates the fresh outputs (as `framework`'s arrays: "torch", "cupy", or None for
@@ -357,7 +366,10 @@ class DirectLaunch:
         outputs = [_fresh_output(device, out, shape, size, framework) for out, shape, size in prepared.outputs]
         bound = [pointers[i] if i >= 0 else outputs[-1 - i][1] for i in self._binding_sources]
         own_stream = stream is None or stream == device.launcher.stream
-        self.launch(bound, prepared.constants, prepared.grid, stream, wait=own_stream)
+        for (out, _, size), (_, address) in zip(prepared.outputs, outputs):
+            if out.zero:
+                device.launcher.zero(address, size, stream)  # on the kernel's stream, so before it
+        self.launch(bound, prepared.constants, prepared.grid, stream, wait=own_stream, shared_memory=prepared.shared_memory)
         if not own_stream:
             # Our memory in use on the caller's stream: outputs of ours (a dtype the framework
             # lacks) are waited for; inputs' buffers are not reused before the stream is done.
@@ -367,9 +379,12 @@ class DirectLaunch:
                 device.handed_to(stream)
         return [arrays[i] if i >= 0 else outputs[-1 - i][0] for i in self._result_sources]
 
-    def launch(self, pointers: Sequence[int], constants: Sequence[int], grid: tuple[int, int, int], stream: int | None, wait: bool = False) -> None:
-        """Queues the kernel on `stream` (None: the launch stream); wait: until it has run."""
-        self._device.launcher.launch(self._function, grid, self._block, self._shared_memory, stream, [*pointers, *constants], wait)
+    def launch(self, pointers: Sequence[int], constants: Sequence[int], grid: tuple[int, int, int], stream: int | None, wait: bool = False,
+               shared_memory: int | None = None) -> None:
+        """Queues the kernel on `stream` (None: the launch stream); wait: until it has run.
+        shared_memory: the call's bytes (default: the plan's)."""
+        shared = self._shared_memory if shared_memory is None else shared_memory
+        self._device.launcher.launch(self._function, grid, self._block, shared, stream, [*pointers, *constants], wait)
 
 
 @dataclass(frozen=True)
@@ -379,6 +394,7 @@ class _Prepared:
     grid: tuple[int, int, int]
     constants: tuple[int, ...]
     outputs: tuple[tuple[_Output, tuple[int, ...], int], ...]  # each fresh output, its shape and bytes
+    shared_memory: int  # the launch's bytes of dynamic shared memory
 
 
 def _struct_words(name: str, words: int) -> list[str]:

@@ -692,3 +692,54 @@ def test_a_synchronous_call_makes_the_next_calls_outputs_while_its_kernel_runs(p
     assert on_torch.prepare((t, TorchTensor(0xB000)), (8, 1, 1), (), (lambda: torch_made.append(TorchTensor(0xF000)) or torch_made[-1],)) is True
     on_torch.call((t, TorchTensor(0xB000)))
     assert len(torch_made) == 1  # nothing made ahead for a call that doesn't wait
+
+
+@needs_compiler
+def test_zeroed_outputs_are_filled_on_the_kernels_stream_before_it(private_module):
+    h = Harness(private_module)
+    calls = h.calls(inputs=1, kinds=b"i", bindings=(0, -1, -2), results=(-1, -2))
+    zeroed, zeroed_made = factory(DeviceArray, 0xF000)
+    plain, plain_made = factory(DeviceArray, 0xE000)
+    a = DeviceArray(0xA000)
+    # One zero-filled output of 16 bytes, one left uninitialised.
+    assert calls.prepare((a, 4), (1, 1, 1), (4,), (zeroed, plain), True, None, (16, 0)) is True
+    h.driver.expected = 4
+    first = calls.call((a, 4))
+    assert first == (zeroed_made[0], plain_made[0])
+    assert h.driver.events == [("memset", 0xF000, 0, 16, OWN_STREAM), ("launch", OWN_STREAM)]
+    # On torch's stream for torch tensors: the fill goes there too, ahead of the kernel.
+    torch_out, torch_made = factory(TorchTensor, 0xD000)
+    torch_plain, _ = factory(TorchTensor, 0xC000)
+    t = TorchTensor(0xA000)
+    assert calls.prepare((t, 4), (1, 1, 1), (4,), (torch_out, torch_plain), False, None, (16, 0)) is True
+    calls.call((t, 4))
+    assert h.driver.events[2:] == [("memset", torch_made[0].address, 0, 16, TORCH_STREAM), ("launch", TORCH_STREAM)]
+
+
+@needs_compiler
+def test_a_prepared_shared_memory_size_is_the_launchs(private_module):
+    # A kernel whose shared memory depends on sizes: each signature launches with its own size;
+    # one prepared without a size launches with the Calls' (the declared bound).
+    h = Harness(private_module)
+    calls = h.calls(inputs=2, kinds=b"i")
+    output, made = factory(DeviceArray)
+    a, b = DeviceArray(0xA000), DeviceArray(0xB000)
+    assert calls.prepare((a, b, 3), (1, 1, 1), (3,), (output,), True, 96) is True
+    assert calls.prepare((a, b, 5), (1, 1, 1), (5,), (output,), True) is True
+    h.driver.expected = 4
+    calls.call((a, b, 3))
+    calls.call((a, b, 5))
+    assert [launched[3] for launched in h.driver.launches] == [96, SHARED]
+    assert not any(event[0] == "memset" for event in h.driver.events)
+
+
+@needs_compiler
+def test_prepare_refuses_zeroed_sizes_that_do_not_match_the_outputs(private_module):
+    h = Harness(private_module)
+    calls = h.calls(inputs=2, kinds=b"i")
+    output, _ = factory(DeviceArray)
+    a, b = DeviceArray(0xA000), DeviceArray(0xB000)
+    with pytest.raises(TypeError, match="zeroed must be a tuple of byte counts, one per output"):
+        calls.prepare((a, b, 3), (1, 1, 1), (3,), (output,), True, None, (16, 16))
+    with pytest.raises(OverflowError, match="shared_memory does not fit 32 bits"):
+        calls.prepare((a, b, 3), (1, 1, 1), (3,), (output,), True, 2**32)

@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from . import attention, fuzz, gemm, gemm_f32, gemm_nt, library, multi_spec, nonconst, objects, prebuilt, samples, structs, styles, templates, toolchains, transformer
+from . import attention, fuzz, gemm, gemm_f32, gemm_nt, library, multi_spec, nonconst, objects, prebuilt, samples, structs, styles, templates, toolchains, transformer, zero_shmem
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -33,6 +33,7 @@ GROUPS: dict[str, tuple[str, Callable[[Path], dict[str, Path]]]] = {
     "styles": ("styles", styles.build_all),
     "templates": ("templates", templates.build_all),
     "nonconst": ("nonconst", nonconst.build_all),
+    "zero_shmem": ("zero_shmem", zero_shmem.build_all),
     "fuzz": ("fuzz", fuzz.build_all),
     "structs": ("structs", structs.build_all),
 }
