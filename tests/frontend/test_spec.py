@@ -77,9 +77,7 @@ def test_bad_declarations(kw, message, cu):
     [
         ('extern "C" __global__ void mul(const float* a, int n) {}', "writes no tensor"),
         ('extern "C" __global__ void mul(float* out, long double n) {}', "has type 'long double'; scalars may be bool"),
-        ('extern "C" __global__ void mul(float* out, float2 s, int n) {}', "has type 'float2'"),
         ('extern "C" __global__ void mul(my_t* out, int n) {}', "compiling the source to resolve it as an alias failed"),
-        ('struct P { int x; };\nextern "C" __global__ void mul(float* out, P p, int n) {}', "has type 'P'"),
     ],
 )
 def test_signatures_that_cannot_be_dispatched(source, message, cu):
@@ -92,7 +90,7 @@ def test_binding_and_constant_limits(cu):
     with pytest.raises(SpecError, match="17 pointer parameters, but IREE's CUDA HAL allows at most 16 bindings"):
         declare(cu(f'extern "C" __global__ void mul({ptrs}, int n) {{}}'))
     ints = ", ".join(f"int s{i}" for i in range(64))
-    with pytest.raises(SpecError, match="need 65 32-bit push constants .64-bit values take two., but IREE allows at most 64"):
+    with pytest.raises(SpecError, match=r"need 65 32-bit push constants \(64-bit values take two, a struct its bytes. words\), but IREE allows at most 64"):
         declare(cu(f'extern "C" __global__ void mul(float* out, {ints}, int n) {{}}'))
     longs = ", ".join(f"long long s{i}" for i in range(32))
     with pytest.raises(SpecError, match="need 65 32-bit push constants"):
