@@ -169,6 +169,30 @@ def attention_qkv_bf16(qkv: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.transpose(out.reshape(b, h, s, d), (0, 2, 1, 3))
 
 
+# kernels/flash_attention.toml
+
+
+def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, causal: bool = False,
+                    scale: float | None = None) -> np.ndarray:
+    """softmax(q @ k^T * scale + mask) @ v in float64, as torch's scaled_dot_product_attention:
+    q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (query head h reads kv head h // (Hq // Hkv)), mask
+    broadcast to [B, Hq, Sq, Sk] (additive), causal top-left aligned (query i sees keys j <= i),
+    scale 1 / sqrt(D) by default -> [B, Hq, Sq, D] (the kernels round it to their type). A row
+    whose keys are all -inf is NaN."""
+    group = q.shape[1] // k.shape[1]
+    k64 = np.repeat(k.astype(np.float64), group, axis=1)
+    v64 = np.repeat(v.astype(np.float64), group, axis=1)
+    s = q.astype(np.float64) @ np.swapaxes(k64, -1, -2) * (1.0 / np.sqrt(q.shape[-1]) if scale is None else scale)
+    if mask is not None:
+        s = s + mask.astype(np.float64)
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        p = e / e.sum(axis=-1, keepdims=True)
+    return p @ v64
+
+
 # kernels/gemm_f32.toml: c in float64 from the f32 inputs (the kernels accumulate in f32).
 
 

@@ -1,0 +1,708 @@
+// FlashAttention-style forward pass, the computation of torch's scaled_dot_product_attention:
+//
+//     out[b, h] = softmax(q[b, h] @ k[b, h / G]^T * scale + mask) @ v[b, h / G]      G = Hq / Hkv
+//
+// q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D], out [B, Hq, Sq, D], all contiguous, bf16 or f16
+// (inputs and output of one type). D is 64 or 128. Hkv divides Hq: query head h reads key/value
+// head h / (Hq / Hkv) (grouped-query attention; Hkv = 1 is multi-query, Hkv = Hq plain
+// multi-head), the repeat is never materialised. Any Sq, Sk >= 1; `scale` is the softmax scale
+// (SDPA's default is 1 / sqrt(D)). Three maskings, each its own entry point:
+//   - none;
+//   - causal, top-left aligned as torch SDPA's is_causal: query i sees keys j <= i (for Sq != Sk
+//     too: the last query rows of a short Sk see every key, the keys past Sq are never seen);
+//   - additive: mask [MB, MH, MQ, Sk] of the inputs' type, added to the scaled scores, each of
+//     MB, MH, MQ either the full size (B, Hq, Sq) or 1 (broadcast, as torch broadcasts a
+//     [B, 1, 1, Sk] padding mask). Batch b reads mask batch b % MB, head h mask head h % MH, and
+//     query row i mask row min(i, MQ - 1), so no other size can read out of bounds.
+// Hq % Hkv != 0 is an error the kernel can't report: it writes NaN everywhere instead.
+//
+// Numerics: scores accumulate in f32 on the tensor cores (mma.sync m16n8k16); the softmax is an
+// online softmax in f32 registers (running row max and sum; the output is rescaled when the
+// max grows), its exponentials are exp2 with log2(e) folded into the scale (ex2.approx.ftz:
+// ~2 ulp, and a flushed subnormal weight is < 2^-126 of the row's largest, which weighs 1);
+// the probabilities are rounded to the input type for p @ v (f32 accumulation), as every
+// flash kernel does, and the output is divided by the row sum and rounded once. A row whose
+// keys are all masked with -inf gives NaN, as torch does; a finite mask value, however large
+// and negative (finfo.min), stays finite: with the additive mask the max and the differences
+// are taken in natural-log units before log2(e) is applied, so finfo.min * log2(e) never
+// overflows to -inf, and a row masked entirely with one such value averages v as torch does.
+//
+// Layout of the work: one block of WARPS warps per BQ = 16 * MT * WARPS query rows of one (b, h)
+// (grid x: b * Hq + h, grid y: the query tile, the longest causal rows first). Each warp owns
+// MT * 16 consecutive rows; their q fragments stay in registers for the whole pass. Key tiles of
+// BK = 64 rows of k and v are copied by cp.async into a two-stage shared-memory ring (rows padded
+// to D + 8 elements: ldmatrix without bank conflicts), the next tile's copy overlapping this
+// tile's math. Per tile a warp computes its scores (ldmatrix + mma.sync; each k fragment serves
+// the warp's MT row tiles), masks, updates the running max and sum, and adds p @ v with p taken
+// straight from the score accumulators (their layout is the A operand's). Causal: a block stops
+// at its last row's diagonal tile, a warp skips the tiles wholly above its rows, and only the
+// tiles crossing a warp's diagonal compute the element-wise rule. Rows past Sq are zero-filled
+// and not stored; keys past Sk are zero-filled and masked with -inf.
+//
+// Pointers that are not 16-byte aligned (IREE bindings are only element-aligned) take an
+// element-by-element copy into shared memory instead of cp.async; the math is the same.
+
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace flash_attention {
+
+enum Masking { NONE, CAUSAL, ADDITIVE };
+
+constexpr int BK = 64;  // keys per tile
+constexpr float LOG2E = 1.4426950408889634f;
+
+// The element type's conversions and tensor-core instruction.
+template <typename T>
+struct Elem;
+
+template <>
+struct Elem<__nv_bfloat16> {
+  static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
+    return *reinterpret_cast<unsigned*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(unsigned u) { return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&u)); }
+  static __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+  static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16(x); }
+  // c += a (16 x 16, row) @ b (16 x 8, col), f32 accumulators.
+  static __device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+template <>
+struct Elem<__half> {
+  static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<unsigned*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(unsigned u) { return __half22float2(*reinterpret_cast<__half2*>(&u)); }
+  static __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+  static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+  static __device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ __forceinline__ unsigned smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem(p)));
+}
+
+// 16 bytes global -> shared, asynchronously; with `valid` false the 16 bytes are zeros and
+// nothing is read.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// tile[r][c] = src[(r0 + r) * D + c] for r0 + r < limit, zeros past it: ROWS rows of D elements,
+// row pitch D + 8.
+template <typename T, int ROWS, int D, int THREADS>
+__device__ __forceinline__ void load_rows(T* tile, const T* src, int r0, int limit, bool async) {
+  constexpr int CHUNKS_PER_ROW = D / 8, CHUNKS = ROWS * CHUNKS_PER_ROW, PITCH = D + 8;
+  static_assert(CHUNKS % THREADS == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int j = 0; j < CHUNKS / THREADS; ++j) {
+    const int i = threadIdx.x + j * THREADS;
+    const int r = i / CHUNKS_PER_ROW, c = (i % CHUNKS_PER_ROW) * 8;
+    const bool in = r0 + r < limit;
+    T* dst = tile + r * PITCH + c;
+    const T* s = src + static_cast<long>(r0 + r) * D + c;
+    if (async) {
+      cp_async16(dst, in ? s : src, in);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dst[e] = in ? s[e] : Elem<T>::from_float(0.0f);
+    }
+  }
+}
+
+// The steps both bodies share, on one 16-row tile of a warp: rows row_base + g and row_base + g
+// + 8 of accumulator n, keys k0 + 8n + 2c and + 1 (mma.sync's m16n8 layout, and each warp's
+// part of wgmma's m64 layout).
+
+// Where the additive mask is read: this (b, h)'s [MQ, Sk] slice, and whether pairs of keys can
+// be read as one 4-byte load.
+template <typename T>
+struct MaskView {
+  const T* slice;
+  int MQ;
+  bool pairs;
+};
+
+// Scale and mask the scores of 64 keys from k0: the additive mask, the causal rule (only where
+// the tile crosses the diagonal of these rows), and -inf for keys past Sk.
+template <typename T, Masking MASKING>
+__device__ __forceinline__ void scale_and_mask(float (&s)[BK / 8][4], int row_base, int k0, int Sk, float score_scale, MaskView<T> mask) {
+  using E = Elem<T>;
+  const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+  const bool key_tail = k0 + BK > Sk;
+  const bool diagonal = MASKING == CAUSAL && k0 + BK - 1 > row_base;  // some key of the tile is after some row
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row_base + g + 8 * half;
+    const T* mrow = nullptr;
+    if (MASKING == ADDITIVE) mrow = mask.slice + static_cast<long>(min(row, mask.MQ - 1)) * Sk;
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n) {
+      const int key = k0 + 8 * n + 2 * c;
+      float x0 = s[n][2 * half] * score_scale, x1 = s[n][2 * half + 1] * score_scale;
+      if (MASKING == ADDITIVE) {
+        float a0 = -INFINITY, a1 = -INFINITY;  // keys past Sk
+        if (mask.pairs) {
+          if (key < Sk) {
+            const float2 pair = E::unpack(__ldg(reinterpret_cast<const unsigned*>(mrow + key)));
+            a0 = pair.x, a1 = pair.y;
+          }
+        } else {
+          if (key < Sk) a0 = E::to_float(mrow[key]);
+          if (key + 1 < Sk) a1 = E::to_float(mrow[key + 1]);
+        }
+        x0 += a0, x1 += a1;
+      } else {
+        if ((key_tail && key >= Sk) || (diagonal && key > row)) x0 = -INFINITY;
+        if ((key_tail && key + 1 >= Sk) || (diagonal && key + 1 > row)) x1 = -INFINITY;
+      }
+      s[n][2 * half] = x0, s[n][2 * half + 1] = x1;
+    }
+  }
+}
+
+// Online softmax: the new row max, weights in place of the scores, the running sum and the
+// outputs rescaled. m is in log2 units without a mask, in natural units with one.
+template <Masking MASKING, int D>
+__device__ __forceinline__ void online_softmax(float (&s)[BK / 8][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 threads of a row
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[half], mx);
+    const float base = m_new == -INFINITY ? 0.0f : m_new;  // all -inf so far: weights 0, not NaN
+    // With the mask, differences first, then log2(e): finfo.min * log2(e) would overflow.
+    const float unit = MASKING == ADDITIVE ? LOG2E : 1.0f;
+    const float alpha = ex2((m[half] - base) * unit);
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n) {
+      float& p0 = s[n][2 * half];
+      float& p1 = s[n][2 * half + 1];
+      p0 = ex2((p0 - base) * unit), p1 = ex2((p1 - base) * unit);
+      sum += p0 + p1;
+    }
+    m[half] = m_new;
+    l[half] = l[half] * alpha + sum;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[i][2 * half] *= alpha, o[i][2 * half + 1] *= alpha;
+  }
+}
+
+// The weights of keys 16kc .. 16kc + 15 as an A fragment: accumulators 2kc and 2kc + 1.
+template <typename T>
+__device__ __forceinline__ void weights_fragment(unsigned (&pa)[4], const float (&s)[BK / 8][4], int kc) {
+  pa[0] = Elem<T>::pack(s[2 * kc][0], s[2 * kc][1]);
+  pa[1] = Elem<T>::pack(s[2 * kc][2], s[2 * kc][3]);
+  pa[2] = Elem<T>::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+  pa[3] = Elem<T>::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+}
+
+// Divide by the row sums and store rows < Sq: one rounding. A row of only -inf keys has l = 0:
+// 0 * (1 / 0) is NaN, as torch.
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(T* oh, const float (&o)[D / 8][4], const float (&l)[2], int row_base, int Sq, bool pairs_out) {
+  const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float sum = l[half];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = 1.0f / sum;
+    const int row = row_base + g + 8 * half;
+    if (row >= Sq) continue;
+    T* dst = oh + static_cast<long>(row) * D + 2 * c;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      const float y0 = o[i][2 * half] * inv, y1 = o[i][2 * half + 1] * inv;
+      if (pairs_out) {
+        *reinterpret_cast<unsigned*>(dst + 8 * i) = Elem<T>::pack(y0, y1);
+      } else {
+        dst[8 * i] = Elem<T>::from_float(y0);
+        dst[8 * i + 1] = Elem<T>::from_float(y1);
+      }
+    }
+  }
+}
+
+// What a block works on: head h of batch entry b, query rows q0 .. q0 + BQ - 1, and the keys it
+// needs (all, or with the causal rule up to its last row's diagonal).
+template <typename T>
+struct BlockWork {
+  const T* qh;
+  const T* kh;
+  const T* vh;
+  T* oh;
+  MaskView<T> mask;
+  int q0, k_tiles;
+  bool valid;  // Hq % Hkv == 0
+};
+
+template <typename T, Masking MASKING, int BQ, int D>
+__device__ __forceinline__ BlockWork<T> block_work(const T* q, const T* k, const T* v, const T* mask, T* out, int Hq, int Hkv, int Sq,
+                                                   int Sk, int MB, int MH, int MQ) {
+  BlockWork<T> w;
+  const int bh = blockIdx.x, b = bh / Hq, h = bh % Hq;
+  const int q_tiles = (Sq + BQ - 1) / BQ;
+  w.q0 = (q_tiles - 1 - static_cast<int>(blockIdx.y)) * BQ;  // the longest causal rows first
+  w.oh = out + (static_cast<long>(b) * Hq + h) * Sq * D;
+  w.valid = Hkv > 0 && Hq % Hkv == 0;
+  const int kvh = w.valid ? h / (Hq / Hkv) : 0;
+  w.qh = q + (static_cast<long>(b) * Hq + h) * Sq * D;
+  w.kh = k + (static_cast<long>(b) * Hkv + kvh) * Sk * D;
+  w.vh = v + (static_cast<long>(b) * Hkv + kvh) * Sk * D;
+  const int key_end = MASKING == CAUSAL ? min(Sk, min(Sq, w.q0 + BQ)) : Sk;
+  w.k_tiles = (key_end + BK - 1) / BK;
+  w.mask = {nullptr, 1, false};
+  if (MASKING == ADDITIVE) {
+    w.mask.slice = mask + (static_cast<long>(b % MB) * MH + h % MH) * MQ * Sk;
+    w.mask.MQ = MQ;
+    w.mask.pairs = (reinterpret_cast<uintptr_t>(w.mask.slice) & 3) == 0 && (Sk & 1) == 0;
+  }
+  return w;
+}
+
+// Hq % Hkv != 0: no key/value head to read; NaN rather than an out-of-bounds read.
+template <typename T, int BQ, int D>
+__device__ __forceinline__ void fill_nan(const BlockWork<T>& w, int Sq) {
+  for (int i = threadIdx.x; i < BQ * D; i += blockDim.x)
+    if (w.q0 + i / D < Sq) w.oh[static_cast<long>(w.q0) * D + i] = Elem<T>::from_float(__int_as_float(0x7fc00000));
+}
+
+// The mma.sync body (sm_80 and newer): each warp owns MT x 16 consecutive rows, its q fragments
+// in registers; k and v tiles in padded rows, read by ldmatrix.
+template <typename T, int D, Masking MASKING, int WARPS, int MT>
+__device__ __forceinline__ void flash_attention_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                                    const T* __restrict__ mask, T* __restrict__ out, int Hq, int Hkv, int Sq, int Sk, int MB,
+                                                    int MH, int MQ, float scale) {
+  constexpr int BQ = 16 * MT * WARPS, THREADS = 32 * WARPS, PITCH = D + 8;
+  constexpr int STAGE = 2 * BK * PITCH;  // elements of one stage: the k tile, then the v tile
+  static_assert(BQ * PITCH <= STAGE, "the q tile is staged in the second stage's space");
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  T* shared = reinterpret_cast<T*>(shared_bytes);
+  using E = Elem<T>;
+
+  const BlockWork<T> w = block_work<T, MASKING, BQ, D>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ);
+  if (!w.valid) return fill_nan<T, BQ, D>(w, Sq);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool async = aligned16(q) && aligned16(k) && aligned16(v);
+
+  // The q tile goes through the second stage's space (free until tile 1 is copied), with tile 0.
+  load_rows<T, BQ, D, THREADS>(shared + STAGE, w.qh, w.q0, Sq, async);
+  load_rows<T, BK, D, THREADS>(shared, w.kh, 0, Sk, async);
+  load_rows<T, BK, D, THREADS>(shared + BK * PITCH, w.vh, 0, Sk, async);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+
+  // This warp's rows as A fragments: row tile mt, d chunk kc.
+  unsigned qa[MT][D / 16][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+      ldsm_x4(qa[mt][kc], shared + STAGE + ((warp * MT + mt) * 16 + (lane & 15)) * PITCH + kc * 16 + (lane >> 4) * 8);
+
+  float o[MT][D / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+  float m[MT][2], l[MT][2];  // running max and this thread's part of the running sum, rows g and g + 8
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+
+  const int warp_row0 = w.q0 + warp * MT * 16;  // this warp's first row
+  const float score_scale = MASKING == ADDITIVE ? scale : scale * LOG2E;
+
+  for (int t = 0; t < w.k_tiles; ++t) {
+    cp_async_wait_all();
+    __syncthreads();  // tile t is in place for all; every warp is done with the stage tile t + 1 takes
+    if (t + 1 < w.k_tiles) {
+      T* next = shared + ((t + 1) & 1) * STAGE;
+      load_rows<T, BK, D, THREADS>(next, w.kh, (t + 1) * BK, Sk, async);
+      load_rows<T, BK, D, THREADS>(next + BK * PITCH, w.vh, (t + 1) * BK, Sk, async);
+      cp_async_commit();
+    }
+    const int k0 = t * BK;
+    if (MASKING == CAUSAL && k0 > warp_row0 + MT * 16 - 1) continue;  // every key of the tile is after this warp's rows
+    const T* sK = shared + (t & 1) * STAGE;
+    const T* sV = sK + BK * PITCH;
+
+    // Scores: MT x 16 rows x 64 keys, accumulators s[mt][n] of keys 8n .. 8n + 7.
+    float s[MT][BK / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < BK / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+#pragma unroll
+      for (int np = 0; np < BK / 16; ++np) {
+        // B fragments of keys 16np .. + 15 (two n8 tiles), d 16kc .. + 15, from the [key][d] tile:
+        // lanes 8-15 and 24-31 address d + 8, lanes 16-31 keys + 8.
+        unsigned kb[4];
+        ldsm_x4(kb, sK + (np * 16 + (lane & 7) + (lane >> 4) * 8) * PITCH + kc * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          E::mma(s[mt][2 * np], qa[mt][kc], kb[0], kb[1]);
+          E::mma(s[mt][2 * np + 1], qa[mt][kc], kb[2], kb[3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      scale_and_mask<T, MASKING>(s[mt], warp_row0 + mt * 16, k0, Sk, score_scale, w.mask);
+      online_softmax<MASKING, D>(s[mt], m[mt], l[mt], o[mt]);
+    }
+
+    // out += p @ v, p straight from the score accumulators.
+#pragma unroll
+    for (int kc = 0; kc < BK / 16; ++kc) {
+      unsigned pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) weights_fragment<T>(pa[mt], s[mt], kc);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        unsigned vb[4];
+        ldsm_x4_trans(vb, sV + (kc * 16 + (lane & 15)) * PITCH + dp * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          E::mma(o[mt][2 * dp], pa[mt], vb[0], vb[1]);
+          E::mma(o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
+        }
+      }
+    }
+  }
+
+  const bool pairs_out = (reinterpret_cast<uintptr_t>(out) & 3) == 0;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) store_rows<T, D>(w.oh, o[mt], l[mt], warp_row0 + mt * 16, Sq, pairs_out);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The wgmma body (sm_90a): warpgroups of 4 warps, each owning 64 consecutive rows; q, k and v
+// tiles in wgmma's 128-byte swizzled layout, read by the tensor cores from shared memory. Per
+// key tile a warpgroup computes its 64 x 64 scores with D / 16 wgmma.m64n64k16 (q and k both
+// K-major), masks and softmaxes them in registers (each warp's part of the m64 accumulators has
+// the m16n8 layout of the mma.sync body, so the same steps apply), and adds p @ v with
+// wgmma.m64nDk16 taking p from registers and v from shared memory (N-major: v as it lies).
+
+// d[8][4] += A(desc) @ B(desc), m64n64k16, A and B K-major (B: keys x d, d contiguous); TY bf16 or f16.
+#define FA_DEFINE_WGMMA_QK(NAME, TY) \
+  __device__ __forceinline__ void NAME(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
+                 : "l"(desc_a), "l"(desc_b), "r"(1)); \
+  }
+
+// d[8][4] += A(registers) @ B(desc), m64n64k16, B N-major (keys x d, d contiguous: transposed).
+#define FA_DEFINE_WGMMA_PV64(NAME, TY) \
+  __device__ __forceinline__ void NAME(float (&d)[8][4], const unsigned (&a)[4], uint64_t desc_b) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)); \
+  }
+
+// d[16][4] += A(registers) @ B(desc), m64n128k16, B N-major (keys x d, d contiguous: transposed).
+#define FA_DEFINE_WGMMA_PV128(NAME, TY) \
+  __device__ __forceinline__ void NAME(float (&d)[16][4], const unsigned (&a)[4], uint64_t desc_b) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
+                   "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
+                   "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
+                   "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
+                   "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)); \
+  }
+
+
+FA_DEFINE_WGMMA_QK(wgmma_qk_bf16, "bf16")
+FA_DEFINE_WGMMA_QK(wgmma_qk_f16, "f16")
+FA_DEFINE_WGMMA_PV64(wgmma_pv64_bf16, "bf16")
+FA_DEFINE_WGMMA_PV64(wgmma_pv64_f16, "f16")
+FA_DEFINE_WGMMA_PV128(wgmma_pv128_bf16, "bf16")
+FA_DEFINE_WGMMA_PV128(wgmma_pv128_f16, "f16")
+
+template <typename T>
+__device__ __forceinline__ void wgmma_qk(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (__is_same(T, __nv_bfloat16)) wgmma_qk_bf16(d, desc_a, desc_b);
+  else wgmma_qk_f16(d, desc_a, desc_b);
+}
+template <typename T>
+__device__ __forceinline__ void wgmma_pv(float (&d)[8][4], const unsigned (&a)[4], uint64_t desc_b) {
+  if constexpr (__is_same(T, __nv_bfloat16)) wgmma_pv64_bf16(d, a, desc_b);
+  else wgmma_pv64_f16(d, a, desc_b);
+}
+template <typename T>
+__device__ __forceinline__ void wgmma_pv(float (&d)[16][4], const unsigned (&a)[4], uint64_t desc_b) {
+  if constexpr (__is_same(T, __nv_bfloat16)) wgmma_pv128_bf16(d, a, desc_b);
+  else wgmma_pv128_f16(d, a, desc_b);
+}
+
+// Pins accumulators in registers across the asynchronous wgmma (as CUTLASS's
+// warpgroup_fence_operand): without it ptxas may move them and serialize the wgmmas.
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&d)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(d[i][j])::"memory");
+}
+
+// wgmma shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte
+// offsets in 16-byte units, swizzle mode 1 (128-byte) in bits 62-63 (PTX ISA, "Matrix
+// Descriptor Format").
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t leading, uint32_t stride) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((leading & 0x3FFFF) >> 4) << 16) | (uint64_t((stride & 0x3FFFF) >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+// desc advanced by `bytes` (its start address field, in 16-byte units, is the low bits). Volatile,
+// so that each use computes it: hoisted out of the key loop, the 16 q and k descriptors of D = 128
+// would hold 32 registers for the whole loop.
+__device__ __forceinline__ uint64_t desc_at(uint64_t desc, uint32_t bytes) {
+  uint64_t r;
+  asm volatile("add.s64 %0, %1, %2;\n" : "=l"(r) : "l"(desc), "l"(uint64_t(bytes >> 4)));
+  return r;
+}
+
+// A tile of ROWS rows of D elements, swizzled: 64-column blocks of ROWS x 128 bytes one after the
+// other; in a block, row r at r * 128 bytes with its 16-byte chunk c at chunk c ^ (r % 8) (8-row
+// atoms of 1024 bytes, 1024-aligned). It is both the K-major layout of q and k (d the reduction
+// dim: 8-row atoms 1024 apart, the descriptor's stride) and the N-major layout of v (keys the
+// reduction dim: 8 keys per atom, 1024 apart; the next 64 columns ROWS * 128 bytes on, the
+// descriptor's leading offset).
+template <typename T, int ROWS, int D, int THREADS>
+__device__ __forceinline__ void load_swizzled(unsigned char* tile, const T* src, int r0, int limit, bool async) {
+  constexpr int CHUNKS_PER_ROW = D / 8, CHUNKS = ROWS * CHUNKS_PER_ROW;
+  static_assert(CHUNKS % THREADS == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int j = 0; j < CHUNKS / THREADS; ++j) {
+    const int i = threadIdx.x + j * THREADS;
+    const int r = i / CHUNKS_PER_ROW, c = i % CHUNKS_PER_ROW;
+    const bool in = r0 + r < limit;
+    T* dst = reinterpret_cast<T*>(tile + (c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+    const T* s = src + static_cast<long>(r0 + r) * D + c * 8;
+    if (async) {
+      cp_async16(dst, in ? s : src, in);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dst[e] = in ? s[e] : Elem<T>::from_float(0.0f);
+    }
+  }
+}
+
+// cp.async and plain stores write through the generic proxy, wgmma reads through the async one.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+template <typename T, int D, Masking MASKING, int WG>
+__device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                                         const T* __restrict__ mask, T* __restrict__ out, int Hq, int Hkv, int Sq, int Sk,
+                                                         int MB, int MH, int MQ, float scale) {
+  constexpr int BQ = 64 * WG, THREADS = 128 * WG;
+  constexpr uint32_t Q_BYTES = BQ * D * 2, TILE_BYTES = BK * D * 2, STAGE_BYTES = 2 * TILE_BYTES;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  // The dynamic shared memory base is only 16-byte aligned; swizzle atoms need 1024.
+  const uint32_t base = (smem(shared_bytes) + 1023) & ~1023u;
+  unsigned char* base_ptr = shared_bytes + (base - smem(shared_bytes));
+
+  const BlockWork<T> w = block_work<T, MASKING, BQ, D>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ);
+  if (!w.valid) return fill_nan<T, BQ, D>(w, Sq);
+  const int warpgroup = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+  const bool async = aligned16(q) && aligned16(k) && aligned16(v);
+
+  load_swizzled<T, BQ, D, THREADS>(base_ptr, w.qh, w.q0, Sq, async);
+  load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES, w.kh, 0, Sk, async);
+  load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES + TILE_BYTES, w.vh, 0, Sk, async);
+  cp_async_commit();
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 of this warp's 16
+
+  const int group_row0 = w.q0 + warpgroup * 64, row_base = group_row0 + warp * 16;
+  const float score_scale = MASKING == ADDITIVE ? scale : scale * LOG2E;
+  const uint32_t q_base = base + warpgroup * 64 * 128;  // this warpgroup's rows in each 64-column block
+
+  for (int t = 0; t < w.k_tiles; ++t) {
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();  // tile t is in place for all; every warpgroup is done with the stage tile t + 1 takes
+    if (t + 1 < w.k_tiles) {
+      unsigned char* next = base_ptr + Q_BYTES + ((t + 1) & 1) * STAGE_BYTES;
+      load_swizzled<T, BK, D, THREADS>(next, w.kh, (t + 1) * BK, Sk, async);
+      load_swizzled<T, BK, D, THREADS>(next + TILE_BYTES, w.vh, (t + 1) * BK, Sk, async);
+      cp_async_commit();
+    }
+    const int k0 = t * BK;
+    if (MASKING == CAUSAL && k0 > group_row0 + 63) continue;  // every key of the tile is after this warpgroup's rows
+    const uint32_t k_base = base + Q_BYTES + (t & 1) * STAGE_BYTES, v_base = k_base + TILE_BYTES;
+
+    float s[BK / 8][4];
+#pragma unroll
+    for (int i = 0; i < BK / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+    fence_operands(s);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    const uint64_t q_desc = make_desc(q_base, 16, 1024), k_desc = make_desc(k_base, 16, 1024);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {  // 16 of d: 32 bytes along the swizzled rows of its 64-column block
+      const uint32_t block = (ks >> 2), step = (ks & 3) * 32;
+      wgmma_qk<T>(s, desc_at(q_desc, block * BQ * 128 + step), desc_at(k_desc, block * BK * 128 + step));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    fence_operands(s);
+
+    scale_and_mask<T, MASKING>(s, row_base, k0, Sk, score_scale, w.mask);
+    online_softmax<MASKING, D>(s, m, l, o);
+
+    unsigned pa[BK / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < BK / 16; ++kc) weights_fragment<T>(pa[kc], s, kc);
+    fence_operands(o);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    const uint64_t v_desc = make_desc(v_base, BK * 128, 1024);
+#pragma unroll
+    for (int kc = 0; kc < BK / 16; ++kc) wgmma_pv<T>(o, pa[kc], desc_at(v_desc, kc * 2 * 1024));  // 16 keys: two atoms
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    fence_operands(o);
+  }
+  store_rows<T, D>(w.oh, o, l, row_base, Sq, (reinterpret_cast<uintptr_t>(out) & 3) == 0);
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// The launch configuration of each variant, the same for both bodies: 32 * WARPS threads per
+// block and BQ = 16 * MT * WARPS query rows (grid y: ceildiv(Sq, BQ)); on sm_90a WARPS / 4
+// warpgroups of 64 rows each (MT is the mma.sync body's only). Dynamic shared memory: the
+// mma.sync body's 2 stages x (k, v) x 64 rows x (D + 8) x 2 bytes; the wgmma body's q tile
+// (BQ x D x 2 bytes) + 2 stages x (k, v) x 64 x D x 2 bytes + 1024 for alignment.
+template <int D, Masking MASKING>
+struct Launch {
+  static constexpr int WARPS = 8, MT = 1, BQ = 16 * MT * WARPS;
+};
+
+// One entry point's body: the wgmma one where compiled for sm_90a, the mma.sync one elsewhere.
+template <typename T, int D, Masking MASKING>
+__device__ __forceinline__ void forward(const T* q, const T* k, const T* v, const T* mask, T* out, int Hq, int Hkv, int Sq, int Sk, int MB,
+                                        int MH, int MQ, float scale) {
+  using L = Launch<D, MASKING>;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(L::BQ == 64 * (L::WARPS / 4), "both bodies take the same rows per block");
+  flash_attention_fwd_sm90<T, D, MASKING, L::WARPS / 4>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+#else
+  flash_attention_fwd<T, D, MASKING, L::WARPS, L::MT>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+#endif
+}
+
+}  // namespace flash_attention
+
+// The entry points: flash_attn_<type>_d<D>[_causal | _mask]. Without a mask: (q, k, v, out, B,
+// Hq, Hkv, Sq, Sk, scale); with one: (q, k, v, mask, out, B, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale).
+// B is the grid's business (grid x: B * Hq); the kernel reads batch b = blockIdx.x / Hq.
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+using flash_attention::ADDITIVE;
+using flash_attention::CAUSAL;
+using flash_attention::forward;
+using flash_attention::NONE;
+
+#define FA_THREADS(D, MASKING) (32 * flash_attention::Launch<D, MASKING>::WARPS)
+// Blocks per SM the registers are budgeted for. sm_90a: 2 (at most 128 registers a thread; the
+// wgmma body's d128 variants spill ~28 bytes but run 1.2x faster than with 1 block of ~160
+// registers: 349 vs 292 TFLOP/s at B1 H32 S4096 causal, H100). The mma.sync body: 1 (its
+// registers hold q's fragments; capped it spills).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA_MIN_BLOCKS 2
+#else
+#define FA_MIN_BLOCKS 1
+#endif
+
+extern "C" __global__ void __launch_bounds__(FA_THREADS(64, NONE), FA_MIN_BLOCKS) flash_attn_bf16_d64(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<bf16, 64, NONE>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS(64, CAUSAL), FA_MIN_BLOCKS) flash_attn_bf16_d64_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<bf16, 64, CAUSAL>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS(64, ADDITIVE), FA_MIN_BLOCKS) flash_attn_bf16_d64_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+  forward<bf16, 64, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS(128, NONE), FA_MIN_BLOCKS) flash_attn_bf16_d128(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<bf16, 128, NONE>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS(128, CAUSAL), FA_MIN_BLOCKS) flash_attn_bf16_d128_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<bf16, 128, CAUSAL>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS(128, ADDITIVE), FA_MIN_BLOCKS) flash_attn_bf16_d128_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+  forward<bf16, 128, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS(64, NONE), FA_MIN_BLOCKS) flash_attn_f16_d64(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<f16, 64, NONE>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS(64, CAUSAL), FA_MIN_BLOCKS) flash_attn_f16_d64_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<f16, 64, CAUSAL>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS(64, ADDITIVE), FA_MIN_BLOCKS) flash_attn_f16_d64_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+  forward<f16, 64, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS(128, NONE), FA_MIN_BLOCKS) flash_attn_f16_d128(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<f16, 128, NONE>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS(128, CAUSAL), FA_MIN_BLOCKS) flash_attn_f16_d128_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<f16, 128, CAUSAL>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS(128, ADDITIVE), FA_MIN_BLOCKS) flash_attn_f16_d128_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+  forward<f16, 128, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+}
