@@ -31,20 +31,20 @@ module {
     %false_10 = torch.constant.bool false
     %none_11 = torch.constant.none
     %5 = torch.aten.to.dtype %4, %int6, %false_9, %false_10, %none_11 : !torch.vtensor<[1,16,1],si64>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[1,16,1],f32>
-    %6 = torch.vtensor.literal(dense_resource<torch_tensor_32_torch.bfloat16> : tensor<32xbf16>) : !torch.vtensor<[32],bf16>
+    %6 = torch.vtensor.literal(dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>) : !torch.vtensor<[32],f32>
     %none_12 = torch.constant.none
     %none_13 = torch.constant.none
-    %int15 = torch.constant.int 15
-    %cpu_14 = torch.constant.device "cpu"
-    %int0_15 = torch.constant.int 0
-    torch.aten._assert_tensor_metadata %6, %none_12, %none_13, %int15, %cpu_14, %int0_15 : !torch.vtensor<[32],bf16>, !torch.none, !torch.none, !torch.int, !torch.Device, !torch.int
-    %7 = torch.vtensor.literal(dense_resource<torch_tensor_32_torch.bfloat16> : tensor<32xbf16>) : !torch.vtensor<[32],bf16>
-    %cpu_16 = torch.constant.device "cpu"
-    %int6_17 = torch.constant.int 6
-    %false_18 = torch.constant.bool false
+    %int6_14 = torch.constant.int 6
+    %cpu_15 = torch.constant.device "cpu"
+    %int0_16 = torch.constant.int 0
+    torch.aten._assert_tensor_metadata %6, %none_12, %none_13, %int6_14, %cpu_15, %int0_16 : !torch.vtensor<[32],f32>, !torch.none, !torch.none, !torch.int, !torch.Device, !torch.int
+    %7 = torch.vtensor.literal(dense_resource<torch_tensor_32_torch.float32> : tensor<32xf32>) : !torch.vtensor<[32],f32>
+    %cpu_17 = torch.constant.device "cpu"
+    %int6_18 = torch.constant.int 6
     %false_19 = torch.constant.bool false
-    %none_20 = torch.constant.none
-    %8 = torch.aten.to.device %7, %cpu_16, %int6_17, %false_18, %false_19, %none_20 : !torch.vtensor<[32],bf16>, !torch.Device, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[32],f32>
+    %false_20 = torch.constant.bool false
+    %none_21 = torch.constant.none
+    %8 = torch.aten.to.device %7, %cpu_17, %int6_18, %false_19, %false_20, %none_21 : !torch.vtensor<[32],f32>, !torch.Device, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[32],f32>
     %9 = torch.aten.mul.Tensor %5, %8 : !torch.vtensor<[1,16,1],f32>, !torch.vtensor<[32],f32> -> !torch.vtensor<[1,16,32],f32>
     %10 = torch.prim.ListConstruct %9, %9 : (!torch.vtensor<[1,16,32],f32>, !torch.vtensor<[1,16,32],f32>) -> !torch.list<vtensor>
     %int-1 = torch.constant.int -1
@@ -53,19 +53,19 @@ module {
     %float1.000000e00 = torch.constant.float 1.000000e+00
     %13 = torch.aten.mul.Scalar %12, %float1.000000e00 : !torch.vtensor<[1,16,64],f32>, !torch.float -> !torch.vtensor<[1,16,64],f32>
     %14 = torch.aten.sin %11 : !torch.vtensor<[1,16,64],f32> -> !torch.vtensor<[1,16,64],f32>
-    %float1.000000e00_21 = torch.constant.float 1.000000e+00
-    %15 = torch.aten.mul.Scalar %14, %float1.000000e00_21 : !torch.vtensor<[1,16,64],f32>, !torch.float -> !torch.vtensor<[1,16,64],f32>
-    %none_22 = torch.constant.none
+    %float1.000000e00_22 = torch.constant.float 1.000000e+00
+    %15 = torch.aten.mul.Scalar %14, %float1.000000e00_22 : !torch.vtensor<[1,16,64],f32>, !torch.float -> !torch.vtensor<[1,16,64],f32>
     %none_23 = torch.constant.none
-    %int6_24 = torch.constant.int 6
-    %cpu_25 = torch.constant.device "cpu"
-    %int0_26 = torch.constant.int 0
-    torch.aten._assert_tensor_metadata %13, %none_22, %none_23, %int6_24, %cpu_25, %int0_26 : !torch.vtensor<[1,16,64],f32>, !torch.none, !torch.none, !torch.int, !torch.Device, !torch.int
-    %int15_27 = torch.constant.int 15
+    %none_24 = torch.constant.none
+    %int6_25 = torch.constant.int 6
+    %cpu_26 = torch.constant.device "cpu"
+    %int0_27 = torch.constant.int 0
+    torch.aten._assert_tensor_metadata %13, %none_23, %none_24, %int6_25, %cpu_26, %int0_27 : !torch.vtensor<[1,16,64],f32>, !torch.none, !torch.none, !torch.int, !torch.Device, !torch.int
+    %int15 = torch.constant.int 15
     %false_28 = torch.constant.bool false
     %false_29 = torch.constant.bool false
     %none_30 = torch.constant.none
-    %16 = torch.aten.to.dtype %13, %int15_27, %false_28, %false_29, %none_30 : !torch.vtensor<[1,16,64],f32>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[1,16,64],bf16>
+    %16 = torch.aten.to.dtype %13, %int15, %false_28, %false_29, %none_30 : !torch.vtensor<[1,16,64],f32>, !torch.int, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[1,16,64],bf16>
     %none_31 = torch.constant.none
     %none_32 = torch.constant.none
     %int6_33 = torch.constant.int 6
@@ -330,7 +330,7 @@ module {
 {-#
   dialect_resources: {
     builtin: {
-      torch_tensor_32_torch.bfloat16: "0x02000000803F403F103FD83EA23E733E363E093ECD3D9A3D663D2D3D023DC23C923C5A3C243CF63BB83B8A3B4F3B1B3BE93AAF3A833A453A133ADD39A63979393A390C39"
+      torch_tensor_32_torch.float32: "0x040000000000803F0000403F0000103F0000D83E0000A23E0000733E0000363E0000093E0000CD3D00009A3D0000663D00002D3D0000023D0000C23C0000923C00005A3C0000243C0000F63B0000B83B00008A3B00004F3B00001B3B0000E93A0000AF3A0000833A0000453A0000133A0000DD390000A6390000793900003A3900000C39"
     }
   }
 #-}

@@ -110,8 +110,11 @@ def _export_transformers(out: Path) -> None:
                                          bos_token_id=0, eos_token_id=0, pad_token_id=0)).eval().to(dtype)
     # The rotary embedding's buffers are not persistent: IREE's importer finds no state for them
     # ("Could not find state mapping for buffer"); persistent, they are constants of the program.
+    # (In f32, as transformers keeps them: IREE's CPU backend miscompiles the bf16 ones.)
     for module in llama.modules():
         module._non_persistent_buffers_set.clear()
+        for name, buffer in module.named_buffers(recurse=False):
+            setattr(module, name, buffer.float())
     path = export_mlir(llama, (ids,), out / "llama_sdpa_bf16.torch.mlir", kwargs={"attention_mask": mask}, params_as_inputs=True, output=lambda o: o.logits)
     path.write_text(f"// LlamaForCausalLM ({versions}) with 1 layer, bf16, hidden 256, 4 query heads and 2 key/value heads of 64, vocabulary 64,\n"
                     "// SDPA attention, an explicit [1, 1, 16, 16] additive causal mask, parameters as inputs, 1 x 16 tokens.\n"
