@@ -152,9 +152,9 @@ def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str,
     if eps is not None and (not kind.epsilon or not isinstance(eps, (int, float)) or isinstance(eps, bool)):
         with_eps = " or ".join(f'"{k.name}"' for k in registry if k.epsilon)
         raise SpecError(f"{label}: replaces.eps is a number, for op = {with_eps} kernels whose epsilon is built in")
-    wanted = 0 if eps is not None else int(kind.epsilon)
+    wanted = 0 if eps is not None else int(kind.epsilon or kind.takes_scale)
     if len(floats) != wanted:
-        what = "its epsilon as one float argument" if wanted else "no float argument"
+        what = ("its epsilon" if kind.epsilon else "the softmax scale") + " as one float argument" if wanted else "no float argument"
         raise SpecError(f"{label}: replaces {op!r} passes {what}; the kernel takes {[s.name for s in floats] or 'none'}")
     symbols = {d.name for t in kernel.inputs for d in t.shape if isinstance(d, ex.Sym)}
     constraints = {}

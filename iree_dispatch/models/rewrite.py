@@ -75,10 +75,8 @@ def apply(decision: Decision, replaced: dict) -> None:
                 t = ir.Type.parse(tensor_type(decision.widen[index], list(info[0])))
                 v = ir.Operation.create("arith.extf", results=[t], operands=[v]).results[0]
             args.append(_cast(v, ir.Type.parse(type_text)))
-        for s in kernel.scalar_args:  # capability.py allows only a norm's epsilon here
-            t = ir.Type.parse(s.stype.func_arg)
-            const = ir.Operation.create("arith.constant", results=[t], attributes={"value": ir.FloatAttr.get(t, form.eps)})
-            args.append(const.results[0])
+        for s in kernel.scalar_args:  # capability.py allows only a norm's epsilon or an attention's scale here
+            args.append(_scalar_argument(form, ir.Type.parse(s.stype.func_arg)))
         call = ir.Operation.create(
             "func.call", results=[ir.Type.parse(outs[0])], operands=args, attributes={"callee": ir.FlatSymbolRefAttr.get(cap.label)}
         )
@@ -97,6 +95,19 @@ def apply(decision: Decision, replaced: dict) -> None:
         result = _reshape(result, model_shape, dims)
     form.result.replace_all_uses_with(result)
     replaced[form.result] = result
+
+
+def _scalar_argument(form, t):
+    """The form's epsilon or scale as the kernel's float argument of type `t`: a constant, or
+    the model's own scalar value converted to `t` (arith.extf / arith.truncf)."""
+    value = form.scalar
+    if value is None:
+        number = form.scale if form.op_kind.takes_scale else form.eps
+        return ir.Operation.create("arith.constant", results=[t], attributes={"value": ir.FloatAttr.get(t, number)}).results[0]
+    if value.type == t:
+        return value
+    widen = ir.FloatType(value.type).width < ir.FloatType(t).width
+    return ir.Operation.create("arith.extf" if widen else "arith.truncf", results=[t], operands=[value]).results[0]
 
 
 def _padded(dim, size, pad: dict) -> int | None:

@@ -88,7 +88,7 @@ def _fits(form: Form, cap: Capability, allow_wider: bool):
     if why is not None:
         return why, None, [], {}
     fits = _fits_shapes(form, cap, narrow, notes, extra)
-    if fits[0] is None and form.scale is not None:  # attention: the kernel scales the scores by 1/sqrt(D), its head dim
+    if fits[0] is None and form.scale is not None and not form.op_kind.takes_scale:  # attention: the kernel scales the scores by 1/sqrt(D), its head dim
         d = form.operands[0].shape[-1]
         want = None if d is None else 1.0 / d**0.5
         if want is None or round_to(want, form.compute) != form.scale:

@@ -195,6 +195,8 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
                   "%eo = tensor.empty(%z, %s) : tensor<?x?x64xf32>", "%fo = linalg.fill ins(%zero : f32) outs(%eo : tensor<?x?x64xf32>) -> tensor<?x?x64xf32>",
                   f"%o = linalg.batch_matmul ins(%pb, %a2 : tensor<?x?x?xbf16>, {v}) outs(%fo : tensor<?x?x64xf32>) -> tensor<?x?x64xf32>",
                   f"%ob = arith.truncf %o : tensor<?x?x64xf32> to {out}", f"return %ob : {out}"]
+    elif op in ("sdpa", "sdpa_causal", "sdpa_mask"):
+        return sdpa_reference(symbol, op, kernel)
     elif op == "attention_qkv":  # the same on q, k, v sliced and transposed from [B, S, 3, H, 64], the result transposed to [B, S, H, 64]
         return attention_qkv_reference(symbol, kernel)
     else:
@@ -251,7 +253,7 @@ def _random_args(text: str, function: str, rng):
         if elem == "si64":  # token ids (the GPT-2 layer models' vocabulary: 64)
             args.append(rng.integers(0, 64, [int(d) for d in dims]).astype(np.int64))
             continue
-        dtype = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f64": np.float64}[elem]
+        dtype = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16, "f64": np.float64}[elem]
         args.append(rng.standard_normal([3 if d == "?" else int(d) for d in dims]).astype(np.float32).astype(dtype))  # dynamic dims: 3
     return args
 
@@ -304,3 +306,60 @@ def _flow_dispatches(linked: Path) -> list[str]:
     cmd = [find_tool("iree-compile"), "--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80", "--compile-to=flow", linked.name, "-o", str(out)]
     subprocess.run(cmd, check=True, cwd=linked.parent, capture_output=True)
     return re.findall(r"flow\.dispatch (\{[^}]*\}|@\S+)", out.read_text())
+
+
+def sdpa_reference(symbol: str, op: str, kernel) -> str:
+    """softmax(q @ k^T * scale + mask) @ v over q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (query head
+    h reads head h / (Hq / Hkv)): iree_linalg_ext.attention's semantics, f32 scores, softmax and
+    context, rounded once. sdpa_causal masks key j > query i with -inf; sdpa_mask adds
+    mask[b % MB, h % MH, min(i, MQ - 1), j] (its dims of size 1 broadcast)."""
+    ins, (out,) = kernel_function_type(kernel)
+    dtype = _elem(out)
+    q, k = ins[0], ins[1]
+    f4 = "tensor<?x?x?x?xf32>"
+    args = [f"%a{i}: {t}" for i, t in enumerate(ins)]
+    scale = f"%a{len(ins) - 1}"
+    lines = [f"%c{i} = arith.constant {i} : index" for i in range(4)]
+    lines += [f"%b = tensor.dim %a0, %c0 : {q}", f"%hq = tensor.dim %a0, %c1 : {q}", f"%sq = tensor.dim %a0, %c2 : {q}", f"%d = tensor.dim %a0, %c3 : {q}",
+              f"%hkv = tensor.dim %a1, %c1 : {k}", f"%sk = tensor.dim %a1, %c2 : {k}", "%g = arith.divui %hq, %hkv : index",
+              "%zero = arith.constant 0.0 : f32", "%ninf = arith.constant 0xFF800000 : f32",
+              f"%es = tensor.empty(%b, %hq, %sq, %sk) : {f4}", f"%fs = linalg.fill ins(%zero : f32) outs(%es : {f4}) -> {f4}"]
+    red5 = ('{indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>], '
+            'iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}')
+    # scores[b, h, i, j] = sum_d q[b, h, i, d] * k[b, h / G, j, d]
+    lines.append(
+        f"%sc = linalg.generic {red5} ins(%a0 : {q}) outs(%fs : {f4}) {{\n^bb0(%x: {dtype}, %acc: f32):\n"
+        "%i0 = linalg.index 0 : index\n%i1 = linalg.index 1 : index\n%i3 = linalg.index 3 : index\n%i4 = linalg.index 4 : index\n"
+        f"%hk = arith.divui %i1, %g : index\n%y = tensor.extract %a1[%i0, %hk, %i3, %i4] : {k}\n"
+        f"%xf = arith.extf %x : {dtype} to f32\n%yf = arith.extf %y : {dtype} to f32\n%p = arith.mulf %xf, %yf : f32\n%s = arith.addf %acc, %p : f32\n"
+        f"linalg.yield %s : f32\n}} -> {f4}"
+    )
+    if op == "sdpa_mask":
+        mask = ins[3]
+        lines += [f"%mb = tensor.dim %a3, %c0 : {mask}", f"%mh = tensor.dim %a3, %c1 : {mask}", f"%mq = tensor.dim %a3, %c2 : {mask}",
+                  "%mq1 = arith.subi %mq, %c1 : index"]
+        extra = (f"%mbi = arith.remui %i0, %mb : index\n%mhi = arith.remui %i1, %mh : index\n%mqi = arith.minui %i2, %mq1 : index\n"
+                 f"%m = tensor.extract %a3[%mbi, %mhi, %mqi, %i3] : {mask}\n%mf = arith.extf %m : {dtype} to f32\n%r = arith.addf %t, %mf : f32\n")
+    elif op == "sdpa_causal":
+        extra = "%above = arith.cmpi ugt, %i3, %i2 : index\n%r = arith.select %above, %ninf, %t : f32\n"
+    else:
+        extra = "%r = arith.addf %t, %zero : f32\n"
+    ident4 = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>"
+    lines.append(
+        f'%x = linalg.generic {{indexing_maps = [{ident4}, {ident4}], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}} '
+        f"ins(%sc : {f4}) outs(%es : {f4}) {{\n^bb0(%v: f32, %o: f32):\n"
+        "%i0 = linalg.index 0 : index\n%i1 = linalg.index 1 : index\n%i2 = linalg.index 2 : index\n%i3 = linalg.index 3 : index\n"
+        f"%t = arith.mulf %v, {scale} : f32\n{extra}linalg.yield %r : f32\n}} -> {f4}"
+    )
+    lines += [f"%pr = linalg.softmax dimension(3) ins(%x : {f4}) outs(%es : {f4}) -> {f4}",
+              f"%eo = tensor.empty(%b, %hq, %sq, %d) : {f4}", f"%fo = linalg.fill ins(%zero : f32) outs(%eo : {f4}) -> {f4}"]
+    # out[b, h, i, e] = sum_j p[b, h, i, j] * v[b, h / G, j, e]
+    lines.append(
+        f"%o = linalg.generic {red5} ins(%pr : {f4}) outs(%fo : {f4}) {{\n^bb0(%pv: f32, %acc: f32):\n"
+        "%i0 = linalg.index 0 : index\n%i1 = linalg.index 1 : index\n%i3 = linalg.index 3 : index\n%i4 = linalg.index 4 : index\n"
+        f"%hk = arith.divui %i1, %g : index\n%y = tensor.extract %a2[%i0, %hk, %i4, %i3] : {ins[2]}\n"
+        f"%yf = arith.extf %y : {dtype} to f32\n%p = arith.mulf %pv, %yf : f32\n%s = arith.addf %acc, %p : f32\nlinalg.yield %s : f32\n}} -> {f4}"
+    )
+    lines += [f"%ot = arith.truncf %o : {f4} to tensor<?x?x?x?x{dtype}>", f"%oc = tensor.cast %ot : tensor<?x?x?x?x{dtype}> to {out}", f"return %oc : {out}"]
+    body = "\n".join("    " + line for line in "\n".join(lines).splitlines())
+    return f"  func.func private @{symbol}({', '.join(args)}) -> {out} {{\n{body}\n  }}"

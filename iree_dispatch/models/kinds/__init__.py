@@ -20,7 +20,7 @@ from functools import reduce
 from iree.compiler import ir
 
 from ..ir_match import walk
-from . import attention, matmul, norm, softmax
+from . import attention, matmul, norm, sdpa, softmax
 from .base import Candidate, Family, Form, Fusion, Matcher, Operand, OpKind, Reason, Splat
 
 __all__ = ["REGISTRY", "Candidate", "Family", "Form", "Fusion", "Matcher", "OpKind", "Operand", "Reason", "Registry", "Splat", "find_candidates"]
@@ -82,7 +82,7 @@ class Registry:
         return None
 
 
-FAMILIES = (matmul.FAMILY, softmax.FAMILY, norm.FAMILY, attention.FAMILY)
+FAMILIES = (matmul.FAMILY, softmax.FAMILY, norm.FAMILY, attention.FAMILY, sdpa.FAMILY)
 REGISTRY = reduce(Registry.register, FAMILIES, Registry())
 
 

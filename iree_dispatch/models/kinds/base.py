@@ -26,6 +26,7 @@ class OpKind:
     output_rank: int
     declared_shapes: DeclaredShapes
     epsilon: bool = False  # the kernel takes the model's epsilon as its one float scalar (or has it built in: replaces.eps)
+    takes_scale: bool = False  # the kernel takes the model's softmax scale (Form.scale or Form.scalar) as its one float scalar
     accumulate: str | None = None  # what the kernel computes in unless `accumulate` says: None is its output's type
     pads: bool = False  # `pad` allowed: zeros along a padded size add nothing to the other results (matmuls)
     accumulates: bool = False  # a numerics refusal says "accumulates in" (a matmul's sum), else "computes in"
@@ -87,6 +88,9 @@ class Form:
     steps: str = ""
     # attention: the factor the model scales the scores by (in its type)
     scale: float | None = None
+    # The model's scalar the kernel takes as its float argument where it is no constant (an SDPA
+    # scale computed or passed in): the rewrite converts it to the argument's type
+    scalar: ir.Value | None = None
     # Roots of other candidates this form computes too (attention: the scores batch matmul, the softmax)
     covers: tuple[ir.Value, ...] = ()
     # When the model's ops around the form's core don't have the form's structure (attention_qkv:

@@ -1,0 +1,230 @@
+"""Scaled dot-product attention: IREE's `iree_linalg_ext.attention`, the one op torch's
+`scaled_dot_product_attention` (transformers' default attention) arrives as, with what the
+importer builds around it: q, k, v and the mask as [B, H, S, .] tensors with the heads collapsed
+into the batch, a causal mask computed from iotas, a [B, 1, Sq, Sk] mask broadcast over the
+heads, grouped-query attention's k and v repeated to the query heads.
+
+At IREE's input level torch's SDPA is (q, k, v [B*H, S, D], the mask [B*H, Sq, Sk]):
+
+    o = iree_linalg_ext.attention {indexing_maps = [q: (b, m, n, k1, k2) -> (b, m, k1),
+          k: -> (b, k2, k1), v: -> (b, k2, n), scale: -> (), [mask: -> (b, m, k2)], o: -> (b, m, n)]}
+          ins(q, k, v, scale [, mask]) { ^bb0(%score: f32): yield %score }
+
+which computes softmax(q @ kᵀ * scale + mask) @ v with f32 scores and softmax, rounded once to
+the result's type. The kernels' tensors are q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (query head
+h reads key/value head h / (Hq / Hkv)), the mask [MB, MH, MQ, Sk] (each of MB, MH, MQ the full
+size or 1), out [B, Hq, Sq, D]; the scale is their one float argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iree.compiler import ir
+
+from ..ir_match import Shape, as_generic, float_constant, is_copy, location, producer, reassociation, shape_text, tensor_info
+from .base import Candidate, Family, Form, Matcher, Operand, OpKind, Reason
+
+ROOT = "iree_linalg_ext.attention"
+
+
+def _sdpa_shapes(ins: list[tuple[str, ...]]) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
+    (b, hq, sq, d), (b2, hkv, sk, d2), (b3, hkv2, sk2, d3) = ins[:3]
+    same = [(b, b2), (b, b3), (hkv, hkv2), (sk, sk2), (d, d2), (d, d3)]
+    if len(ins) == 4:
+        same.append((sk, ins[3][3]))
+    return (b, hq, sq, d), same
+
+
+_RULES = {"input_ranks": (4, 4, 4), "output_rank": 4, "declared_shapes": _sdpa_shapes, "accumulate": "f32", "takes_scale": True}
+# q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D], the scale -> softmax(q @ kᵀ * scale) @ v, out [B, Hq, Sq, D]
+SDPA = OpKind("sdpa", **_RULES)
+# the same where query i sees keys j <= i only (top-left, as SDPA's is_causal)
+SDPA_CAUSAL = OpKind("sdpa_causal", **_RULES)
+# the same with an additive mask [MB, MH, MQ, Sk] (each of MB, MH, MQ the full B, Hq, Sq or 1)
+SDPA_MASK = OpKind("sdpa_mask", **{**_RULES, "input_ranks": (4, 4, 4, 4)})
+
+# The maps of the op as the torch importer writes it, over (batch..., m, n, k1, k2): q (m, k1),
+# k (k2, k1), v (k2, n), the scale (), the mask (m, k2), the result (m, n).
+_ROLES = {"q": ("m", "k1"), "k": ("k2", "k1"), "v": ("k2", "n"), "mask": ("m", "k2"), "result": ("m", "n")}
+_AS_STORED = {"q": "[B, H, Sq, D]", "k": "[B, H, Sk, D]", "v": "[B, H, Sk, D]", "mask": "[B, H, Sq, Sk]", "result": "[B, H, Sq, D]"}
+
+
+@dataclass(frozen=True)
+class _Heads:
+    """One of the op's [B*H, S, X] operands as the kernel reads it: the value, seen as [B, H, S, X]."""
+
+    value: ir.Value
+    shape: Shape
+
+
+def _maps(op: ir.Operation) -> list[tuple[str, ...]] | Reason:
+    """The op's indexing maps as results named by role (batch dims as "b"), or the reason it has
+    not the layout the kernels read."""
+    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    n = maps[0].n_dims
+    if n < 5:
+        return ("layout", f"the op has {n} loop dims; it needs a batch and m, n, k1, k2")
+    names = {f"d{i}": "b" for i in range(n - 4)} | {f"d{n - 4 + i}": r for i, r in enumerate(("m", "n", "k1", "k2"))}
+    return [tuple(names.get(str(r), str(r)) for r in m.results) for m in maps]
+
+
+def _heads(value: ir.Value) -> _Heads | None:
+    """A [B*H, S, X] value as [B, H, S, X]: the value it collapses, or (static) itself as one batch."""
+    op = producer(value)
+    if op is not None and op.name == "tensor.collapse_shape" and reassociation(op) == [[0, 1], [2], [3]]:
+        return _Heads(op.operands[0], tensor_info(op.operands[0])[0])
+    shape = tensor_info(value)[0]
+    if len(shape) == 4:
+        return _Heads(value, shape)
+    if len(shape) == 3 and None not in shape:
+        return _Heads(value, (1, *shape))
+    return None
+
+
+def _repeated_heads(heads: _Heads) -> tuple[_Heads, int] | None:
+    """(the [B, Hkv, S, D] value, Hq / Hkv) when `heads` [B, Hq, S, D] repeats each of its heads
+    Hq / Hkv times in a row (torch's repeat_interleave over dim 1; transformers' repeat_kv, an
+    expand to [B, Hkv, G, S, D] and a reshape): a broadcast generic (d0, d1, d3, d4) collapsed
+    [[0], [1, 2], [3], [4]]. Query head h then reads head h / G, as the kernel does."""
+    op = producer(heads.value)
+    if op is None or op.name != "tensor.collapse_shape" or reassociation(op) != [[0], [1, 2], [3], [4]]:
+        return None
+    g = as_generic(producer(op.operands[0]))
+    if g is None or not is_copy(g) or g.map_of(0) != ("d0", "d1", "d3", "d4"):
+        return None
+    repeat = tensor_info(op.operands[0])[0][2]
+    source = g.inputs[0]
+    return (_Heads(source, tensor_info(source)[0]), repeat) if repeat is not None else None
+
+
+_CMPI = {0: lambda a, b: a == b, 1: lambda a, b: a != b, 2: lambda a, b: a < b, 3: lambda a, b: a <= b, 4: lambda a, b: a > b,
+         5: lambda a, b: a >= b, 6: lambda a, b: a < b, 7: lambda a, b: a <= b, 8: lambda a, b: a > b, 9: lambda a, b: a >= b}
+
+
+def _is_causal_generic(value: ir.Value) -> bool:
+    """`value` [B, H, Sq, Sk] (or [B*H, Sq, Sk]) is computed as 0 where key j <= query i and -inf
+    elsewhere (the importer's is_causal mask: a generic over iotas, compare and select); checked by
+    evaluating its body at every (i, j) of a small grid."""
+    op = producer(value)
+    g = as_generic(op)
+    info = tensor_info(value)
+    if g is None or g.inputs or len(g.outputs) != 1 or not g.parallel or info is None:
+        return False
+    rank = len(info[0])
+    fill = producer(g.outputs[0])
+    init = float_constant(fill.operands[0]) if fill is not None and fill.name == "linalg.fill" else None
+    block = op.regions[0].blocks[0]
+
+    def evaluate(i: int, j: int) -> float | None:
+        values = {block.arguments[0]: init}
+        for inner in block.operations:
+            inner = inner.operation
+            if inner.name == "linalg.index":
+                dim = ir.IntegerAttr(inner.attributes["dim"]).value
+                values[inner.results[0]] = {rank - 2: i, rank - 1: j}.get(dim, 0)
+            elif inner.name == "arith.constant":
+                attr = inner.attributes["value"]
+                try:
+                    values[inner.results[0]] = ir.FloatAttr(attr).value
+                except ValueError:
+                    values[inner.results[0]] = ir.IntegerAttr(attr).value
+            elif inner.name == "arith.cmpi":
+                a, b = (values.get(v, float_constant(v)) for v in inner.operands)
+                values[inner.results[0]] = _CMPI[ir.IntegerAttr(inner.attributes["predicate"]).value](a, b)
+            elif inner.name == "arith.select":
+                c, a, b = (values.get(v, float_constant(v)) for v in inner.operands)
+                values[inner.results[0]] = a if c else b
+            elif inner.name == "linalg.yield":
+                return values.get(inner.operands[0], float_constant(inner.operands[0]))
+            else:
+                return None
+        return None
+
+    try:
+        return all(evaluate(i, j) == (0.0 if j <= i else float("-inf")) for i in range(4) for j in range(4))
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _broadcast_mask(heads: _Heads) -> _Heads:
+    """The mask before the generic that broadcasts it over dims of size 1 (torch's [B, 1, Sq, Sk]
+    padding or causal mask expanded over the heads), when it is one; else `heads`."""
+    g = as_generic(producer(heads.value))
+    if g is None or not is_copy(g) or len(g.map_of(0)) != 4:
+        return heads
+    src = tensor_info(g.inputs[0])[0]
+    if all(r == f"d{k}" or (r == "0" and size == 1) for k, (r, size) in enumerate(zip(g.map_of(0), src))):
+        return _Heads(g.inputs[0], src)
+    return heads
+
+
+def match_sdpa(op: ir.Operation) -> Candidate | None:
+    loc = location(op)
+    maps = _maps(op)
+    ins = list(op.operands)
+    has_mask = not isinstance(maps, tuple) and len(maps) == 6
+    roles = ["q", "k", "v", "scale", *(["mask"] if has_mask else []), "result"]
+    infos = {r: tensor_info(v) for r, v in zip(roles, ins) if r != "scale"}
+    q_info, result = infos["q"], op.results[0]
+    description = (f"q {shape_text(q_info[0])}, k {shape_text(infos['k'][0])}, v {shape_text(infos['v'][0])} {q_info[1]}"
+                   + (f", mask {shape_text(infos['mask'][0])}" if has_mask else "") + f" -> {shape_text(tensor_info(result)[0])} {tensor_info(result)[1]}")
+
+    def refused(reason: Reason) -> Candidate:
+        return Candidate("sdpa", description, loc, result, refusal=reason)
+
+    if isinstance(maps, tuple):
+        return refused(maps)
+    for role, got in zip([r for r in roles if r != "scale"], [m for r, m in zip(roles, maps) if r != "scale"]):
+        batch = tuple(r for r in got if r == "b")
+        if got != (*batch, *_ROLES[role]) or len(batch) != len(maps[0]) - 2:
+            return refused(("layout", f"the op reads {role} as ({', '.join(got)}), over (batch, m, n, k1, k2); the kernels take {_AS_STORED[role]} "
+                                      f"as stored, ({', '.join(('b',) + _ROLES[role])})"))
+    block = op.regions[0].blocks[0]
+    body = [o.operation for o in block.operations]
+    if len(body) != 1 or list(body[0].operands) != [block.arguments[0]]:
+        return refused(("numerics", "the op's region changes the scores (the kernels add the mask to the scaled scores, nothing else)"))
+    if len(maps[0]) == 3 and infos["q"] and len(infos["q"][0]) == 3:
+        q, k, v = (_heads(ins[i]) for i in range(3))
+    elif len(maps[0]) == 4:
+        q, k, v = (_Heads(ins[i], infos[r][0]) for i, r in enumerate("qkv"))
+    else:
+        return refused(("layout", "q, k and v are not [B, H, S, D] or [B*H, S, D] tensors"))
+    if None in (q, k, v):
+        return refused(("shape", "q, k and v [B*H, S, D] with a dynamic size are not collapsed from [B, H, S, D] tensors"))
+    if q.shape[:2] != k.shape[:2] or q.shape[:2] != v.shape[:2]:
+        return refused(("shape", f"q, k and v have different [B, H] ({shape_text(q.shape[:2])}, {shape_text(k.shape[:2])}, {shape_text(v.shape[:2])})"))
+    notes = []
+    repeated = [_repeated_heads(k), _repeated_heads(v)]
+    if None not in repeated and repeated[0][1] == repeated[1][1] and repeated[0][0].shape[1] == repeated[1][0].shape[1]:
+        (k, g), (v, _) = repeated
+        notes.append(f"k and v repeat {shape_text(k.shape[1:2])} heads {g} times each (grouped-query attention): the kernel reads them as stored "
+                     "(the repeat is not computed)")
+    scale_value = ins[3]
+    scale = float_constant(scale_value)
+    common = {"result": result, "result_shape": q.shape, "result_dtype": tensor_info(result)[1], "compute": "f32", "anchor": op,
+              "scale": scale, "scalar": scale_value if scale is None else None}
+    qkv = tuple(Operand(h.value, h.shape, q_info[1]) for h in (q, k, v))
+    if not has_mask:
+        return Candidate("sdpa", description, loc, result, forms=(Form(SDPA, qkv, notes=tuple(notes), **common),))
+    mask = _heads(ins[4])
+    forms = []
+    causal = mask is not None and _is_causal_generic(mask.value)
+    if causal:
+        note = "the mask is the causal triangle (0 where key j <= query i, -inf elsewhere): the kernel's causal masking, the mask not read"
+        forms.append(Form(SDPA_CAUSAL, qkv, notes=(*notes, note), **common))
+    if mask is None:
+        return refused(("shape", "the mask [B*H, Sq, Sk] with a dynamic size is not collapsed from a [B, H, Sq, Sk] tensor"))
+    full, mask = mask, _broadcast_mask(mask)
+    mask_notes = notes + ([f"the mask is read as {shape_text(mask.shape)}, broadcast over its dims of size 1"] if mask is not full else [])
+    wanted = (*q.shape[:3], k.shape[2])
+    bad = [f"{name} = {shape_text([m])}" for name, m, full in zip(("MB", "MH", "MQ"), mask.shape, wanted) if m not in (1, full)]
+    mask_form = Form(SDPA_MASK, (*qkv, Operand(mask.value, mask.shape, infos["mask"][1])), notes=tuple(mask_notes), **common)
+    if bad:
+        mask_form = Form(SDPA_MASK, mask_form.operands, refusal=("shape", f"the mask is {shape_text(mask.shape)}: {', '.join(bad)} is neither 1 nor the "
+                                                                           f"model's size ({shape_text(wanted)})"), **common)
+    forms.append(mask_form)
+    return Candidate("sdpa", description, loc, result, forms=tuple(forms))
+
+
+FAMILY = Family(kinds=(SDPA, SDPA_CAUSAL, SDPA_MASK), matchers=(Matcher(frozenset({ROOT}), match_sdpa),))
