@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.archs import Arch
+from ..core.contract import DEVICES_REFLECTION_KEY
 from ..core.errors import CompileError, SpecError
 
 
@@ -190,7 +191,7 @@ def link_program(program: Path, modules: Sequence[tuple[str, str, Sequence[str]]
 
     devices: the devices a program over several GPUs names (`target_devices`): each kernel call
     is placed on one of them (`_place_kernel_calls`), and every public function records their
-    names for the runtime (reflection key DEVICES_REFLECTION).
+    names for the runtime (reflection key DEVICES_REFLECTION_KEY).
     """
     from iree.compiler import ir
 
@@ -253,9 +254,6 @@ def _declarations_to_wrappers(program: Path, prog, kernels, module_name: str, ke
         op.operation.erase()
 
 
-# The reflection key under which every public function of a program over several devices
-# records their names, in the order the module must be loaded with them (runtime/loading.py).
-DEVICES_REFLECTION = "iree_dispatch.devices"
 _AFFINITY = re.compile(r"^#hal\.device\.affinity<@([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -323,7 +321,7 @@ def _affinity_of(op):
 
 
 def _record_devices(prog, functions: dict, device_names: Sequence[str]) -> None:
-    """Adds DEVICES_REFLECTION to every public function's `iree.reflection` (IREE copies it
+    """Adds DEVICES_REFLECTION_KEY to every public function's `iree.reflection` (IREE copies it
     into the function's reflection in the vmfb, where the runtime reads it)."""
     from iree.compiler import ir
 
@@ -335,5 +333,5 @@ def _record_devices(prog, functions: dict, device_names: Sequence[str]) -> None:
         if "iree.reflection" in function.attributes:
             existing = ir.DictAttr(function.attributes["iree.reflection"])
             entries = {existing[i].name: existing[i].attr for i in range(len(existing))}
-        entries[DEVICES_REFLECTION] = names
+        entries[DEVICES_REFLECTION_KEY] = names
         function.attributes["iree.reflection"] = ir.DictAttr.get(entries)

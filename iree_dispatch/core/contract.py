@@ -28,6 +28,9 @@ from .errors import ContractError
 
 REFLECTION_KEY = "iree_dispatch.kernel"
 PROGRAM_REFLECTION_KEY = "iree_dispatch.program"
+# A program over several devices: its devices' names, comma-separated, in the order the module is
+# loaded with them, in every public function's reflection (a plain string, not a description).
+DEVICES_REFLECTION_KEY = "iree_dispatch.devices"
 # The version of the JSON form below. Any change to what a description holds or means gets a
 # new number: the runtime then refuses the modules an older build wrote instead of misreading them.
 CONTRACT_VERSION = 1
