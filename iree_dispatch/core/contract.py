@@ -157,6 +157,27 @@ class LaunchPlan:
                    tuple(map(PushConstant.from_dict, d["constants"])))
 
 
+COMBINE_KINDS = ("concat", "sum")
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """How a kernel's calls split over GPUs (runtime/parallel.py's DataParallel), as its spec
+    declares (`parallel = { split = { x = 0 }, combine = { out = "concat" } }`): the inputs
+    split and the dim each is split along (the others go whole to every GPU), and per output
+    how the GPUs' parts join: "concat" along `dim` or "sum" (dim -1)."""
+
+    split: tuple[tuple[str, int], ...]
+    combine: tuple[tuple[str, str, int], ...]
+
+    def to_dict(self) -> dict:
+        return {"split": dict(self.split), "combine": {name: [kind, dim] for name, kind, dim in self.combine}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> ParallelPlan:
+        return cls(tuple((k, int(v)) for k, v in d["split"].items()), tuple((k, v[0], int(v[1])) for k, v in d["combine"].items()))
+
+
 @dataclass(frozen=True, kw_only=True)
 class FunctionDescription:
     """What a checked call of a generated function needs: its name for messages, its arguments
@@ -200,18 +221,22 @@ class KernelDescription(FunctionDescription):
     grid: tuple[str, str, str]
     objects: str = ""
     launch: LaunchPlan | None = None
+    # Written only when declared, and read where present: descriptions without it read as before.
+    parallel: ParallelPlan | None = None
 
     def to_dict(self) -> dict:
         shared = dict(self.shared_memory) if isinstance(self.shared_memory, tuple) else self.shared_memory
         return {**self._common(), "source": self.source, "shared_memory": shared, "block": list(self.block), "grid": list(self.grid),
-                "objects": self.objects, "launch": None if self.launch is None else self.launch.to_dict()}
+                "objects": self.objects, "launch": None if self.launch is None else self.launch.to_dict(),
+                **({"parallel": self.parallel.to_dict()} if self.parallel is not None else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> KernelDescription:
         shared = d["shared_memory"]
         return cls(**cls._common_fields(d), source=d["source"], shared_memory=tuple(shared.items()) if isinstance(shared, Mapping) else shared,
                    block=tuple(d["block"]), grid=tuple(d["grid"]), objects=d["objects"],
-                   launch=None if d["launch"] is None else LaunchPlan.from_dict(d["launch"]))
+                   launch=None if d["launch"] is None else LaunchPlan.from_dict(d["launch"]),
+                   parallel=ParallelPlan.from_dict(d["parallel"]) if d.get("parallel") is not None else None)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -136,6 +136,8 @@ CASES = [
     Case("nvcc_flags choosing the target arch", lambda d: _spec_file(d, "[module]\nnvcc_flags = ['-arch=sm_75']\n[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblock = [64]\ngrid = ['n']\nshape = ['n']\n"), DispatchError),
     Case("variadic template kernel", lambda d: _declare(d, "template <typename... Ts> __global__ void mul(float* out, Ts... rest) {}", "mul<int>"), DispatchError),
     Case("list of .cu files as a source", lambda d: _spec_file(d, "[[kernel]]\nname = 'mul'\nsource = ['mul.cu']\nblock = [64]\ngrid = ['n']\nshape = ['n']\n"), DispatchError),
+    Case("parallel splits a tensor that isn't an input", lambda d: _spec_file(
+        d, "[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblock = [64]\ngrid = ['n']\nshape = ['n']\nparallel = { split = { out = 0 }, combine = { out = 'concat' } }\n"), DispatchError),
     Case("grid uses '/'", lambda d: _declare(d, MUL, grid="n / 64"), DispatchError),
     Case("output dim with no input defining it", lambda d: _declare(d, MUL, shapes={"out": ["m"]}, outputs=["out"]), DispatchError),
     Case("output dim only an input could define, and the PTX shows an output", lambda d: _build(d, 'extern "C" __global__ void mul(float* out) { *out = 1; }',
