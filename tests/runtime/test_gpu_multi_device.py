@@ -1,6 +1,7 @@
 """On a machine with two or more CUDA devices: one program over two GPUs (the pipeline and the
 tensor-parallel MLP of mlir/, f32 GEMM and bias+GELU kernels) against numpy, every element, on
-fresh random data. Skipped with fewer than two GPUs."""
+fresh random data; and DataParallel splitting a kernel as its spec declares. Skipped with fewer
+than two GPUs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from iree_dispatch import runtime
 from iree_dispatch.runtime import cuda_driver
+from iree_dispatch.runtime.parallel import DataParallel
 
 from ..support.artifacts import multi_device
 from ..support.gpu_modules import module_paths
@@ -20,9 +22,9 @@ ROWS, K, HIDDEN, N = 200, 96, 320, 136  # no multiple of the GEMM's 128-wide til
 
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory):
-    layout = {name: f"{name}.vmfb" for name in multi_device.PROGRAMS}
+    layout = {name: f"{name}.vmfb" for name in (*multi_device.PROGRAMS, "library")}
     paths = module_paths(tmp_path_factory, "multi_device", layout, multi_device.build_all)
-    return {name: runtime.load(path, devices=TWO_GPUS) for name, path in paths.items()}
+    return {name: runtime.load(path, devices=TWO_GPUS) if name in multi_device.PROGRAMS else path for name, path in paths.items()}
 
 
 def _gelu_tanh(v):
@@ -48,7 +50,7 @@ def _check(result, expected):
 
 
 def test_the_program_runs_on_both_gpus(programs):
-    for module in programs.values():
+    for module in (programs[name] for name in multi_device.PROGRAMS):
         assert module.device_names == multi_device.DEVICE_NAMES and [g.ordinal for g in module.gpus] == [0, 1]
 
 
@@ -78,3 +80,17 @@ def test_tensor_parallel_against_numpy(programs):
     expected = _mlp(x, w1, b1, w2, b2)
     _check(tp.tensor_parallel(x, w1a, b1[:half].copy(), w2a, w1b, b1[half:].copy(), w2b, b2), expected)
     _check(tp.mlp_one_gpu(x, w1, b1, w2, b2), expected)
+
+
+def test_data_parallel_by_declaration(programs):
+    """bias_gelu_f32 declares its rows split and its bias whole: a uniform split would cut the bias too."""
+    rng = np.random.default_rng()
+    x, bias = rng.standard_normal((1001, 384)).astype(np.float32), rng.standard_normal(384).astype(np.float32)
+    dp = DataParallel(programs["library"], TWO_GPUS)
+    try:
+        assert dp.declared_plan("bias_gelu_f32") is not None
+        out = dp.call("bias_gelu_f32", x, bias)
+    finally:
+        dp.close()
+    assert out.shape == x.shape and out.dtype == np.float32
+    np.testing.assert_allclose(out, _gelu_tanh(x.astype(np.float64) + bias), rtol=1e-5, atol=1e-5)

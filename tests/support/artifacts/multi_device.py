@@ -1,5 +1,6 @@
 """The programs over two GPUs (mlir/pipeline_mlp.mlir, mlir/tensor_parallel_mlp.mlir: f32 GEMM
-and bias+GELU kernels of kernels/gemm_f32.toml and kernels/library.toml), for
+and bias+GELU kernels of kernels/gemm_f32.toml and kernels/library.toml), and the library alone
+(bias_gelu_f32 declares its split over GPUs: DataParallel by declaration), for
 tests/runtime/test_gpu_multi_device.py, tests/backend/test_multi_device.py and
 benchmarks/multi_device.py."""
 
@@ -25,4 +26,6 @@ def build_all(out: Path) -> dict[str, Path]:
         vmfb = out / f"{name}.vmfb"
         build(specs, vmfb, program=program, emit_mlir=vmfb.with_suffix(".mlir"), iree_compile_flags=DEVICE_FLAGS)
         built[name] = vmfb
+    built["library"] = out / "library.vmfb"
+    build(specs[1], built["library"])
     return built
