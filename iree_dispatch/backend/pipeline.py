@@ -29,7 +29,7 @@ from ..frontend.triton import compile_triton
 from ..toolchains import PtxObject, Toolchain, object_filename, select_toolchain
 from .abi import check_adapted, check_entry, check_machine_code, resolve_entry
 from .cache import ENTRY_FILES, ENTRY_META, OBJECTS, Cache, CacheError, digest, file_digest, package_digest
-from .compile import check_iree_compile_flags, compile_flags, compile_vmfb, iree_compiler_version, link_program, parse_check
+from .compile import check_iree_compile_flags, compile_flags, compile_vmfb, iree_compiler_version, link_program, parse_check, target_devices
 from .emit import CompiledObjects, emit_module, executable_symbols
 from .ptx_adapt import adapt_module
 from .ptx_roles import PtxEvidence, decide_roles, pointer_uses
@@ -105,9 +105,11 @@ def build(
     plain iree-compile (no object files, no search path).
     asynchronous, strip_assertions: iree-compile options, see compile.compile_flags.
     iree_compile_flags: more iree-compile flags, each one `--name` or `--name=value`, passed
-    after the build's own (so they win); flags that would break what the build generates (the
-    target device, the output, the object search path: compile.DENIED_IREE_COMPILE_FLAGS) are
-    refused with a SpecError. They are part of the cache key.
+    after the build's own (so they win); flags that would break what the build generates (a
+    non-CUDA target device, the output, the object search path: compile.DENIED_IREE_COMPILE_FLAGS)
+    are refused with a SpecError. They are part of the cache key. CUDA devices named in them
+    (`--iree-hal-target-device=gpu0=cuda[0]`, one flag per GPU) make a program over several GPUs:
+    each kernel call is placed with `stream.affinity` (compile.link_program).
     cache: reuse and record builds in the build cache (cache.py); False builds from scratch.
     toolchain: "nvcc", "nvrtc", a toolchain.Toolchain, or None for nvcc if one is found, else NVRTC.
     program_as: where `program` will be once its caller moves it into place, when the caller
@@ -117,6 +119,10 @@ def build(
     """
     specs = _module_specs(spec, program)
     options = BuildOptions(embed_objects, asynchronous, strip_assertions, iree_compile_flags)  # type: ignore[arg-type]  # made a tuple, checked
+    devices = target_devices(options.iree_compile_flags)
+    if len(devices) > 1 and program is None:
+        # A kernel's function names no device: only a program's calls can place them.
+        raise SpecError(f"build: {len(devices)} target devices ({', '.join(d.name for d in devices)}) but no program; a --program places each kernel call on one of them")
     output = Path(output).absolute()
     mlir_out = Path(emit_mlir).absolute() if emit_mlir else None
     objects_home = (mlir_out or output).parent
@@ -246,7 +252,7 @@ def _stage(
     if program is not None:
         names = " and ".join(f"module {s.name}" for s in specs)
         say(f"link {Path(program).name} with {names}")
-        linked = link_program(Path(program), linkables)
+        linked = link_program(Path(program), linkables, target_devices(options.iree_compile_flags))
         to_compile.write_text(f"// {header.splitlines()[0]}\n// Linked from {Path(program).name} and {names}.\n{linked}", encoding="utf-8")
     timings["emit+check"] = time.perf_counter() - started
 

@@ -31,6 +31,9 @@ from .errors import ContractError
 
 REFLECTION_KEY = "iree_dispatch.kernel"
 PROGRAM_REFLECTION_KEY = "iree_dispatch.program"
+# A program over several devices: its devices' names, comma-separated, in the order the module is
+# loaded with them, in every public function's reflection (a plain string, not a description).
+DEVICES_REFLECTION_KEY = "iree_dispatch.devices"
 # The version of the JSON form below. Any change to what a description holds or means gets a
 # new number: the runtime then refuses the modules an older build wrote instead of misreading them.
 CONTRACT_VERSION = 2
@@ -177,6 +180,27 @@ class LaunchPlan:
                    tuple(map(PushConstant.from_dict, d["constants"])))
 
 
+COMBINE_KINDS = ("concat", "sum")
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """How a kernel's calls split over GPUs (runtime/parallel.py's DataParallel), as its spec
+    declares (`parallel = { split = { x = 0 }, combine = { out = "concat" } }`): the inputs
+    split and the dim each is split along (the others go whole to every GPU), and per output
+    how the GPUs' parts join: "concat" along `dim` or "sum" (dim -1)."""
+
+    split: tuple[tuple[str, int], ...]
+    combine: tuple[tuple[str, str, int], ...]
+
+    def to_dict(self) -> dict:
+        return {"split": dict(self.split), "combine": {name: [kind, dim] for name, kind, dim in self.combine}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> ParallelPlan:
+        return cls(tuple((k, int(v)) for k, v in d["split"].items()), tuple((k, v[0], int(v[1])) for k, v in d["combine"].items()))
+
+
 @dataclass(frozen=True, kw_only=True)
 class FunctionDescription:
     """What a checked call of a generated function needs: its name for messages, its arguments
@@ -222,11 +246,14 @@ class KernelDescription(FunctionDescription):
     grid: tuple[str, str, str]
     objects: str = ""
     launch: LaunchPlan | None = None
+    # Written only when declared, and read where present: descriptions without it read as before.
+    parallel: ParallelPlan | None = None
 
     def to_dict(self) -> dict:
         shared = dict(self.shared_memory) if isinstance(self.shared_memory, tuple) else self.shared_memory
         return {**self._common(), "source": self.source, "shared_memory": shared, "shared_memory_size": self.shared_memory_size, "block": list(self.block),
-                "grid": list(self.grid), "objects": self.objects, "launch": None if self.launch is None else self.launch.to_dict()}
+                "grid": list(self.grid), "objects": self.objects, "launch": None if self.launch is None else self.launch.to_dict(),
+                **({"parallel": self.parallel.to_dict()} if self.parallel is not None else {})}
 
     def shared_memory_for_call(self, env: Mapping[str, int]) -> int:
         """The bytes of dynamic shared memory a call with these sizes and integer arguments
@@ -254,7 +281,8 @@ class KernelDescription(FunctionDescription):
         shared = d["shared_memory"]
         return cls(**cls._common_fields(d), source=d["source"], shared_memory=tuple(shared.items()) if isinstance(shared, Mapping) else shared,
                    shared_memory_size=d["shared_memory_size"], block=tuple(d["block"]), grid=tuple(d["grid"]), objects=d["objects"],
-                   launch=None if d["launch"] is None else LaunchPlan.from_dict(d["launch"]))
+                   launch=None if d["launch"] is None else LaunchPlan.from_dict(d["launch"]),
+                   parallel=ParallelPlan.from_dict(d["parallel"]) if d.get("parallel") is not None else None)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from ..core import expr as ex
 from ..core.archs import DEFAULT_ARCHS, Arch, parse_arch, parse_archs
-from ..core.contract import KernelDescription, ScalarDescription, TensorDescription
+from ..core.contract import COMBINE_KINDS, KernelDescription, ParallelPlan, ScalarDescription, TensorDescription
 from ..core.dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, VECTOR_TYPES, ScalarType, vector_scalar_type
 from ..core.errors import SignatureError, SpecError
 from ..core.variants import POLICIES, Variant, plan_variants
@@ -149,6 +149,8 @@ class KernelSpec:
     shared_memory_size: ex.Expr | None = None
     # Fresh outputs zero-filled before the kernel runs (`zero = ["out"]`), in parameter order.
     zero: tuple[str, ...] = ()
+    # How DataParallel splits its calls over GPUs (with_parallel), where the spec declares it.
+    parallel: ParallelPlan | None = None
 
     @property
     def pending(self) -> bool:
@@ -228,7 +230,39 @@ class KernelSpec:
             outputs=tuple(
                 TensorDescription(t.name, t.dtype, tuple(_dim_json(d) for d in t.shape), t.role == "inplace", t.name in self.zero) for t in self.outputs
             ),
+            parallel=self.parallel,
         )
+
+    def with_parallel(self, declared: Mapping) -> KernelSpec:
+        """This kernel with its split over GPUs declared (the spec's `parallel` table):
+        `split` maps inputs to the dim each splits along; `combine` maps each output to "concat"
+        (joined along the dim holding the size the first split input's split dim has) or "sum".
+        Checked against the kernel's tensors."""
+        where = f"{self.signature.where}: kernel {self.name}: parallel"
+        if not isinstance(declared, Mapping) or set(declared) != {"split", "combine"}:
+            raise SpecError(f"{where} must be a table of split and combine, like {{ split = {{ x = 0 }}, combine = {{ out = \"concat\" }} }}")
+        split, combine = declared["split"], declared["combine"]
+        inputs, outputs = {t.name: t for t in self.inputs}, {t.name: t for t in self.outputs}
+        if not isinstance(split, Mapping) or not split or not isinstance(combine, Mapping):
+            raise SpecError(f"{where}: split must name at least one input and its dim, combine each output's join")
+        for name, dim in split.items():
+            if name not in inputs:
+                raise SpecError(f"{where}: split names {name!r}, which is no input tensor (inputs: {', '.join(inputs)})")
+            if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < len(inputs[name].shape):
+                raise SpecError(f"{where}: split {name} = {dim!r} is not a dim of {name} (rank {len(inputs[name].shape)})")
+        if set(combine) != set(outputs):
+            raise SpecError(f"{where}: combine must say how each output joins ({', '.join(outputs)}), got {', '.join(combine) or 'none'}")
+        first, first_dim = next(iter(split.items()))
+        size = inputs[first].shape[first_dim]
+        joins = []
+        for name, kind in combine.items():
+            if kind not in COMBINE_KINDS:
+                raise SpecError(f"{where}: combine {name} = {kind!r}; expected one of {', '.join(COMBINE_KINDS)}")
+            dims = [i for i, d in enumerate(outputs[name].shape) if d == size]
+            if kind == "concat" and not dims:
+                raise SpecError(f"{where}: combine {name} = \"concat\", but no dim of {name} has the size {first} is split along ({_dim_json(size)})")
+            joins.append((name, kind, dims[0] if kind == "concat" else -1))
+        return dataclasses.replace(self, parallel=ParallelPlan(tuple(split.items()), tuple(joins)))
 
     def fingerprint(self) -> dict:
         """describe() plus what it leaves out because callers don't pass it, but the generated
@@ -603,7 +637,7 @@ class KernelSpec:
         )
         source = changes.pop("source", [o.path for o in self.objects] if self.objects else self.source)
         again = KernelSpec.declare(source, self.name, **{**arguments, **changes})
-        return dataclasses.replace(again, inferred=self.inferred if keep_inferred else again.inferred, outputs_in_place=self.outputs_in_place)
+        return dataclasses.replace(again, inferred=self.inferred if keep_inferred else again.inferred, outputs_in_place=self.outputs_in_place, parallel=self.parallel)
 
 
 def _declared_in_source(source: Path, name: str, signature: str) -> KernelSignature:

@@ -18,7 +18,7 @@ _TRITON_KEYS = {"constexprs", "num_warps", "num_stages", "aligned"}  # for a .py
 # `replaces`: what the kernel can replace in a model; read and checked by iree_dispatch.models (docs/models.md), not needed to build.
 _MODEL_KEYS = {"replaces"}
 _KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "outputs", "zero", "shared_memory",
-                "function", "signature", *_TRITON_KEYS, *_MODEL_KEYS}
+                "function", "signature", "parallel", *_TRITON_KEYS, *_MODEL_KEYS}
 
 
 def load_spec(path: str | Path) -> ModuleSpec:
@@ -90,6 +90,8 @@ def load_spec(path: str | Path) -> ModuleSpec:
                 raise SpecError(f"{label}: {derived} of a Triton kernel come from its compilation (block = 32 * num_warps); drop them")
             triton = {key: k[key] for key in _TRITON_KEYS if key in k}
             kernels.append(load_triton_kernel(source, k["name"], k.get("signature"), archs=[a.name for a in archs], **triton, **options))
+            if "parallel" in k:
+                kernels[-1] = kernels[-1].with_parallel(k["parallel"])
             continue
         misplaced = sorted(_TRITON_KEYS & set(k))
         if misplaced:
@@ -98,6 +100,8 @@ def load_spec(path: str | Path) -> ModuleSpec:
         kernels.append(
             KernelSpec.declare(source, k["name"], signature=k.get("signature"), block=k.get("block"), shared_memory=shared, nvcc_flags=flags, arch=archs[0], **options)
         )
+        if "parallel" in k:
+            kernels[-1] = kernels[-1].with_parallel(k["parallel"])
         # A per-arch table may name only archs the module builds: anything else is a typo (sm_90 for sm_90a).
         extra = [a.name for a, _ in kernels[-1].shared_memory_by_arch if a not in archs]
         if extra:

@@ -18,6 +18,7 @@ This file only names the public API; the modules behind it, by concern:
   launch.py        direct launches from the launch plan; compiled.py + _launch.c: prepared calls
   devices.py       one IREE device per GPU; dlpack.py: framework arrays in and out;
   cuda_driver.py   the CUDA driver calls IREE's Python API lacks; parallel.py: several GPUs
+  multi_device.py  a program over several GPUs: load(vmfb, devices=[...])
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ import numpy as np
 from ..core.archs import parse_arch
 from ..core.contract import Description, KernelDescription, read_description
 from ..core.errors import DeviceError
-from . import devices, dlpack
+from . import devices as _devices
+from . import dlpack
 from .asynchronous import Timeline
 from .cuda_driver import compute_capability as cuda_compute_capability
 from .devices import Device
@@ -24,6 +25,7 @@ from .dlpack import DeviceArray
 from .invocation import KernelFunction, numpy_dtype
 from .invokers import DirectInvoker, FencedInvoker
 from .launch import launch_mode, open_archive, plan_for
+from .multi_device import OnDevices, check_device_count, program_devices
 
 # iree.abi.model of functions compiled with --iree-execution-model=async-external
 COARSE_FENCES = "coarse-fences"
@@ -102,18 +104,55 @@ class Module:
     max_in_flight: asynchronous calls queued ahead of the GPU at most (see Timeline).
     launch: "direct" (launch kernels directly where their description allows, launch.py) or
     "iree" (every call through IREE's invoke); default $IREE_DISPATCH_LAUNCH, else "direct".
+    devices: instead of `device`, for a program over several GPUs (multi_device.py): one URI per
+    device the program names, in its order (`["cuda://0", "cuda://1"]`). `gpus` holds them,
+    `gpu` is the first, where arguments the program doesn't place go.
     """
 
-    def __init__(self, vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32, launch: str | None = None):
+    def __init__(self, vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32, launch: str | None = None,
+                 devices: Sequence[str] | None = None):
         self.path = Path(vmfb)
         if not self.path.is_file():
             raise FileNotFoundError(f"no such module: {self.path}")
+        if devices is not None and (device is not None or isinstance(devices, str) or not devices):
+            raise ValueError("Module: give device='cuda://N' for one GPU, or devices=['cuda://0', 'cuda://1'] (a non-empty list) for a program over several, not both")
         self.launch = launch_mode(launch)
-        self.gpu = devices.device(device)
+        instance = rt.VmInstance()  # kept referenced while the module's reflection is read
+        self.device_names = program_devices(rt.VmModule.mmap(instance, str(self.path)))
+        check_device_count(self.path, self.device_names, len(devices) if devices is not None else 1)
+        self.gpus = tuple(_devices.device(uri) for uri in (devices if devices is not None else [device]))
+        ordinals = [g.ordinal for g in self.gpus]
+        if len(set(ordinals)) != len(ordinals):
+            raise ValueError(f"{self.path}: devices {list(devices or ())} name one GPU twice (cuda ordinals {ordinals}); each device of the program needs its own GPU")
+        self.gpu = self.gpus[0]
         self.device = self.gpu.hal
         self.asynchronous = asynchronous
         with self.gpu.bound():  # IREE loads the module's executables in the thread's current context: this GPU's
-            self._load(max_in_flight)
+            if self.device_names:
+                self._load_on_devices()
+            else:
+                self._load(max_in_flight)
+
+    def _load_on_devices(self) -> None:
+        """Loads a program over several GPUs: IREE's HAL module over all of them, in order."""
+        if self.asynchronous:
+            raise ValueError(f"{self.path}: asynchronous=True applies to modules on one device; a program over several GPUs waits for its results")
+        instance = rt.VmInstance()
+        self.vm_module = rt.VmModule.mmap(instance, str(self.path))
+        self.name = self.vm_module.name
+        try:
+            hal_module = rt.create_hal_module(instance, devices=[g.hal for g in self.gpus])
+            self.context = rt.VmContext(instance, modules=[hal_module, self.vm_module])
+        except RuntimeError as exc:
+            if "does not support any variant" in str(exc):
+                capabilities = {cuda_compute_capability(g.ordinal) for g in self.gpus}
+                raise DeviceError(no_variant_message(self.path, min(capabilities) if None not in capabilities else None, ())) from None
+            raise
+        self.timeline = Timeline(self.device, 1)
+        self.functions = {
+            name: OnDevices(self.context, self.vm_module.lookup_function(name), self.gpus, self.device_names)
+            for name in self.vm_module.function_names if not name.startswith("__")
+        }
 
     def _load(self, max_in_flight: int) -> None:
         """Loads the vmfb into an IREE context on the module's device and makes its functions."""
@@ -164,10 +203,12 @@ class Module:
     def __getitem__(self, name: str):
         return getattr(self, name)
 
-    def to_device(self, array: np.ndarray) -> DeviceArray:
-        """Copies `array` to this module's device; pass the result to keep data there."""
-        self.gpu.before_call()  # the copy may land in a pooled buffer another stream still reads
-        return dlpack.upload(self.gpu, array)
+    def to_device(self, array: np.ndarray, device: int = 0) -> DeviceArray:
+        """Copies `array` to this module's device (of a program over several: the one at index
+        `device` of `gpus`); pass the result to keep data there."""
+        gpu = self.gpus[device]
+        gpu.before_call()  # the copy may land in a pooled buffer another stream still reads
+        return dlpack.upload(gpu, array)
 
     def wait(self) -> None:
         """Waits until every call made so far through this module has completed."""
@@ -175,13 +216,16 @@ class Module:
 
     def trim(self) -> None:
         """Returns the free buffers of the device's output pool to CUDA."""
-        self.gpu.trim()
+        for gpu in self.gpus:
+            gpu.trim()
 
 
-def load(vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32, launch: str | None = None) -> Module:
+def load(vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32, launch: str | None = None,
+         devices: Sequence[str] | None = None) -> Module:
     """Loads `vmfb` on `device` ("cuda", "cuda://N", "cuda://GPU-<uuid>"; default
-    $IREE_DISPATCH_DEVICE, else "cuda"). asynchronous, max_in_flight, launch: see Module."""
-    return Module(vmfb, device, asynchronous=asynchronous, max_in_flight=max_in_flight, launch=launch)
+    $IREE_DISPATCH_DEVICE, else "cuda"), or a program over several GPUs on `devices` (one URI
+    per device it names, in its order). asynchronous, max_in_flight, launch: see Module."""
+    return Module(vmfb, device, asynchronous=asynchronous, max_in_flight=max_in_flight, launch=launch, devices=devices)
 
 
 def runs_on(archs: Sequence[str], capability: tuple[int, int]) -> str | None:

@@ -24,8 +24,10 @@ from iree_dispatch.core.errors import ContractError, DispatchError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 from iree_dispatch.frontend.spec_file import load_spec
 from iree_dispatch.runtime import KernelFunction
+from iree_dispatch.runtime.multi_device import check_device_count
 
 MUL = 'extern "C" __global__ void mul(const float* a, const float* b, float* out, int n) {}\n'
+TWO_DEVICES = ("--iree-compile-arg=--iree-hal-target-device=gpu0=cuda[0]", "--iree-compile-arg=--iree-hal-target-device=gpu1=cuda[1]")
 READS_A = 'extern "C" __global__ void mul(float* a, float* out, int n) { out[threadIdx.x] = a[threadIdx.x]; }'
 
 
@@ -155,6 +157,8 @@ CASES = [
     Case("nvcc_flags choosing the target arch", lambda d: _spec_file(d, "[module]\nnvcc_flags = ['-arch=sm_75']\n[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblock = [64]\ngrid = ['n']\nshape = ['n']\n"), DispatchError),
     Case("variadic template kernel", lambda d: _declare(d, "template <typename... Ts> __global__ void mul(float* out, Ts... rest) {}", "mul<int>"), DispatchError),
     Case("list of .cu files as a source", lambda d: _spec_file(d, "[[kernel]]\nname = 'mul'\nsource = ['mul.cu']\nblock = [64]\ngrid = ['n']\nshape = ['n']\n"), DispatchError),
+    Case("parallel splits a tensor that isn't an input", lambda d: _spec_file(
+        d, "[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblock = [64]\ngrid = ['n']\nshape = ['n']\nparallel = { split = { out = 0 }, combine = { out = 'concat' } }\n"), DispatchError),
     Case("grid uses '/'", lambda d: _declare(d, MUL, grid="n / 64"), DispatchError),
     Case("output dim with no input defining it", lambda d: _declare(d, MUL, shapes={"out": ["m"]}, outputs=["out"]), DispatchError),
     Case("output dim only an input could define, and the PTX shows an output", lambda d: _build(d, 'extern "C" __global__ void mul(float* out) { *out = 1; }',
@@ -207,6 +211,12 @@ CASES = [
     Case("inspect a file that isn't a module", lambda d: _cli(d, command="inspect", spec="<dir>/mul.cu"), CliError, True),
     # Flags for iree-compile (--iree-compile-arg=FLAG, or after --): refused before any CUDA compiler runs.
     Case("build: an iree-compile flag the build sets itself", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--iree-compile-arg=--iree-hal-target-device=vulkan"), CliError),
+    Case("build: two CUDA devices without names and ordinals", lambda d: _cli(d, "-o", "<dir>/m.vmfb", *(f"--iree-compile-arg=--iree-hal-target-device={v}" for v in ("cuda", "cuda"))),
+         CliError),
+    Case("build: two CUDA devices but no program", lambda d: _cli(d, "-o", "<dir>/m.vmfb", *TWO_DEVICES), CliError),
+    Case("build: a program on two devices calls a kernel without naming its device", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--program", str(_unplaced_program(d)), *TWO_DEVICES),
+         CliError, True),
+    Case("load: a program on two devices given one", lambda d: check_device_count(d / "m.vmfb", ("gpu0", "gpu1"), 1), ValueError),
     Case("build: an iree-compile flag's value as its own item after --", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--", "--iree-opt-level", "O3"), CliError),
     Case("build: an iree-compile flag iree-compile doesn't know", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--", "--iree-opt-levle=O3"), CliError, True),
     # The CUDA compiler: nvcc found, but no host compiler for it, and no NVRTC either.
@@ -249,6 +259,18 @@ def _sparse(path: Path, size: int) -> Path:
     with open(path, "wb") as handle:
         handle.truncate(size)
     return path
+
+
+def _unplaced_program(folder: Path) -> Path:
+    """A program on two devices whose call of kernel mul (of _cli's k.toml) names neither."""
+    program = folder / "p.mlir"
+    program.write_text(
+        "func.func private @k.mul(tensor<?xf32>, tensor<?xf32>) -> tensor<?xf32>\n"
+        "func.func @f(%a: tensor<?xf32>, %b: tensor<?xf32>) -> tensor<?xf32> {\n"
+        "  %r = func.call @k.mul(%a, %b) : (tensor<?xf32>, tensor<?xf32>) -> tensor<?xf32>\n"
+        "  return %r : tensor<?xf32>\n}\n"
+    )
+    return program
 
 
 def _cli(folder: Path, *argv: str, command: str = "build", spec: str = "<dir>/k.toml", source: str | Path = "mul.cu", unwritable: str | None = None,

@@ -13,7 +13,27 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from . import attention, fuzz, gemm, gemm_f32, gemm_nt, library, multi_spec, nonconst, objects, prebuilt, samples, sdpa_model, structs, styles, templates, toolchains, transformer, zero_shmem
+from . import (
+    attention,
+    fuzz,
+    gemm,
+    gemm_f32,
+    gemm_nt,
+    library,
+    multi_device,
+    multi_spec,
+    nonconst,
+    objects,
+    prebuilt,
+    samples,
+    sdpa_model,
+    structs,
+    styles,
+    templates,
+    toolchains,
+    transformer,
+    zero_shmem,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -31,6 +51,7 @@ GROUPS: dict[str, tuple[str, Callable[[Path], dict[str, Path]]]] = {
     "gemm_f32": ("gemm_f32", gemm_f32.build_all),
     "sdpa_model": ("sdpa_model", sdpa_model.build_all),
     "multi_spec": ("multi_spec", multi_spec.build_all),
+    "multi_device": ("multi_device", multi_device.build_all),
     "styles": ("styles", styles.build_all),
     "templates": ("templates", templates.build_all),
     "nonconst": ("nonconst", nonconst.build_all),
