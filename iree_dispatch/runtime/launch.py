@@ -46,6 +46,7 @@ from ..core.contract import KernelDescription, LaunchVariant
 from ..core.dtypes import ELEMENT_TYPES, SCALAR_TYPES, ScalarType
 from ..core.variants import rule_holds
 from . import cuda_driver, dlpack
+from .compiled import CallsSetup
 from .devices import Device
 from .invokers import OUT_OF_MEMORY
 
@@ -235,11 +236,12 @@ class DirectLaunch:
         weakref.finalize(self, launcher.unload, module).atexit = False
         if launcher.compiled is not None and not self._structs:  # a struct argument is packed in Python, call by call
             device = self._device
-            self.prepared_calls = launcher.compiled.Calls(
-                self._function, self._block, self._shared_memory, launcher.stream, launcher.context, device.ordinal, device, device.streams_in_use,
-                device.outputs_made_ahead, device.before_call, launcher.launch, launcher.check, len(self._input_names), self._scalar_kinds, self._float_slots,
-                self._binding_sources, self._result_sources,
-            )
+            self.prepared_calls = launcher.compiled.Calls(CallsSetup(
+                function=self._function, block=self._block, shared_memory=self._shared_memory, own_stream=launcher.stream, context=launcher.context,
+                ordinal=device.ordinal, device=device, foreign=device.streams_in_use, ahead=device.outputs_made_ahead, before_call=device.before_call,
+                launch_safely=launcher.launch, fail=launcher.check, inputs=len(self._input_names), scalar_kinds=self._scalar_kinds,
+                float_slots=self._float_slots, bindings=self._binding_sources, results=self._result_sources,
+            ))
 
     def constants_for(self, env: dict[str, int], scalars: dict[str, int | float]) -> list[int]:
         """The push constants, as IREE's generated function packs them. scalars: the call's
