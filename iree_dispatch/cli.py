@@ -273,7 +273,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="iree-dispatch", description="Hand-written CUDA kernels as IREE dispatches.")
-    p.add_argument("--version", action=_Version, help="print the versions of iree-dispatch, iree-base-compiler, iree-base-runtime, the runtime's launch path and the CUDA compiler a build would use")
+    p.add_argument("--version", action=_Version, help="print the versions of iree-dispatch and IREE, the runtime's launch path and the CUDA compiler a build would use")
     sub = p.add_subparsers(dest="command", required=True, help="what to do (iree-dispatch COMMAND -h for its options)")
 
     b = sub.add_parser("build", help="spec (.toml) + .cu sources -> .vmfb",

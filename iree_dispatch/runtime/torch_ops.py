@@ -112,7 +112,7 @@ def register(module: Any, namespace: str = "iree_dispatch") -> TorchOps:
             try:
                 library.define(schema(function.description))
             except RuntimeError as exc:
-                if "already" not in str(exc).lower():
+                if "multiple times" not in str(exc) and "already" not in str(exc):
                     raise
                 raise ValueError(f"torch op {qualified} is registered already (another module's kernel?): register this module under another namespace") from None
             library.impl(name, _real(function), "CUDA")
