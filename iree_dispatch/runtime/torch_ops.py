@@ -43,12 +43,13 @@ class TorchOps:
     and returns the kernel's results in their order. `ops.namespace`, `ops.names` (the kernels
     registered), `ops.skipped` (kernel → why not), `ops.op(name)` (the OpOverloadPacket)."""
 
-    def __init__(self, namespace: str, library: Any, calls: dict[str, Callable[..., Any]], skipped: dict[str, str]):
+    def __init__(self, namespace: str, library: Any, calls: dict[str, Callable[..., Any]], skipped: dict[str, str], kernels: list[_Kernel]):
         self.namespace = namespace
         self.names = tuple(calls)
         self.skipped = dict(skipped)
         self._library = library
         self._calls = calls
+        self._kernels = kernels
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         calls = self.__dict__.get("_calls", {})
@@ -66,11 +67,14 @@ class TorchOps:
         return getattr(getattr(torch.ops, self.namespace), name)
 
     def close(self) -> None:
-        """Drops the registrations (torch's dispatcher holds the kernels' module through them)."""
+        """Drops the registrations, and first the kernels they call: whatever torch still holds
+        of them (its dispatcher, its caches) then holds no module, device or IREE object."""
+        for kernel in self.__dict__.get("_kernels", ()):
+            kernel.function = None
+        self._kernels, self._calls = [], {}
         library, self._library = self.__dict__.get("_library"), None
         if library is not None:
             library._destroy()
-        self._calls = {}
 
     def __repr__(self) -> str:
         return f"<torch ops {self.namespace}: {', '.join(self.names)}>"
@@ -81,9 +85,13 @@ _open: weakref.WeakSet[TorchOps] = weakref.WeakSet()
 
 def _close_all() -> None:
     """At interpreter exit, before the runtime releases its IREE objects (registered later than
-    exiting.py's handler, so run before it)."""
+    exiting.py's handler, so run before it). torch may have torn its registrations down first:
+    the kernels are dropped all the same (`close` drops them before the registrations)."""
     for ops in list(_open):
-        ops.close()
+        try:
+            ops.close()
+        except Exception:  # noqa: BLE001, S110 - torch's teardown ran first; nothing is left to undo
+            pass
 
 
 atexit.register(_close_all)
@@ -100,6 +108,7 @@ def register(module: Any, namespace: str = "iree_dispatch") -> TorchOps:
     library = torch.library.Library(namespace, "FRAGMENT")
     calls: dict[str, Callable[..., Any]] = {}
     skipped: dict[str, str] = {}
+    kernels: list[_Kernel] = []
     try:
         for name, function in module.functions.items():
             if not isinstance(function, KernelFunction) or not isinstance(function.description, KernelDescription):
@@ -115,13 +124,14 @@ def register(module: Any, namespace: str = "iree_dispatch") -> TorchOps:
                 if "multiple times" not in str(exc) and "already" not in str(exc):
                     raise
                 raise ValueError(f"torch op {qualified} is registered already (another module's kernel?): register this module under another namespace") from None
-            library.impl(name, _real(function), "CUDA")
+            kernels.append(_Kernel(function))
+            library.impl(name, kernels[-1], "CUDA")
             torch.library.register_fake(qualified, _fake(function.description), lib=library)
             calls[name] = _caller(function.description, getattr(getattr(torch.ops, namespace), name))
     except BaseException:
         library._destroy()
         raise
-    ops = TorchOps(namespace, library, calls, skipped)
+    ops = TorchOps(namespace, library, calls, skipped, kernels)
     _open.add(ops)
     return ops
 
@@ -183,25 +193,29 @@ def _fake(description: KernelDescription) -> Callable[..., Any]:
     return fake
 
 
-def _real(function: KernelFunction) -> Callable[..., Any]:
-    """The op's CUDA implementation: the kernel called on the tensors (launched on torch's
-    current stream), its fresh outputs returned (in-place ones are written in the arguments)."""
-    description = function.description
-    count = len(description.inputs)
-    fresh = [i for i, t in enumerate(description.outputs) if not t.inplace]
-    mutated = {t.name for t in description.outputs if t.inplace}
-    names = [t.name for t in description.inputs]
+class _Kernel:
+    """An op's CUDA implementation: the kernel called on the tensors (launched on torch's
+    current stream), its fresh outputs returned (in-place ones are written in the arguments).
+    `function` is None once the ops are closed."""
 
-    def real(*args):
+    def __init__(self, function: KernelFunction):
+        self.function: KernelFunction | None = function
+        description = function.description
+        self._count = len(description.inputs)
+        self._fresh = [i for i, t in enumerate(description.outputs) if not t.inplace]
+        mutated = {t.name for t in description.outputs if t.inplace}
+        self._mutated = [t.name in mutated for t in description.inputs]
+
+    def __call__(self, *args):
+        function = self.function
+        if function is None:
+            raise RuntimeError("this torch op's kernels were closed (torch_ops.TorchOps.close)")
         # Detached: the runtime takes tensors through DLPack, which refuses ones that require
         # grad; inputs read only may be made contiguous, in-place ones must be so already.
-        inputs = [a.detach() if names[i] in mutated else a.detach().contiguous() for i, a in enumerate(args[:count])]
-        results = function(*inputs, *args[count:])
+        inputs = [a.detach() if mutated else a.detach().contiguous() for a, mutated in zip(args[: self._count], self._mutated)]
+        results = function(*inputs, *args[self._count :])
         results = list(results) if isinstance(results, tuple) else [results]
-        outputs = [results[i] if _is_torch(results[i]) else to_framework("torch", results[i]) for i in fresh]
-        return _returned(outputs)
-
-    return real
+        return _returned([results[i] if _is_torch(results[i]) else to_framework("torch", results[i]) for i in self._fresh])
 
 
 def _is_torch(value: Any) -> bool:

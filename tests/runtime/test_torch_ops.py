@@ -6,6 +6,9 @@ in test_gpu_torch_ops.py)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +16,8 @@ import pytest
 from iree_dispatch.core.contract import KernelDescription, ScalarDescription, TensorDescription
 from iree_dispatch.runtime import torch_ops
 from iree_dispatch.runtime.invocation import KernelFunction
+
+from ..support.environment import ROOT
 
 
 def kernel(name: str, inputs: tuple, outputs: tuple, scalars: tuple = ()) -> KernelDescription:
@@ -113,3 +118,24 @@ def test_fullgraph_compile_traces_the_ops(ops, torch):
     (graph,) = graphs
     called = [str(node.target) for node in graph.graph.nodes if node.op == "call_function"]
     assert called.count(f"{ops.namespace}.mul") == 2 and f"{ops.namespace}.fill" in called
+
+
+def test_a_process_with_registered_ops_exits_quietly(torch):
+    """torch's dispatcher keeps what an op's implementation holds past the interpreter's end:
+    the kernels are dropped at exit, so nanobind finds no IREE object (the device) alive."""
+    script = """
+from types import SimpleNamespace
+import torch
+from iree_dispatch import runtime
+from iree_dispatch.runtime import torch_ops
+from iree_dispatch.runtime.invocation import KernelFunction
+from tests.runtime.test_torch_ops import MUL
+device = runtime.Device(0, runtime.rt.get_device("local-task"), pooled=False, in_order=False, cuda=False)
+ops = torch_ops.register(SimpleNamespace(functions={"mul": KernelFunction(MUL, None, device)}), namespace="quiet_exit_cpu")
+print(ops.names)
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ran = subprocess.run([sys.executable, "-W", "ignore:iree_dispatch:RuntimeWarning", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 0 and ran.stdout == "('mul',)\n", ran.stderr
+    assert ran.stderr == ""
