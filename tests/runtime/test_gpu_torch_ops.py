@@ -17,6 +17,11 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def ops(samples, torch):
+    # Streams other tests handed our memory to are waited for before each launch on the shared
+    # device (devices.py), a host wait a capture refuses: after a full synchronize none is in use.
+    torch.cuda.synchronize()
+    samples.gpu.before_call()
+    samples.gpu.streams_in_use.clear()
     registered = torch_ops.register(samples, namespace="iree_dispatch_samples")
     yield registered
     registered.close()
