@@ -273,7 +273,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="iree-dispatch", description="Hand-written CUDA kernels as IREE dispatches.")
-    p.add_argument("--version", action=_Version, help="print the versions of iree-dispatch, iree-base-compiler, iree-base-runtime and the CUDA compiler a build would use")
+    p.add_argument("--version", action=_Version, help="print the versions of iree-dispatch and IREE, the runtime's launch path and the CUDA compiler a build would use")
     sub = p.add_subparsers(dest="command", required=True, help="what to do (iree-dispatch COMMAND -h for its options)")
 
     b = sub.add_parser("build", help="spec (.toml) + .cu sources -> .vmfb",
@@ -329,8 +329,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def version_text() -> str:
-    """iree-dispatch's version, iree-base-compiler's and iree-base-runtime's, and the CUDA
-    compiler a build would use: what to put in a bug report. Never fails."""
+    """iree-dispatch's version, iree-base-compiler's and iree-base-runtime's, the runtime's
+    launch path and the CUDA compiler a build would use: what to put in a bug report. Never fails."""
     import importlib.metadata
     import shutil
 
@@ -342,6 +342,7 @@ def version_text() -> str:
             lines.append(f"{package} {importlib.metadata.version(package)}")
         except importlib.metadata.PackageNotFoundError:
             lines.append(f"{package}: not installed" + (f" (needed to build: {_COMPILER_INSTALL})" if package == "iree-base-compiler" else ""))
+    lines.append(f"launch path: {_launch_path_text()}")
     try:
         from .toolchains import NvccToolchain, select_toolchain
         from .toolchains.base import host_compiler_setting
@@ -353,6 +354,21 @@ def version_text() -> str:
     except Exception as exc:  # noqa: BLE001 - a report, whatever is missing
         lines.append(f"CUDA compiler: none found ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
     return "\n".join(lines)
+
+
+def _launch_path_text() -> str:
+    """How the runtime would launch kernels here (runtime/compiled.py): "compiled extension
+    (installed)", "compiled at first use" or "ctypes fallback", and where or why."""
+    import warnings
+
+    try:
+        from .runtime.compiled import launch_path
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the fallback's warning says what this line says
+            return launch_path().describe()
+    except Exception as exc:  # noqa: BLE001 - a report, whatever is missing
+        return f"unknown ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
 
 
 class _Version(argparse.Action):

@@ -19,6 +19,8 @@ This file only names the public API; the modules behind it, by concern:
   devices.py       one IREE device per GPU; dlpack.py: framework arrays in and out;
   cuda_driver.py   the CUDA driver calls IREE's Python API lacks; parallel.py: several GPUs
   multi_device.py  a program over several GPUs: load(vmfb, devices=[...])
+  exiting.py       releases what the runtime holds at interpreter exit (a quiet exit)
+  torch_ops.py     kernels as torch custom ops, for torch.compile and CUDA graphs
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from __future__ import annotations
 import iree.runtime as rt  # noqa: F401  (IREE's own API, as callers of this package reach it: runtime.rt)
 
 from ..core.errors import DeviceError  # noqa: F401  (raised by load and calls)
-from . import cuda_driver, devices, dlpack  # noqa: F401  (modules callers use: runtime.devices.device ...)
+
+# exiting: imported to register the release of IREE's objects at interpreter exit.
+from . import cuda_driver, devices, dlpack, exiting  # noqa: F401  (modules callers use: runtime.devices.device ...)
 from .asynchronous import AsyncArray
 from .cuda_driver import compute_capability as cuda_compute_capability
 from .cuda_driver import device_name as cuda_device_name

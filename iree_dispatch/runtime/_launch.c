@@ -5,7 +5,9 @@
  *   set_driver(launch_kernel, stream_synchronize, ctx_get_current, ctx_push, ctx_pop, memset_d8_async)   their addresses
  *   launch(function, grid, block, shared_memory, stream, values, wait) -> None or (launch rc, synchronize rc)
  *   set_frameworks(device_array_type, entry_attribute, torch_tensor_type, torch_stream, cupy_array_type, cupy_stream)
- *   Calls(...)   one kernel's prepared calls: .prepare(args, grid, words, outputs[, make_ahead[, shared_memory[, zeroed]]]), .call(args), len()
+ *   release_frameworks()   drops what set_frameworks holds (at interpreter exit, compiled.py)
+ *   Calls(setup)   one kernel's prepared calls: .prepare(args, grid, words, outputs[, make_ahead[, shared_memory[, zeroed]]]), .call(args),
+ *                  .forget(), len(); setup: compiled.CallsSetup, whose attributes are read once
  *   capsule_address(capsule) -> a DLPack capsule's data + byte_offset
  *
  * launch: one kernel launch in one Python call (ctypes spends microseconds converting
@@ -43,6 +45,13 @@ typedef int (*CtxGetCurrent)(void**);
 typedef int (*CtxPush)(void*);
 typedef int (*CtxPop)(void**);
 typedef int (*MemsetD8Async)(unsigned long long, unsigned char, size_t, void*);
+
+/* The digest of this file it was built from (compiled.source_digest), passed by whoever builds it
+ * (setup.py at install, compiled.py at first use): an installed module built from another
+ * version of this file is not used. */
+#ifndef LAUNCH_SOURCE_DIGEST
+#define LAUNCH_SOURCE_DIGEST ""
+#endif
 
 #define MAX_PARAMETERS 256
 #define MAX_ARGUMENTS 64
@@ -112,6 +121,18 @@ static PyObject* set_frameworks(PyObject* self, PyObject* const* args, Py_ssize_
   replace(&torch_stream, args[3]);
   replace(&cupy_array_type, args[4]);
   replace(&cupy_stream, args[5]);
+  Py_RETURN_NONE;
+}
+
+/* The references set_frameworks holds live in this module's statics, which nothing ever frees:
+ * they are dropped at interpreter exit, before IREE's objects are torn down. */
+static PyObject* release_frameworks(PyObject* self, PyObject* unused) {
+  Py_CLEAR(device_array_type);
+  Py_CLEAR(entry_attribute);
+  Py_CLEAR(torch_tensor_type);
+  Py_CLEAR(torch_stream);
+  Py_CLEAR(cupy_array_type);
+  Py_CLEAR(cupy_stream);
   Py_RETURN_NONE;
 }
 
@@ -198,7 +219,12 @@ static PyObject* capsule_address(PyObject* self, PyObject* capsule) {
 
 /* ---- Calls ------------------------------------------------------------------------------ */
 
+/* One signature's launch. An object the garbage collector sees into: its output factories may
+ * refer back to what holds it (a factory's device holds the outputs made ahead, which name their
+ * entry), and such a cycle must be collectable, or the device and its IREE objects would live
+ * past the interpreter's end. */
 typedef struct {
+  PyObject_HEAD
   unsigned grid[3];
   Py_ssize_t word_count;
   uint32_t words[MAX_PARAMETERS];
@@ -207,6 +233,32 @@ typedef struct {
   unsigned shared_memory;          /* the launch's bytes of dynamic shared memory */
   uint64_t zeroed[MAX_PARAMETERS]; /* per fresh output: bytes zero-filled before the kernel (0: none) */
 } Entry;
+
+static int Entry_traverse(Entry* self, visitproc visit, void* arg) {
+  Py_VISIT(self->outputs);
+  return 0;
+}
+
+static int Entry_clear(Entry* self) {
+  Py_CLEAR(self->outputs);
+  return 0;
+}
+
+static void Entry_dealloc(Entry* self) {
+  PyObject_GC_UnTrack(self);
+  Entry_clear(self);
+  Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "iree_dispatch.runtime._launch.Entry",
+    .tp_basicsize = sizeof(Entry),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "One signature's prepared launch (made by Calls.prepare)",
+    .tp_dealloc = (destructor)Entry_dealloc,
+    .tp_traverse = (traverseproc)Entry_traverse,
+    .tp_clear = (inquiry)Entry_clear,
+};
 
 typedef struct {
   PyObject_HEAD
@@ -222,10 +274,10 @@ typedef struct {
   PyObject* before_call;   /* before_call(on_stream): waits for them */
   PyObject* launch_safely; /* the launcher's launch(function, grid, block, shared_memory, stream, values, wait) */
   PyObject* fail;          /* fail(rc, what): raises the driver's error */
-  PyObject* prepared;      /* signature → Entry capsule */
+  PyObject* prepared;      /* signature → Entry */
   PyObject* ordinal_object;
   /* The device's outputs made ahead (see make_ahead), shared by all its kernels' Calls: a list
-   * [the Entry capsule they are for, a tuple of our arrays], or [None, None]. */
+   * [the Entry they are for, a tuple of our arrays], or [None, None]. */
   PyObject* ahead;
   Py_ssize_t inputs, arity;
   char scalar_kinds[MAX_ARGUMENTS]; /* 'f' float, 'i' int, uint or bool */
@@ -255,14 +307,43 @@ static int sources(PyObject* sequence, int* out, Py_ssize_t* count, const char* 
   return 0;
 }
 
+/* The attributes of a Calls' setup (compiled.py's CallsSetup), read once at construction. */
+enum { F_FUNCTION, F_BLOCK, F_SHARED_MEMORY, F_OWN_STREAM, F_CONTEXT, F_ORDINAL, F_DEVICE, F_FOREIGN, F_AHEAD, F_BEFORE_CALL, F_LAUNCH_SAFELY,
+       F_FAIL, F_INPUTS, F_SCALAR_KINDS, F_FLOAT_SLOTS, F_BINDINGS, F_RESULTS, SETUP_FIELDS };
+static const char* setup_fields[SETUP_FIELDS] = {"function", "block", "shared_memory", "own_stream", "context", "ordinal", "device", "foreign", "ahead",
+                                                 "before_call", "launch_safely", "fail", "inputs", "scalar_kinds", "float_slots", "bindings", "results"};
+
+static int init_from(Calls* self, PyObject* const* field);
+
 static int Calls_init(Calls* self, PyObject* args, PyObject* kwargs) {
-  PyObject *function, *block, *own_stream, *context, *device, *foreign, *ahead, *before_call, *launch_safely, *fail, *kinds, *slots, *bindings,
-      *results;
-  unsigned long shared_memory;
-  Py_ssize_t inputs;
-  if (!PyArg_ParseTuple(args, "OOkOOlOOOOOOnOOOO", &function, &block, &shared_memory, &own_stream, &context, &self->ordinal, &device, &foreign,
-                        &ahead, &before_call, &launch_safely, &fail, &inputs, &kinds, &slots, &bindings, &results))
+  PyObject* setup;
+  if (!PyArg_ParseTuple(args, "O:Calls", &setup)) return -1;
+  PyObject* field[SETUP_FIELDS] = {NULL};
+  int result = -1;
+  for (int i = 0; i < SETUP_FIELDS; ++i) {
+    field[i] = PyObject_GetAttrString(setup, setup_fields[i]);
+    if (field[i] == NULL) goto done;
+  }
+  result = init_from(self, field);
+done:
+  for (int i = 0; i < SETUP_FIELDS; ++i) Py_XDECREF(field[i]);
+  return result;
+}
+
+static int init_from(Calls* self, PyObject* const* field) {
+  PyObject *function = field[F_FUNCTION], *block = field[F_BLOCK], *own_stream = field[F_OWN_STREAM], *context = field[F_CONTEXT],
+           *device = field[F_DEVICE], *foreign = field[F_FOREIGN], *ahead = field[F_AHEAD], *before_call = field[F_BEFORE_CALL],
+           *launch_safely = field[F_LAUNCH_SAFELY], *fail = field[F_FAIL], *kinds = field[F_SCALAR_KINDS], *slots = field[F_FLOAT_SLOTS],
+           *bindings = field[F_BINDINGS], *results = field[F_RESULTS];
+  unsigned long shared_memory = PyLong_AsUnsignedLong(field[F_SHARED_MEMORY]);
+  if (PyErr_Occurred()) return -1;
+  if (shared_memory > 0xFFFFFFFFul) {
+    PyErr_SetString(PyExc_OverflowError, "Calls: shared_memory does not fit 32 bits");
     return -1;
+  }
+  self->ordinal = PyLong_AsLong(field[F_ORDINAL]);
+  Py_ssize_t inputs = PyLong_AsSsize_t(field[F_INPUTS]);
+  if (PyErr_Occurred()) return -1;
   if (!PyAnySet_Check(foreign) || !PyList_Check(ahead) || PyList_GET_SIZE(ahead) != 2 || !PyCallable_Check(before_call) ||
       !PyCallable_Check(launch_safely) || !PyCallable_Check(fail)) {
     PyErr_SetString(PyExc_TypeError, "Calls: foreign must be a set, ahead a list of 2; before_call, launch_safely and fail callables");
@@ -533,14 +614,6 @@ static PyObject* signature(Calls* self, PyObject* args, uint64_t* addresses, uin
   return key;
 }
 
-static void free_entry(PyObject* capsule) {
-  Entry* entry = PyCapsule_GetPointer(capsule, "iree_dispatch.entry");
-  if (entry != NULL) {
-    Py_XDECREF(entry->outputs);
-    PyMem_Free(entry);
-  }
-}
-
 /* prepare(args, grid, words, outputs, make_ahead=True, shared_memory=the Calls', zeroed=()) ->
  * bool: records a checked call's launch under the signature of its arguments; False where no
  * signature covers them. make_ahead: whether a synchronous call of this entry makes its next
@@ -551,7 +624,7 @@ static PyObject* Calls_prepare(Calls* self, PyObject* const* args, Py_ssize_t na
     PyErr_SetString(PyExc_TypeError, "prepare(args, grid, words, outputs, make_ahead=True, shared_memory=None, zeroed=())");
     return NULL;
   }
-  int make_ahead = nargs == 5 ? PyObject_IsTrue(args[4]) : 1;
+  int make_ahead = nargs >= 5 ? PyObject_IsTrue(args[4]) : 1;
   if (make_ahead < 0) return NULL;
   uint64_t addresses[MAX_ARGUMENTS];
   uint32_t float_words[MAX_ARGUMENTS];
@@ -562,12 +635,11 @@ static PyObject* Calls_prepare(Calls* self, PyObject* const* args, Py_ssize_t na
     Py_RETURN_FALSE;
   }
   PyObject *words = args[2], *outputs = args[3];
-  Entry* entry = PyMem_Calloc(1, sizeof(Entry));
+  Entry* entry = (Entry*)EntryType.tp_alloc(&EntryType, 0);
   if (entry == NULL) {
     Py_DECREF(key);
-    return PyErr_NoMemory();
+    return NULL;
   }
-  PyObject* capsule = NULL;
   if (dims(args[1], entry->grid, "prepare: grid")) goto failed;
   if (!PyTuple_Check(words) || PyTuple_GET_SIZE(words) + self->binding_count > MAX_PARAMETERS) {
     PyErr_SetString(PyExc_TypeError, "prepare: words must be a tuple of 32-bit ints");
@@ -634,30 +706,24 @@ static PyObject* Calls_prepare(Calls* self, PyObject* const* args, Py_ssize_t na
   }
   entry->outputs = Py_NewRef(outputs);
   entry->make_ahead = make_ahead && PyTuple_GET_SIZE(outputs) > 0;
-  capsule = PyCapsule_New(entry, "iree_dispatch.entry", free_entry);
-  if (capsule == NULL) {
-    Py_CLEAR(entry->outputs);
-    goto failed;
-  }
-  entry = NULL; /* the capsule owns it */
   if (PyDict_GET_SIZE(self->prepared) >= MAX_PREPARED) PyDict_Clear(self->prepared);
-  int stored = PyDict_SetItem(self->prepared, key, capsule);
-  Py_DECREF(capsule);
+  int stored = PyDict_SetItem(self->prepared, key, (PyObject*)entry);
+  Py_DECREF(entry);
   Py_DECREF(key);
   if (stored) return NULL;
   Py_RETURN_TRUE;
 failed:
-  PyMem_Free(entry);
+  Py_DECREF(entry);
   Py_DECREF(key);
   return NULL;
 }
 
 /* Replaces the device's outputs made ahead by `outputs` (a reference it takes) for the entry
- * `capsule`, releasing the old ones last (their finalizers may run). */
-static void set_ahead(Calls* self, PyObject* capsule, PyObject* outputs) {
+ * `entry`, releasing the old ones last (their finalizers may run). */
+static void set_ahead(Calls* self, PyObject* entry, PyObject* outputs) {
   PyObject* old_entry = PyList_GET_ITEM(self->ahead, 0);
   PyObject* old_outputs = PyList_GET_ITEM(self->ahead, 1);
-  PyList_SET_ITEM(self->ahead, 0, Py_NewRef(capsule));
+  PyList_SET_ITEM(self->ahead, 0, Py_NewRef(entry));
   PyList_SET_ITEM(self->ahead, 1, outputs);
   Py_DECREF(old_entry);
   Py_DECREF(old_outputs);
@@ -670,8 +736,7 @@ static void clear_ahead(Calls* self) { set_ahead(self, Py_None, Py_NewRef(Py_Non
  * one such set (the last entry's that makes them ahead), released first, so that its buffers
  * can serve the new set. Outputs that can't be made now (memory short) are left to the next
  * call, which makes them as ever. */
-static void make_ahead(Calls* self, PyObject* capsule) {
-  Entry* entry = PyCapsule_GetPointer(capsule, "iree_dispatch.entry");
+static void make_ahead(Calls* self, Entry* entry) {
   clear_ahead(self);
   Py_ssize_t count = PyTuple_GET_SIZE(entry->outputs);
   PyObject* made = PyTuple_New(count);
@@ -688,13 +753,13 @@ static void make_ahead(Calls* self, PyObject* capsule) {
     }
     PyTuple_SET_ITEM(made, i, output);
   }
-  set_ahead(self, capsule, made);
+  set_ahead(self, (PyObject*)entry, made);
 }
 
-/* Moves the device's outputs made ahead for `capsule`'s entry into `outputs` (new references)
+/* Moves the device's outputs made ahead for `entry` into `outputs` (new references)
  * with their addresses; 0 where there are none for it, -1 with an exception. */
-static Py_ssize_t take_ahead(Calls* self, PyObject* capsule, PyObject** outputs, uint64_t* addresses) {
-  if (PyList_GET_ITEM(self->ahead, 0) != capsule) return 0;
+static Py_ssize_t take_ahead(Calls* self, Entry* entry, PyObject** outputs, uint64_t* addresses) {
+  if (PyList_GET_ITEM(self->ahead, 0) != (PyObject*)entry) return 0;
   PyObject* made = Py_NewRef(PyList_GET_ITEM(self->ahead, 1));
   clear_ahead(self);
   Py_ssize_t count = PyTuple_GET_SIZE(made);
@@ -721,14 +786,13 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
   }
-  PyObject* capsule = PyDict_GetItemWithError(self->prepared, key);
+  Entry* entry = (Entry*)PyDict_GetItemWithError(self->prepared, key);
   Py_DECREF(key);
-  if (capsule == NULL) {
+  if (entry == NULL) {
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
   }
-  Py_INCREF(capsule); /* kept while its outputs are made: a finalizer may clear the table */
-  Entry* entry = PyCapsule_GetPointer(capsule, "iree_dispatch.entry");
+  Py_INCREF(entry); /* kept while its outputs are made: a finalizer may clear the table */
   PyObject* results = NULL;
   PyObject* outputs[MAX_PARAMETERS];
   Py_ssize_t output_count = 0;
@@ -765,7 +829,7 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
     Py_DECREF(waited);
   }
   PyObject* factories = entry->outputs;
-  Py_ssize_t taken = framework == OURS ? take_ahead(self, capsule, outputs, output_addresses) : 0;
+  Py_ssize_t taken = framework == OURS ? take_ahead(self, entry, outputs, output_addresses) : 0;
   if (taken < 0) goto done;
   output_count = taken;
   if (!taken) {
@@ -818,7 +882,7 @@ static PyObject* Calls_call(Calls* self, PyObject* args) {
     if (done == NULL) goto done;
     Py_DECREF(done);
   } else if (wait) {
-    if (entry->make_ahead) make_ahead(self, capsule);
+    if (entry->make_ahead) make_ahead(self, entry);
     int synchronized;
     Py_BEGIN_ALLOW_THREADS
     synchronized = stream_synchronize(stream);
@@ -847,7 +911,7 @@ done_none:
 done:
   for (Py_ssize_t i = 0; i < output_count; ++i) Py_XDECREF(outputs[i]);
   Py_XDECREF(stream_object);
-  Py_DECREF(capsule);
+  Py_DECREF(entry);
   if (pushed) {
     void* popped;
     ctx_pop(&popped);
@@ -855,13 +919,20 @@ done:
   return results;
 }
 
-static Py_ssize_t Calls_length(Calls* self) { return PyDict_GET_SIZE(self->prepared); }
+static Py_ssize_t Calls_length(Calls* self) { return self->prepared == NULL ? 0 : PyDict_GET_SIZE(self->prepared); }
+
+/* forget() -> None: drops every prepared signature (and with them their output factories). */
+static PyObject* Calls_forget(Calls* self, PyObject* unused) {
+  if (self->prepared != NULL) PyDict_Clear(self->prepared);
+  Py_RETURN_NONE;
+}
 
 static PyMappingMethods Calls_mapping = {.mp_length = (lenfunc)Calls_length};
 
 static PyMethodDef Calls_methods[] = {
     {"prepare", (PyCFunction)(void (*)(void))Calls_prepare, METH_FASTCALL, "Records a checked call's launch under its arguments' signature."},
     {"call", (PyCFunction)Calls_call, METH_O, "The results of a call with a known signature, or None."},
+    {"forget", (PyCFunction)Calls_forget, METH_NOARGS, "Drops every prepared signature."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -869,8 +940,7 @@ static PyTypeObject CallsType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "iree_dispatch.runtime._launch.Calls",
     .tp_basicsize = sizeof(Calls),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Calls(function, block, shared_memory, own_stream, context, ordinal, device, foreign, ahead, before_call, launch_safely, fail, "
-              "inputs, scalar_kinds, float_slots, bindings, results): one kernel's prepared calls",
+    .tp_doc = "Calls(setup): one kernel's prepared calls; setup: an object with the attributes of compiled.CallsSetup, read once",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Calls_init,
     .tp_dealloc = (destructor)Calls_dealloc,
@@ -884,6 +954,7 @@ static PyMethodDef methods[] = {
     {"set_driver", (PyCFunction)(void (*)(void))set_driver, METH_FASTCALL,
      "Sets the addresses of cuLaunchKernel, cuStreamSynchronize, cuCtxGetCurrent, cuCtxPushCurrent and cuCtxPopCurrent."},
     {"set_frameworks", (PyCFunction)(void (*)(void))set_frameworks, METH_FASTCALL, "Sets the array types a signature knows and the frameworks' stream getters."},
+    {"release_frameworks", release_frameworks, METH_NOARGS, "Drops the references set_frameworks holds."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "Launches a kernel; None, or the CUDA result codes of a failure."},
     {"capsule_address", (PyCFunction)capsule_address, METH_O, "The address of a DLPack capsule's first element."},
     {NULL, NULL, 0, NULL},
@@ -902,10 +973,10 @@ PyMODINIT_FUNC PyInit__launch(void) {
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
   }
-  if (PyType_Ready(&CallsType) < 0) return NULL;
+  if (PyType_Ready(&EntryType) < 0 || PyType_Ready(&CallsType) < 0) return NULL;
   PyObject* m = PyModule_Create(&module);
   if (m == NULL) return NULL;
-  if (PyModule_AddObjectRef(m, "Calls", (PyObject*)&CallsType) < 0) {
+  if (PyModule_AddObjectRef(m, "Calls", (PyObject*)&CallsType) < 0 || PyModule_AddStringConstant(m, "SOURCE_DIGEST", LAUNCH_SOURCE_DIGEST) < 0) {
     Py_DECREF(m);
     return NULL;
   }

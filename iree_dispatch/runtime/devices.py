@@ -200,6 +200,13 @@ class Device:
         with self.bound():
             self.hal.allocator.trim()
 
+    def release(self) -> None:
+        """Drops what the device keeps for later calls: the outputs made ahead, the staging
+        buffers and the transfer semaphore (at interpreter exit, exiting.py)."""
+        self.outputs_made_ahead[:] = [None, None]
+        self._staging_buffers.clear()
+        self._transfers = None
+
     def download(self, buffer_view: rt.HalBufferView, dtype: np.dtype) -> np.ndarray | None:
         """A new numpy array holding a device buffer view's contents; None where the staging
         path doesn't apply (a buffer of another size than the array, or a large one)."""
@@ -260,6 +267,15 @@ def device(uri: str | None = None) -> Device:
                 raise DeviceError(f"no CUDA device available for {uri!r}: {exc}") from None
             found = _devices[ordinal] = Device(ordinal, hal, pooled=bool(capacity))
         return found
+
+
+def release_devices() -> None:
+    """Releases what every device keeps and forgets the devices (at interpreter exit,
+    exiting.py): they go when the last module or array using them does."""
+    with _lock:
+        for found in _devices.values():
+            found.release()
+        _devices.clear()
 
 
 def open_device(uri: str | None = None) -> rt.HalDevice:

@@ -46,6 +46,7 @@ from ..core.contract import KernelDescription, LaunchVariant
 from ..core.dtypes import ELEMENT_TYPES, SCALAR_TYPES, ScalarType
 from ..core.variants import rule_holds
 from . import cuda_driver, dlpack
+from .compiled import CallsSetup
 from .devices import Device
 from .invokers import OUT_OF_MEMORY
 
@@ -235,11 +236,13 @@ class DirectLaunch:
         weakref.finalize(self, launcher.unload, module).atexit = False
         if launcher.compiled is not None and not self._structs:  # a struct argument is packed in Python, call by call
             device = self._device
-            self.prepared_calls = launcher.compiled.Calls(
-                self._function, self._block, self._shared_memory, launcher.stream, launcher.context, device.ordinal, device, device.streams_in_use,
-                device.outputs_made_ahead, device.before_call, launcher.launch, launcher.check, len(self._input_names), self._scalar_kinds, self._float_slots,
-                self._binding_sources, self._result_sources,
-            )
+            self.prepared_calls = launcher.compiled.Calls(CallsSetup(
+                function=self._function, block=self._block, shared_memory=self._shared_memory, own_stream=launcher.stream, context=launcher.context,
+                ordinal=device.ordinal, device=device, foreign=device.streams_in_use, ahead=device.outputs_made_ahead, before_call=device.before_call,
+                launch_safely=launcher.launch, fail=launcher.check, inputs=len(self._input_names), scalar_kinds=self._scalar_kinds,
+                float_slots=self._float_slots, bindings=self._binding_sources, results=self._result_sources,
+            ))
+            _with_prepared_calls.add(self)
 
     def constants_for(self, env: dict[str, int], scalars: dict[str, int | float]) -> list[int]:
         """The push constants, as IREE's generated function packs them. scalars: the call's
@@ -441,21 +444,37 @@ def _device_output(device: Device, output: _Output, shape: tuple[int, ...], size
 
 
 _registered_frameworks: tuple = ()
+_registered_in: Any = None  # the compiled module told of them
+# The direct launches with prepared calls, whose tables are emptied at interpreter exit.
+_with_prepared_calls: weakref.WeakSet[DirectLaunch] = weakref.WeakSet()
 
 
 def _register_frameworks(compiled: Any) -> None:
     """Tells the compiled module the array types a signature may hold and how to ask their
     frameworks' current streams, once per set of frameworks imported."""
-    global _registered_frameworks
+    global _registered_frameworks, _registered_in
     torch, cupy = sys.modules.get("torch"), sys.modules.get("cupy")
     if _registered_frameworks == (torch, cupy):
         return
+    _registered_in = compiled
     compiled.set_frameworks(
         dlpack.DeviceArray, dlpack.LAUNCH_ENTRY,
         dlpack.torch_tensor_type(), dlpack.stream_getter("torch") if torch is not None else None,
         dlpack.cupy_array_type(), dlpack.stream_getter("cupy") if cupy is not None else None,
     )
     _registered_frameworks = (torch, cupy)
+
+
+def release_prepared_calls() -> None:
+    """Empties every prepared-call table and drops what the compiled module was told of the
+    frameworks (at interpreter exit, exiting.py): both hold references no teardown clears."""
+    global _registered_frameworks, _registered_in
+    for direct in list(_with_prepared_calls):
+        direct.prepared_calls.forget()
+    _with_prepared_calls.clear()
+    if _registered_in is not None:
+        _registered_in.release_frameworks()
+    _registered_frameworks, _registered_in = (), None
 
 
 def plan_for(description: KernelDescription, device: Device, output_dtypes: Sequence[np.dtype | None], archive: zipfile.ZipFile | None) -> DirectLaunch | None:

@@ -304,3 +304,13 @@ def test_build_passes_iree_compile_flags(tmp_path, capsys):
     assert "(cache " in capsys.readouterr().out  # the same flags: the same entry
     assert main(["build", str(SAMPLES_SPEC), "-o", str(out), "--arch", "sm_90", "--", "--iree-opt-level=O1"]) == 0
     assert "iree-compile " in capsys.readouterr().out  # other flags: built again
+
+
+def test_version_names_the_runtime_launch_path(monkeypatch):
+    from iree_dispatch.runtime import compiled
+
+    for path in (compiled.LaunchPath(compiled.INSTALLED, None, "/site/_launch.so"), compiled.LaunchPath(compiled.CTYPES, None, "no C compiler: cc, gcc or $CC")):
+        monkeypatch.setattr(compiled, "launch_path", lambda path=path: path)
+        lines = cli.version_text().splitlines()
+        assert lines[0].startswith("iree-dispatch ") and any(line.startswith("iree-base-runtime ") for line in lines)
+        assert f"launch path: {path.kind} ({path.detail})" in lines

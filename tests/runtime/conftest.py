@@ -15,15 +15,9 @@ from iree_dispatch.runtime import compiled
 def private_module(tmp_path, monkeypatch):
     """A copy of the compiled launch module of its own (its own driver functions)."""
     monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv(compiled.COMPILED_LAUNCH_ENV, raising=False)
-    compiled._load.cache_clear()
-    try:
-        module = compiled.compiled_launch()
-        status = compiled.compiled_launch_status()
-    finally:
-        compiled._load.cache_clear()
-    assert module is not None, status
-    assert status.startswith("compiled (") and str(tmp_path / "cache" / "launch") in status
+    module, where = compiled.compile_at_first_use()
+    assert module is not None, where
+    assert str(tmp_path / "cache" / "launch") in where
     copy = tmp_path / Path(module.__file__).name.replace("_launch_", "_launch_copy_")
     shutil.copy(module.__file__, copy)
     spec = importlib.util.spec_from_file_location(compiled._MODULE_NAME, copy)

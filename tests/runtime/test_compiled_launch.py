@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
+import warnings
 
 import pytest
 
@@ -66,17 +68,56 @@ def test_refuses_bad_arguments_without_launching(private_module):
 def test_off_switch_and_missing_compiler(monkeypatch, tmp_path):
     monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv(compiled.COMPILED_LAUNCH_ENV, "off")
-    compiled._load.cache_clear()
+    compiled.launch_path.cache_clear()
     try:
-        assert compiled.compiled_launch() is None
-        assert compiled.compiled_launch_status() == f"ctypes ({compiled.COMPILED_LAUNCH_ENV}=off)"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the path asked for: no warning
+            assert compiled.compiled_launch() is None
+        assert compiled.compiled_launch_status() == f"ctypes fallback ({compiled.COMPILED_LAUNCH_ENV}=off)"
         monkeypatch.delenv(compiled.COMPILED_LAUNCH_ENV)
         monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-        compiled._load.cache_clear()
-        assert compiled.compiled_launch() is None
-        assert compiled.compiled_launch_status().startswith("ctypes (")
+        module, why = compiled.compile_at_first_use()
+        assert module is None and "no-such-compiler" in why
     finally:
-        compiled._load.cache_clear()
+        compiled.launch_path.cache_clear()
+
+
+def test_without_the_installed_extension_a_fallback_warns_once_naming_why_and_the_cost(monkeypatch, tmp_path):
+    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(compiled.COMPILED_LAUNCH_ENV, raising=False)
+    monkeypatch.setattr(compiled, "_installed", lambda: (None, "not built at install"))
+    monkeypatch.setattr(compiled, "compile_at_first_use", lambda: (None, "no C compiler: cc, gcc or $CC"))
+    compiled.launch_path.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"not built at install; no C compiler.*through ctypes, a few microseconds slower per call"):
+            assert compiled.compiled_launch() is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per process
+            assert compiled.compiled_launch_status() == "ctypes fallback (no C compiler: cc, gcc or $CC)"
+        built = tmp_path / "_launch.so"
+        monkeypatch.setattr(compiled, "compile_at_first_use", lambda: (sys, str(built)))
+        compiled.launch_path.cache_clear()
+        with pytest.warns(RuntimeWarning, match=r"not built at install\); it was compiled at first use into .*_launch.so, which took about a second"):
+            assert compiled.compiled_launch() is sys
+        assert compiled.compiled_launch_status() == f"compiled at first use ({built})"
+    finally:
+        compiled.launch_path.cache_clear()
+
+
+@needs_compiler
+def test_an_installed_extension_is_used_only_when_built_from_this_source(monkeypatch, tmp_path):
+    """The installed module (here: one compiled into the cache, standing in) is used when its
+    SOURCE_DIGEST is this _launch.c's; one built from another source is not run."""
+    monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path))
+    module, where = compiled.compile_at_first_use()
+    assert module is not None, where
+    assert module.SOURCE_DIGEST == compiled.source_digest(compiled.SOURCE.read_bytes())
+    monkeypatch.setitem(sys.modules, compiled._MODULE_NAME, module)
+    assert compiled._installed() == (module, where)
+    stale = types.ModuleType(compiled._MODULE_NAME)
+    stale.__file__, stale.SOURCE_DIGEST = str(tmp_path / "_launch.old.so"), "0" * 16
+    monkeypatch.setitem(sys.modules, compiled._MODULE_NAME, stale)
+    assert compiled._installed() == (None, f"the installed _launch.old.so was built from another {compiled.SOURCE.name}")
 
 
 @needs_compiler
@@ -85,17 +126,13 @@ def test_a_damaged_cached_module_is_built_again(monkeypatch, tmp_path):
     monkeypatch.setenv("IREE_DISPATCH_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(compiled.COMPILED_LAUNCH_ENV, raising=False)
     # Built by another process: this one must not have the file mapped when it is damaged.
-    subprocess.run([sys.executable, "-c", "from iree_dispatch.runtime.compiled import compiled_launch; assert compiled_launch()"], check=True)
+    subprocess.run([sys.executable, "-c", "from iree_dispatch.runtime.compiled import compile_at_first_use; assert compile_at_first_use()[0]"], check=True)
     (built,) = (tmp_path / "launch").iterdir()
     built.write_bytes(built.read_bytes()[:100])
-    compiled._load.cache_clear()
-    try:
-        module = compiled.compiled_launch()
-        assert module is not None, compiled.compiled_launch_status()
-        assert compiled.compiled_launch_status() == f"compiled ({built})"
-        assert built.stat().st_size > 100 and hasattr(module, "launch")
-    finally:
-        compiled._load.cache_clear()
+    module, where = compiled.compile_at_first_use()
+    assert module is not None, where
+    assert where == str(built)
+    assert built.stat().st_size > 100 and hasattr(module, "launch")
 
 
 @needs_compiler

@@ -11,6 +11,7 @@ exact objects returned."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import struct
 import sys
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from iree_dispatch.runtime.compiled import CallsSetup
 from iree_dispatch.runtime.dlpack import LAUNCH_ENTRY
 
 from ..support.compiled_stand_ins import FakeDriver, needs_compiler
@@ -122,8 +124,15 @@ class Harness:
         raise DriverError(rc, what)
 
     def calls(self, inputs: int, kinds: bytes = b"", slots: tuple = (), bindings: tuple = (0, 1, -1), results: tuple = (-1,), foreign: set | None = None):
-        return self.module.Calls(self.function, BLOCK, SHARED, OWN_STREAM, CONTEXT, ORDINAL, DEVICE, set() if foreign is None else foreign,
-                                 self.ahead, self.before_call, self.launch_safely, self.fail, inputs, kinds, slots, bindings, results)
+        return self.module.Calls(self.setup(inputs, kinds, slots, bindings, results, foreign))
+
+    def setup(self, inputs: int, kinds: bytes = b"", slots: tuple = (), bindings: tuple = (0, 1, -1), results: tuple = (-1,), foreign: set | None = None,
+              **changes) -> CallsSetup:
+        """A Calls' setup with this harness's callbacks, `changes` replacing any of its attributes."""
+        setup = CallsSetup(function=self.function, block=BLOCK, shared_memory=SHARED, own_stream=OWN_STREAM, context=CONTEXT, ordinal=ORDINAL, device=DEVICE,
+                           foreign=set() if foreign is None else foreign, ahead=self.ahead, before_call=self.before_call, launch_safely=self.launch_safely,
+                           fail=self.fail, inputs=inputs, scalar_kinds=kinds, float_slots=slots, bindings=bindings, results=results)
+        return dataclasses.replace(setup, **changes)
 
 
 def factory(make, first: int = 0xF000):
@@ -397,8 +406,7 @@ def test_a_failed_synchronize_raises_the_driver_s_error(private_module):
     assert h.failures == [(719, SYNCHRONIZE_FAILED)]
     assert h.driver.launches == [launch(OWN_STREAM, [0xA000, 0xB000, 0xF000])] and h.driver.synchronized == [OWN_STREAM]
     # A `fail` that returns instead of raising: still an error.
-    lenient = private_module.Calls(h.function, BLOCK, SHARED, OWN_STREAM, CONTEXT, ORDINAL, DEVICE, set(), h.ahead, h.before_call, h.launch_safely,
-                                   lambda rc, what: None, 2, b"", (), (0, 1, -1), (-1,))
+    lenient = private_module.Calls(h.setup(2, fail=lambda rc, what: None))
     assert lenient.prepare((a, b), (8, 1, 1), (), (output,)) is True
     with pytest.raises(RuntimeError, match="cuStreamSynchronize failed"):
         lenient.call((a, b))
@@ -428,8 +436,7 @@ def test_foreign_streams_are_waited_for_before_the_launch(private_module):
     def refuse(stream):
         raise DriverError("waiting failed")
 
-    strict = private_module.Calls(h.function, BLOCK, SHARED, OWN_STREAM, CONTEXT, ORDINAL, DEVICE, foreign, h.ahead, refuse, h.launch_safely, h.fail,
-                                  1, b"", (), (0,), (0,))
+    strict = private_module.Calls(h.setup(1, bindings=(0,), results=(0,), foreign=foreign, before_call=refuse))
     assert strict.prepare((ours,), (1, 1, 1), (), ()) is True
     with pytest.raises(DriverError, match="waiting failed"):
         strict.call((ours,))
