@@ -248,11 +248,27 @@ def ptx_entry_names(kernels: tuple[FuzzKernel, ...], ptx: str) -> dict[str, str]
         if k.name_style == "extern_c":
             found[k.ident] = k.ident
             continue
-        qualified = f"{k.namespace}::{k.ident}" if k.namespace else k.name
-        matches = [n for n in names if re.search(rf"(?:^|\s){re.escape(qualified)}\(", pretty[n])]
+        qualified = f"{k.namespace}::{k.ident}" if k.namespace else k.ident
+        if k.template_consts:  # every argument, defaults included, compared by value
+            matches = [n for n in names if (m := re.search(rf"(?:^|\s){re.escape(qualified)}<(.*)>\(", pretty[n]))
+                       and [_template_value(a) for a in _split(m[1])] == [_template_value(a) for a in k.instantiation_args]]
+        else:
+            qualified = k.name if k.name_style == "template" else qualified
+            matches = [n for n in names if re.search(rf"(?:^|\s){re.escape(qualified)}\(", pretty[n])]
         assert len(matches) == 1, f"{k.name}: PTX entries {matches} among {[pretty[n] for n in names]}"
         found[k.ident] = matches[0]
     return found
+
+
+def _template_value(argument: str) -> str | int:
+    """A template argument as the demangler or a kernel name writes it, by value: `(short)-259`,
+    `96u`, `0x60` and `96` are one; `true`/`(bool)1`; a type as it is."""
+    text = re.sub(r"^\((?:unsigned |signed )?\w+(?: \w+)?\)", "", argument.strip())
+    if text in ("true", "false"):
+        return int(text == "true")
+    if re.fullmatch(r"-?(0x[0-9a-fA-F]+|\d+)[uUlL]*", text):
+        return int(text.rstrip("uUlL"), 0)
+    return argument.strip()
 
 
 # `%r:2 = flow.dispatch {@exe::@variant::@entry, ...}[%w](%a, %b, %c) : (types) -> (%a{%n}, %c{%n})`
@@ -346,7 +362,23 @@ def test_references_agree_with_the_cuda_text_on_the_host(tmp_path, index):
     and bit for bit, what the numpy references say (no GPU involved)."""
     pytest.importorskip("ml_dtypes")
     module = fuzz_kernels.generate_module(4711, index, 20)
-    library = ctypes.CDLL(str(fuzz_kernels.build_host_library(module, tmp_path)))
+    assert check_on_host(module, tmp_path) >= 20 * 4
+
+
+@needs_build_tools
+def test_references_of_every_abi_kind_agree_with_the_cuda_text_on_the_host(tmp_path):
+    """As above, for kernels that each show one ABI kind (and whatever else they draw)."""
+    pytest.importorskip("ml_dtypes")
+    kernels = tuple(fuzz_kernels.generate(fuzz_kernels._derive("host", kind, j), ident=f"h{i}_{j}", require=[kind])
+                    for i, kind in enumerate(ABI_KINDS) for j in range(4))
+    module = FuzzModule("abi_kinds_host", 0, False, kernels)
+    assert check_on_host(module, tmp_path) >= len(kernels) * 4
+
+
+def check_on_host(module: FuzzModule, folder: Path) -> int:
+    """Runs every kernel's per-element function on the host at a few sizes; returns how many
+    outputs agreed, byte for byte, with their references."""
+    library = ctypes.CDLL(str(fuzz_kernels.build_host_library(module, folder)))
     rng = np.random.default_rng()
     checked = 0
     for k in module.kernels:
@@ -357,7 +389,7 @@ def test_references_agree_with_the_cuda_text_on_the_host(tmp_path, index):
             for name in want:
                 assert got[name].tobytes() == want[name].tobytes(), f"{k.name}: {name} at n={n}"
                 checked += 1
-    assert checked >= 20 * 4
+    return checked
 
 
 @needs_build_tools

@@ -15,7 +15,13 @@ grid-stride loop), and the declaration options (`shape` or `shapes`, scalars com
 size, an explicit function name), and how non-const pointers are used: their roles declared in
 the spec (`readonly`, `inplace`, `outputs`) or left for the build to read from the PTX, each
 pointer accessed by index, through an offset pointer or a local alias, in the kernel or in a
-device function that is not inlined.
+device function that is not inlined. And the ABI kinds (ABI_KINDS, each from a seed stream of
+its own): non-type template parameters (`<typename T, int N, bool B>`, `<int BLOCK>` that the
+kernel indexes with; defaults, named or left out; instantiated by the source or by the build),
+CUDA vector pointers (`float4*` is an [n, 4] array), structs by value (mixed field sizes with
+padding, arrays, vector fields, a nested struct, `const __grid_constant__`, its int field as the
+size: `shape = ["cfg.n"]`), vectors by value (`float2 c`), and a zero-filled output (`zero`)
+that the kernel adds its result into with atomics.
 
 Exactness: every kernel computes, for each writable pointer, two accumulators per element:
   f = f0 + sum_j c_j * F(src_j) + c_i * (i & 255)    (double; F: floats as they are, integers' low 4 bits)
@@ -26,6 +32,10 @@ small enough that f is exact in float32 (< 2^15 in quarter steps), so the only r
 store into f16/bf16, which CUDA (`__float2half_rn`, `__float2bfloat16_rn`) and numpy/ml_dtypes
 both round to nearest even from the same float32 value: references are bit-exact for every
 dtype, and the tests compare bytes. Integer arithmetic wraps modulo 2^64 on both sides.
+A vector, struct or template constant is one source: its lanes or fields weighed (LANE_F and
+LANE_U; a struct's own weights), so a lane or field read from the wrong place shows; a vector
+result stores lane l with offsets of its own. A zero-filled output gets its result in two atomic
+adds, which is the result only from a zero start.
 """
 
 from __future__ import annotations
@@ -768,28 +778,28 @@ template <typename V> __host__ __device__ inline void fz_putv4(V* p, double f, u
   fz_put(&v.z, f + {LANE_F_OFFSET[2]!r}, u + {LANE_U_OFFSET[2]:#x}ULL); fz_put(&v.w, f + {LANE_F_OFFSET[3]!r}, u + {LANE_U_OFFSET[3]:#x}ULL); *p = v; }}
 
 // Zero-filled outputs: the result arrives in two atomic adds, so it is right only from a zero start.
-__host__ __device__ inline void fz_add(unsigned int* p, unsigned int v) {{
+__host__ __device__ inline void fz_atomic_add(unsigned int* p, unsigned int v) {{
 #if defined(__CUDA_ARCH__)
   atomicAdd(p, v);
 #else
   *p += v;
 #endif
 }}
-__host__ __device__ inline void fz_add(unsigned long long* p, unsigned long long v) {{
+__host__ __device__ inline void fz_atomic_add(unsigned long long* p, unsigned long long v) {{
 #if defined(__CUDA_ARCH__)
   atomicAdd(p, v);
 #else
   *p += v;
 #endif
 }}
-__host__ __device__ inline void fz_add(float* p, float v) {{
+__host__ __device__ inline void fz_atomic_add(float* p, float v) {{
 #if defined(__CUDA_ARCH__)
   atomicAdd(p, v);
 #else
   *p += v;
 #endif
 }}
-__host__ __device__ inline void fz_add(double* p, double v) {{
+__host__ __device__ inline void fz_atomic_add(double* p, double v) {{
 #if defined(__CUDA_ARCH__)
   atomicAdd(p, v);
 #else
@@ -797,12 +807,12 @@ __host__ __device__ inline void fz_add(double* p, double v) {{
 #endif
 }}
 // Integers add their low bits as unsigned (wrapping); floats f - 0.75 and 0.75, both exact.
-template <typename T> __host__ __device__ inline void fz_acc(T* p, double, unsigned long long u) {{
-  if (sizeof(T) == 8) {{ fz_add((unsigned long long*)p, u - 0x9E3779B97F4A7C15ULL); fz_add((unsigned long long*)p, 0x9E3779B97F4A7C15ULL); }}
-  else {{ fz_add((unsigned int*)p, (unsigned int)u - 0x9E3779B9u); fz_add((unsigned int*)p, 0x9E3779B9u); }}
+template <typename T> __host__ __device__ inline void fz_accumulate(T* p, double, unsigned long long u) {{
+  if (sizeof(T) == 8) {{ fz_atomic_add((unsigned long long*)p, u - 0x9E3779B97F4A7C15ULL); fz_atomic_add((unsigned long long*)p, 0x9E3779B97F4A7C15ULL); }}
+  else {{ fz_atomic_add((unsigned int*)p, (unsigned int)u - 0x9E3779B9u); fz_atomic_add((unsigned int*)p, 0x9E3779B9u); }}
 }}
-__host__ __device__ inline void fz_acc(float* p, double f, unsigned long long) {{ fz_add(p, (float)(f - 0.75)); fz_add(p, 0.75f); }}
-__host__ __device__ inline void fz_acc(double* p, double f, unsigned long long) {{ fz_add(p, f - 0.75); fz_add(p, 0.75); }}
+__host__ __device__ inline void fz_accumulate(float* p, double f, unsigned long long) {{ fz_atomic_add(p, (float)(f - 0.75)); fz_atomic_add(p, 0.75f); }}
+__host__ __device__ inline void fz_accumulate(double* p, double f, unsigned long long) {{ fz_atomic_add(p, f - 0.75); fz_atomic_add(p, 0.75); }}
 """
 
 
@@ -870,7 +880,7 @@ def _kernel_source(k: FuzzKernel, decls: Sequence[str]) -> str:
         terms += [f"u += {c:#x}ULL * fz_u{j};" for j, c in enumerate(fm.u_coefs + fm.u_consts)]
         terms += [f"f += {fm.f_index}.0 * (double)(i & 255);", f"u += {fm.u_index:#x}ULL * (unsigned long long)i;"]
         p = k.param(name)
-        put = "fz_acc" if p.zero else f"fz_putv{p.lanes}" if p.lanes else "fz_put"
+        put = "fz_accumulate" if p.zero else f"fz_putv{p.lanes}" if p.lanes else "fz_put"
         terms.append(f"{put}(&{_element(k, name)}, f, u);")
         body.append("{ " + " ".join(terms) + " }")
     inline = "__noinline__" if k.noinline else "inline"
