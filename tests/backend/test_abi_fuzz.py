@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from iree_dispatch.core.contract import KernelDescription
+from iree_dispatch.core.contract import KernelDescription, struct_argument
 
 from ..support.artifacts import fuzz_kernels
 from ..support.artifacts.fuzz_kernels import ABI_KINDS, FEATURES, FuzzKernel, FuzzModule
@@ -226,6 +226,12 @@ def check_description(k: FuzzKernel, d: KernelDescription, in_place: bool) -> No
         else:
             continue
         assert [(f.name, _kind_of(f), offset) for f, offset in s.fields] == want, f"{where}: {s.signature()}"
+        # The words the runtime packs from the value the GPU test passes (a dict of nested dicts,
+        # lists and tuples; a tuple of lanes) are the bytes C lays out (the host check's layout).
+        value = k.scalar_values(k.random_scalars(np.random.default_rng(len(where))), 7)[p.name]
+        words, _ = struct_argument(k.function, s, value)
+        packed = p.struct.pack(value) if p.struct is not None else np.array(value, fuzz_kernels.numpy_dtype(p.numpy)).tobytes()
+        assert np.array(words, "<i4").tobytes() == packed.ljust(4 * p.words, b"\0"), f"{where}: {p.name} = {value}"
     assert [(t.name, t.dtype, t.shape, t.inplace, t.zero) for t in d.outputs] == [
         (p.name, p.mlir, (k.size, *p.shape_tail), in_place or p.role == "io", p.zero) for p in k.writable], where
 
