@@ -191,6 +191,7 @@ def build_and_check(module: FuzzModule, folder: Path, in_place: bool) -> None:
     assert set(descriptions) == {k.function for k in kernels}
     for k in kernels:
         check_description(k, descriptions[k.function], in_place)
+        check_call_arguments(k, descriptions[k.function], in_place)
 
     ptx = (result.objects_dir / f"{module.name}.sm_90.ptx").read_text()
     entries = ptx_entry_names(kernels, ptx)
@@ -234,6 +235,23 @@ def check_description(k: FuzzKernel, d: KernelDescription, in_place: bool) -> No
         assert np.array(words, "<i4").tobytes() == packed.ljust(4 * p.words, b"\0"), f"{where}: {p.name} = {value}"
     assert [(t.name, t.dtype, t.shape, t.inplace, t.zero) for t in d.outputs] == [
         (p.name, p.mlir, (k.size, *p.shape_tail), in_place or p.role == "io", p.zero) for p in k.writable], where
+
+
+def check_call_arguments(k: FuzzKernel, d: KernelDescription, in_place: bool) -> None:
+    """The arguments test_gpu_abi_fuzz.py passes (poisoned outputs in place, [n, lanes] vector
+    arrays, structs as dicts with the size in their size field, vectors as tuples) pass the
+    runtime's checks, which need no device."""
+    from iree_dispatch.runtime.invocation import KernelFunction
+
+    from ..support.fuzz_checks import call_arguments
+
+    function = KernelFunction(d, invoke=None, device=None)
+    assert function.parameters == [p.name for p in k.call_tensors(in_place)] + [p.name for p in k.call_scalars(in_place)]
+    rng = np.random.default_rng(len(k.name))
+    for n in (1, 1023):
+        arrays, scalars = k.random_arrays(rng, n), k.random_scalars(rng)
+        poison = fuzz_kernels.poison_for(k, k.reference(arrays, scalars, n)) if in_place else {}
+        function.check(*call_arguments(k, in_place, arrays, scalars, poison, n))
 
 
 def _kind_of(s) -> str:
