@@ -10,9 +10,11 @@ from .artifacts import fuzz_kernels
 
 def call_arguments(kernel: fuzz_kernels.FuzzKernel, in_place: bool, arrays: dict, scalars: dict, poison: dict, n: int) -> list:
     """The generated function's arguments: input tensors in parameter order, then scalar
-    arguments in parameter order (the size, where no tensor argument has it)."""
+    arguments in parameter order (the size, where no tensor argument has it; a struct as a dict
+    of its fields, a vector as a tuple of its lanes)."""
     tensors = [poison[p.name] if p.role == "out" else arrays[p.name] for p in kernel.call_tensors(in_place)]
-    return tensors + [n if p.role == "size" else scalars[p.name] for p in kernel.call_scalars(in_place)]
+    values = kernel.scalar_values(scalars, n)
+    return tensors + [values[p.name] for p in kernel.call_scalars(in_place)]
 
 
 def mismatches(kernel: fuzz_kernels.FuzzKernel, got, want: dict[str, np.ndarray], label: str) -> tuple[int, list[str]]:
@@ -32,7 +34,8 @@ def mismatches(kernel: fuzz_kernels.FuzzKernel, got, want: dict[str, np.ndarray]
         bad = np.nonzero((np.ascontiguousarray(result).view(np.uint8).reshape(-1, size) != expected.view(np.uint8).reshape(-1, size)).any(axis=1))[0]
         if bad.size:
             count += bad.size
-            i = bad[:4]
-            problems.append(f"{label}: {name} ({kernel.param(name).ctype}) differs in {bad.size} of {expected.size} elements, "
-                            f"e.g. at {i.tolist()}: got {result[i].tolist()}, expected {expected[i].tolist()}")
+            i = bad[:4]  # flat indices ([n, lanes] vector arrays: i // lanes, i % lanes)
+            where = [tuple(int(x) for x in np.unravel_index(j, expected.shape)) if expected.ndim > 1 else int(j) for j in i]
+            problems.append(f"{label}: {name} ({kernel.param(name).value_type}) differs in {bad.size} of {expected.size} elements, "
+                            f"e.g. at {where}: got {result.reshape(-1)[i].tolist()}, expected {expected.reshape(-1)[i].tolist()}")
     return count, problems

@@ -4,7 +4,8 @@ built on a CPU machine:
 
 Each module (PER_MODULE kernels, one .cu file) is built twice for sm_90: as declared
 (`declared/<module>.vmfb`) and with every fresh output declared in place
-(`in_place/<module>.vmfb`, so the test can pass outputs filled with its own poison). A kernel
+(`in_place/<module>.vmfb`, so the test can pass outputs filled with its own poison; kernels with
+a zero-filled output have no such form and are only in the first). A kernel
 iree_dispatch refuses or fails to build is left out of both forms and recorded with the error
 in `manifest.json`, which also holds the seed, each module's paths, kernels and function names,
 and a digest of its generated source (the GPU test regenerates the kernels from the seed and
@@ -63,7 +64,8 @@ def build_module(module: fuzz_kernels.FuzzModule, out: Path, archs=fuzz_kernels.
     for k in module.kernels:
         try:
             declared[k.ident] = k.declare(source)
-            in_place[k.ident] = declared[k.ident].with_outputs_in_place()
+            if k.has_out_form:
+                in_place[k.ident] = declared[k.ident].with_outputs_in_place()
         except Exception as exc:  # noqa: BLE001  (recorded: the CPU tests fail on it)
             failed[k.ident] = _error_text(exc)
             declared.pop(k.ident, None)
@@ -77,39 +79,45 @@ def build_module(module: fuzz_kernels.FuzzModule, out: Path, archs=fuzz_kernels.
         except Exception as exc:  # noqa: BLE001
             return exc
 
-    # Both forms hold the same kernels: when a build fails, each kernel is built alone to find
-    # the ones to leave out, and both forms are built again from the rest.
+    # Both forms hold the same kernels (those with an out= form, the second): when a build
+    # fails, each kernel is built alone to find the ones to leave out, and both forms are built
+    # again from the rest.
     alive = [k.ident for k in module.kernels if k.ident not in failed]
     while alive:
         for form, specs in (("declared", declared), ("in_place", in_place)):
-            error = attempt({i: specs[i] for i in alive}, paths[form])
+            members = [i for i in alive if i in specs]
+            if not members:
+                if paths[form].exists():
+                    paths[form].unlink()
+                continue
+            error = attempt({i: specs[i] for i in members}, paths[form])
             if error is None:
                 continue
             with tempfile.TemporaryDirectory(prefix=f"{module.name}-alone-") as scratch:
-                for ident in alive:
+                for ident in members:
                     alone = attempt({ident: specs[ident]}, Path(scratch) / ident / f"{module.name}.vmfb")
                     if alone is not None:
                         failed[ident] = f"{form} form: {_error_text(alone)}"
-            if not any(i in failed for i in alive):  # each builds alone, not together
-                failed.update({i: f"{form} form, built together: {_error_text(error)}" for i in alive})
+            if not any(i in failed for i in members):  # each builds alone, not together
+                failed.update({i: f"{form} form, built together: {_error_text(error)}" for i in members})
             alive = [i for i in alive if i not in failed]
             break
         else:
             break
     built = [k for k in module.kernels if k.ident in alive]
-    if not built:
-        for path in paths.values():
-            if path.exists():
-                path.unlink()
+    in_place_built = [k for k in built if k.ident in in_place]
+    for form, kernels in (("declared", built), ("in_place", in_place_built)):
+        if not kernels and paths[form].exists():
+            paths[form].unlink()
     return {
         "declared": str(paths["declared"].relative_to(out)) if built else None,
-        "in_place": str(paths["in_place"].relative_to(out)) if built else None,
+        "in_place": str(paths["in_place"].relative_to(out)) if in_place_built else None,
         "source": str(source.relative_to(out)),
         "fuzz_bf16": module.fuzz_bf16,
         "nvcc_flags": list(module.nvcc_flags),
         "digest": module.digest(),
         "kernels": {
-            k.ident: {"name": k.name, "function": declared[k.ident].function, "features": sorted(k.features)}
+            k.ident: {"name": k.name, "function": declared[k.ident].function, "features": sorted(k.features), "in_place": k.ident in in_place}
             for k in built
         },
         "failed": {k.ident: {"name": k.name, "features": sorted(k.features), "error": failed[k.ident]} for k in module.kernels if k.ident in failed},
@@ -132,6 +140,7 @@ def build_all(out: Path, seed: int = SEED, count: int = COUNT, per_module: int =
         "styles": sorted(fuzz_kernels.STYLES),
         "scalars_anywhere": fuzz_kernels.SCALARS_ANYWHERE,
         "same_dtype_outputs": fuzz_kernels.SAME_DTYPE_OUTPUTS,
+        "abi_features": sorted(fuzz_kernels.ABI_FEATURES),
         "modules": {m.name: entry for m, entry in zip(modules, entries)},
     }
     tmp = out / f".{MANIFEST}.tmp"
@@ -141,6 +150,7 @@ def build_all(out: Path, seed: int = SEED, count: int = COUNT, per_module: int =
     for m, entry in zip(modules, entries):
         if entry["declared"]:
             paths[m.name] = out / entry["declared"]
+        if entry["in_place"]:
             paths[f"{m.name}_in_place"] = out / entry["in_place"]
     return paths
 
