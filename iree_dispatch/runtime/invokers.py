@@ -29,15 +29,21 @@ def push_arguments(name: str, device: Device, args: Sequence, arguments: rt.VmVa
             value = value.device_array
         elif isinstance(value, np.ndarray):
             value = dlpack.upload(device, value)
-        if isinstance(value, rt.DeviceArray):
-            keep.append(value)
-            arguments.push_ref(value._buffer_view)
-        elif isinstance(value, (bool, int, np.integer)):
-            arguments.push_int(int(value))
-        elif isinstance(value, (float, np.floating)):
-            arguments.push_float(float(value))
-        else:
-            raise TypeError(f"{name}(): can't pass a {type(value).__name__} to an IREE function (arrays, ints and floats only)")
+        push_value(arguments, value, keep, f"{name}(): can't pass a {type(value).__name__} to an IREE function (arrays, ints and floats only)")
+
+
+def push_value(arguments: rt.VmVariantList, value, keep: list, refusal: str) -> None:
+    """Pushes one argument already on its device (a device array, kept alive in `keep` until
+    the call returns) or a number; anything else is a TypeError saying `refusal`."""
+    if isinstance(value, rt.DeviceArray):
+        keep.append(value)
+        arguments.push_ref(value._buffer_view)
+    elif isinstance(value, (bool, int, np.integer)):
+        arguments.push_int(int(value))
+    elif isinstance(value, (float, np.floating)):
+        arguments.push_float(float(value))
+    else:
+        raise TypeError(refusal)
 
 
 def wrap_results(device: Device, results: rt.VmVariantList, dtypes: Sequence[np.dtype | None]) -> list[DeviceArray]:

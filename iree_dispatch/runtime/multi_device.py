@@ -21,6 +21,7 @@ from ..core.contract import DEVICES_REFLECTION_KEY
 from . import dlpack
 from .devices import Device
 from .dlpack import DeviceArray
+from .invokers import push_value
 
 _PLACED = re.compile(r"#hal\.device\.(?:affinity|promise)<@([A-Za-z_][A-Za-z0-9_]*)")
 _VALUE = re.compile(r"%(input|output)(\d+):")
@@ -82,15 +83,7 @@ class OnDevices:
                 gpu = self.device_of_argument(i)
                 gpu.before_call()  # the copy may land in a pooled buffer another stream still reads
                 value = dlpack.upload(gpu, value)
-            if isinstance(value, rt.DeviceArray):
-                keep.append(value)
-                arguments.push_ref(value._buffer_view)
-            elif isinstance(value, (bool, int, np.integer)):
-                arguments.push_int(int(value))
-            elif isinstance(value, (float, np.floating)):
-                arguments.push_float(float(value))
-            else:
-                raise TypeError(f"{self.name}(): can't pass a {type(value).__name__} to a program's function (numpy arrays, device arrays, ints and floats)")
+            push_value(arguments, value, keep, f"{self.name}(): can't pass a {type(value).__name__} to a program's function (numpy arrays, device arrays, ints and floats)")
         results = rt.VmVariantList(8)
         with self._gpus[0].bound():  # as for a function on one GPU: IREE works in the thread's current context
             self._context.invoke(self._function, arguments, results)
