@@ -99,7 +99,8 @@ def _split_load(name: str):
 
 # A load of a struct parameter's field(s): `ld.param[.v2|.v4].<type><bits> dst(s), [S(+offset)]`.
 # `base` is the parameter's name, or a register holding its address plus a constant.
-_LD_FIELD = r"ld\.param(?:\.v([24]))?\.([a-z])(8|16|32|64)\s+(\{{[^}}]*\}}|%[\w$]+)\s*,\s*\[{base}(?:\+?(-?\d+))?\]\s*;"
+# The offset needs its "+": without it `[k_param_1` would match the start of `[k_param_10]`.
+_LD_FIELD = r"ld\.param(?:\.v([24]))?\.([a-z])(8|16|32|64)\s+(\{{[^}}]*\}}|%[\w$]+)\s*,\s*\[{base}(?:\+(-?\d+))?\]\s*;"
 
 
 def _addressed_loads(body: str, name: str, words: int, param: str, where: str) -> str:

@@ -16,7 +16,7 @@ from iree_dispatch.backend.pipeline import build
 from iree_dispatch.backend.ptx_adapt import adapt_entry
 from iree_dispatch.core.contract import KernelDescription, ScalarDescription, decode, struct_argument
 from iree_dispatch.core.errors import AbiError, SignatureError, SpecError
-from iree_dispatch.frontend.spec import KernelSpec
+from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 from iree_dispatch.runtime import KernelFunction
 
 from ..support.artifacts.structs import STRUCTS_CU, structs_module
@@ -100,6 +100,21 @@ def test_field_loads_map_onto_words():
 def _description(name: str) -> KernelDescription:
     spec = next(k for k in structs_module().kernels if k.name == name)
     return spec.describe()
+
+
+def test_a_struct_parameter_leaves_the_loads_of_parameters_whose_names_it_prefixes(cu, tmp_path):
+    # The struct is parameter 1, so its PTX name (k_param_1) begins parameter 10's (k_param_10).
+    pointers = ", ".join(f"const float* p{i}" for i in range(2, 10))
+    source = cu(f"""struct S {{ int a; int b; }};
+extern "C" __global__ void k(const float* p0, S s, {pointers}, float* out, int n) {{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = p0[i] + p2[i] + p9[i] + s.a + s.b;
+}}""")
+    spec = KernelSpec.declare(source, "k", block=64, grid="ceildiv(n, 64)", shape=["n"])
+    result = build(ModuleSpec("prefixes", (spec,)), tmp_path / "k.vmfb", cache=False)
+    ptx = next(result.objects_dir.glob("*sm_90*.ptx")).read_text()
+    assert re.search(r"ld\.param\.u64\s+%rd\d+, \[k_param_10\];", ptx), "the output pointer's load was rewritten"
+    assert "k_param_1__w0" in ptx and not re.search(r"\bk_param_1\b(?!__w)", ptx)
 
 
 def test_a_call_packs_the_fields_bytes_from_a_dict_a_structured_scalar_or_lanes():
