@@ -44,9 +44,9 @@ def timed_ms(call) -> dict:
 
 def mlp_cases(folder: Path) -> dict[str, dict]:
     rng = np.random.default_rng()
-    w1 = rng.standard_normal((K, HIDDEN), dtype=np.float32) / np.sqrt(K)
+    w1 = rng.standard_normal((K, HIDDEN), dtype=np.float32) / np.float32(np.sqrt(K))
     b1 = rng.standard_normal(HIDDEN, dtype=np.float32)
-    w2 = rng.standard_normal((HIDDEN, N), dtype=np.float32) / np.sqrt(HIDDEN)
+    w2 = rng.standard_normal((HIDDEN, N), dtype=np.float32) / np.float32(np.sqrt(HIDDEN))
     b2 = rng.standard_normal(N, dtype=np.float32)
     x0, x1 = (rng.standard_normal((ROWS, K), dtype=np.float32) for _ in range(2))
     cases = {}

@@ -57,7 +57,8 @@ QUIET_FALLBACK = "ignore:iree_dispatch:RuntimeWarning"
 
 
 def test_a_process_that_used_the_runtime_exits_quietly(artifacts):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The repository first, then whatever put IREE on the path here (a --target folder on a GPU machine).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     ran = subprocess.run([sys.executable, "-W", QUIET_FALLBACK, "-c", SCRIPT, str(artifacts["samples"]), str(artifacts["samples_async"])], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0 and ran.stdout == "ran\n", ran.stderr[-4000:]

@@ -38,7 +38,7 @@ def _mlp(x, w1, b1, w2, b2):
 
 
 def _weights(rng):
-    scale = lambda n: 1.0 / np.sqrt(n)  # noqa: E731  (activations of order 1 through both layers)
+    scale = lambda n: float(1.0 / np.sqrt(n))  # noqa: E731  (activations of order 1 through both layers; a Python float keeps the weights f32)
     return (rng.standard_normal((K, HIDDEN)).astype(np.float32) * scale(K), rng.standard_normal(HIDDEN).astype(np.float32),
             rng.standard_normal((HIDDEN, N)).astype(np.float32) * scale(HIDDEN), rng.standard_normal(N).astype(np.float32))
 
