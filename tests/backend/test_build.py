@@ -65,8 +65,8 @@ def test_vmfb_functions_and_descriptions(samples_build):
     name, descriptions = read_descriptions(samples_build.vmfb)
     assert name == "samples" and set(descriptions) == {"simple_mul", "simple_mul_inplace", "axpby"}
     assert [s.to_dict() for s in descriptions["axpby"].scalars] == [
-        {"bytes": 4, "ctype": "float", "kind": "float", "name": "alpha"},
-        {"bytes": 4, "ctype": "float", "kind": "float", "name": "beta"},
+        {"bytes": 4, "ctype": "float", "kind": "float", "name": "alpha", "fields": []},
+        {"bytes": 4, "ctype": "float", "kind": "float", "name": "beta", "fields": []},
     ]
     assert descriptions["simple_mul"].archs == ("sm_90", "sm_80")
 

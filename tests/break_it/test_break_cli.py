@@ -312,7 +312,7 @@ def test_version_never_fails():
     assert result.returncode == 0 and "Traceback" not in result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("iree-dispatch 0.") and lines[1].startswith("iree-base-compiler") and lines[2].startswith("iree-base-runtime")
-    assert lines[3].startswith("CUDA compiler: ")
+    assert lines[3].startswith("launch path: ") and lines[4].startswith("CUDA compiler: ")
 
 
 def test_version_without_a_cuda_compiler(monkeypatch, capsys):
