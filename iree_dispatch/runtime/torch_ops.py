@@ -47,9 +47,11 @@ class TorchOps:
         self.namespace = namespace
         self.names = tuple(calls)
         self.skipped = dict(skipped)
-        self._library = library
         self._calls = calls
-        self._kernels = kernels
+        # Dropping the object (even as cyclic garbage) drops the registrations: torch's dispatcher
+        # holds the kernels, which hold the module and its device.
+        self._registrations = weakref.finalize(self, _drop_registrations, kernels, library)
+        self._registrations.atexit = False  # at exit `_close_all` runs first (see there)
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         calls = self.__dict__.get("_calls", {})
@@ -67,17 +69,20 @@ class TorchOps:
         return getattr(getattr(torch.ops, self.namespace), name)
 
     def close(self) -> None:
-        """Drops the registrations, and first the kernels they call: whatever torch still holds
-        of them (its dispatcher, its caches) then holds no module, device or IREE object."""
-        for kernel in self.__dict__.get("_kernels", ()):
-            kernel.function = None
-        self._kernels, self._calls = [], {}
-        library, self._library = self.__dict__.get("_library"), None
-        if library is not None:
-            library._destroy()
+        """Drops the registrations (see `_drop_registrations`); the ops can't be called after."""
+        self._calls = {}
+        self._registrations()
 
     def __repr__(self) -> str:
         return f"<torch ops {self.namespace}: {', '.join(self.names)}>"
+
+
+def _drop_registrations(kernels: list[_Kernel], library: Any) -> None:
+    """Drops the kernels first, then the registrations that call them: whatever torch still
+    holds of them (its dispatcher, its caches) then holds no module, device or IREE object."""
+    for kernel in kernels:
+        kernel.function = None
+    library._destroy()
 
 
 _open: weakref.WeakSet[TorchOps] = weakref.WeakSet()

@@ -18,7 +18,9 @@ from ..support.environment import ROOT
 pytestmark = pytest.mark.gpu
 
 # Results are checked against numpy, so a quiet exit is one of a process that did its work.
-SCRIPT = """
+# WORK runs at module level (what it made is alive at exit) or inside a function (what it made
+# is garbage at exit, some of it in cycles the collector frees in no particular order).
+WORK = """
 import sys
 import numpy as np
 from iree_dispatch import runtime
@@ -49,6 +51,10 @@ if torch is not None and torch.cuda.is_available():
     np.testing.assert_array_equal(ops.simple_mul(ta, tb).cpu().numpy(), a * b)
 print("ran")
 """
+SCRIPTS = {
+    "alive at exit": WORK,
+    "garbage at exit": "def work():\n" + "".join(f"    {line}\n" for line in WORK.strip().splitlines()) + "\nwork()\n",
+}
 
 
 # The launch path's fallback warns once (compiled.py) where the extension was not built at
@@ -56,10 +62,11 @@ print("ran")
 QUIET_FALLBACK = "ignore:iree_dispatch:RuntimeWarning"
 
 
-def test_a_process_that_used_the_runtime_exits_quietly(artifacts):
+@pytest.mark.parametrize("script", SCRIPTS, ids=list(SCRIPTS))
+def test_a_process_that_used_the_runtime_exits_quietly(artifacts, script):
     # The repository first, then whatever put IREE on the path here (a --target folder on a GPU machine).
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    ran = subprocess.run([sys.executable, "-W", QUIET_FALLBACK, "-c", SCRIPT, str(artifacts["samples"]), str(artifacts["samples_async"])], cwd=ROOT, env=env,
+    ran = subprocess.run([sys.executable, "-W", QUIET_FALLBACK, "-c", SCRIPTS[script], str(artifacts["samples"]), str(artifacts["samples_async"])], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0 and ran.stdout == "ran\n", ran.stderr[-4000:]
     assert ran.stderr == ""
