@@ -291,13 +291,15 @@ class DirectLaunch:
         except ZeroDivisionError:
             raise ValueError(f"{self.name}(): {label} divides by zero for these sizes") from None
 
-    def call(self, inputs: Sequence, scalars: Sequence[int | float], env: dict[str, int], args: Sequence = ()) -> list | None:
+    def call(self, inputs: Sequence, scalars: Sequence[int | float], env: dict[str, int], args: Sequence = (), shared_memory: int | None = None) -> list | None:
         """Runs the kernel on checked inputs (numpy, IREE or other frameworks' arrays, in the
         description's order) and the call's converted scalars; the results in the description's
         order: fresh outputs as our DeviceArrays, in-place ones as the caller's own array. None
         where IREE must run the call instead (an empty grid or output). Fresh outputs are
         torch tensors or CuPy arrays for a call on theirs (`_fresh_output`). args: the call's
-        positional arguments as given, to prepare later calls with the same signature."""
+        positional arguments as given, to prepare later calls with the same signature.
+        shared_memory: for a kernel whose shared memory depends on sizes, the call's bytes as
+        its checks evaluated them (KernelFunction); evaluated here where not given."""
         device = self._device
         grid = self.grid_for(env)
         shapes = [self.shape_of(out, env) for out in self.outputs.values()]
@@ -305,7 +307,10 @@ class DirectLaunch:
             return None
         constants = self.constants_for(env, dict(zip(self._scalar_names, scalars)))
         # A size over sizes is launched exactly (the call's checks held it to the bound loaded).
-        shared_memory = self._shared_memory if self._description.shared_memory_size is None else self._description.shared_memory_for_call(env)
+        if self._description.shared_memory_size is None:
+            shared_memory = self._shared_memory
+        elif shared_memory is None:
+            shared_memory = self._description.shared_memory_for_call(env)
         prepared = _Prepared(grid, tuple(constants), tuple((out, shape, out.itemsize * math.prod(shape)) for out, shape in zip(self.outputs.values(), shapes)),
                              shared_memory)
         # The current stream of each other framework's array where its framework is known
