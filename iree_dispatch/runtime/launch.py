@@ -48,7 +48,6 @@ from ..core.variants import rule_holds
 from . import cuda_driver, dlpack
 from .compiled import CallsSetup
 from .devices import Device
-from .invokers import OUT_OF_MEMORY
 
 LAUNCH_ENV = "IREE_DISPATCH_LAUNCH"  # "direct" (the default) or "iree"
 LAUNCH_MODES = ("direct", "iree")
@@ -60,8 +59,6 @@ HAL_ELEMENT_TYPES = {
     "ui8": rt.HalElementType.UINT_8, "ui16": rt.HalElementType.UINT_16, "ui32": rt.HalElementType.UINT_32,
     "ui64": rt.HalElementType.UINT_64,
 }
-_OUTPUT_MEMORY = int(rt.MemoryType.DEVICE_LOCAL)
-_OUTPUT_USAGE = int(rt.BufferUsage.DEFAULT)
 _EXECUTABLE_HEADER = 64  # bytes before the flatbuffer in a vmfb's executable entry
 # The most bytes of a call's fresh outputs made ahead for its next call (one set per device):
 # at 256 MiB an output's writing alone takes ~85 µs on an H100, against ~3 µs to allocate.
@@ -433,17 +430,8 @@ def _fresh_output(device: Device, output: _Output, shape: tuple[int, ...], size:
 
 
 def _device_output(device: Device, output: _Output, shape: tuple[int, ...], size: int) -> dlpack.DeviceArray:
-    """One of our device arrays from the device's pool. On running out of memory the pool is
-    trimmed and the allocation tried once more."""
-    allocator = device.hal.allocator
-    try:
-        buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
-    except RuntimeError as exc:
-        if not device.pooled or not any(m in str(exc) for m in OUT_OF_MEMORY):
-            raise
-        device.trim()
-        buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
-    array = dlpack.DeviceArray(device, rt.HalBufferView(buffer, shape, output.element_type), output.dtype)
+    """One of our device arrays from the device's pool (Device.allocate)."""
+    array = dlpack.DeviceArray(device, rt.HalBufferView(device.allocate(size), shape, output.element_type), output.dtype)
     dlpack.remember(device, array)
     return array
 
