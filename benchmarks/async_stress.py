@@ -15,7 +15,7 @@ Two ways of queueing the same calls on the same module (`async/samples.vmfb`, bu
 Each process: `batches` × (`calls` / `batches`) chained calls (a fresh-output multiply, then
 in-place multiplies into its result), a wait after each batch, every element compared with the
 same float32 operations in numpy. A process that fails, crashes or hangs (timeout) counts as
-failed.
+failed; a crashed one is reported with its signal and the stack its faulthandler printed.
 
     python3 benchmarks/async_stress.py --vmfb build/gpu-tests/async/samples.vmfb --mode iree_dispatch --processes 100 --calls 1000
 
@@ -27,6 +27,7 @@ collector in the workers.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import json
 import os
@@ -132,6 +133,8 @@ def run_one(args, index: int) -> dict:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
         status = "ok" if p.returncode == 0 else ("crashed" if p.returncode < 0 else "failed")
         tail = (p.stderr.strip().splitlines() or [""])[-1][:300]
+        if p.returncode < 0:  # the worker's faulthandler names where it died
+            tail = f"killed by signal {-p.returncode}; " + " | ".join(line.strip() for line in p.stderr.strip().splitlines()[-6:])[:600]
     except subprocess.TimeoutExpired:
         status, tail = "hung", f"no exit within {args.timeout} s"
     return {"index": index, "status": status, "seconds": round(time.perf_counter() - t0, 2), "message": "" if status == "ok" else tail}
@@ -151,6 +154,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
+        faulthandler.enable()  # a worker killed by a signal prints its Python stack (the exit path included)
         if os.environ.get("STRESS_GC") == "0":
             gc.disable()  # as the benchmark workers run (no collection pauses in timings)
         WORKERS[args.worker](args.vmfb, args.calls, args.batches, args.seed)

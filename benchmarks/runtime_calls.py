@@ -7,8 +7,8 @@ Rows (H100 class GPU; wall times are medians of synchronous calls after warm-up,
 durations come from torch.profiler):
 
   * simple_mul, N = 1024 (samples.vmfb): CuPy launch + synchronize of the same cubin; an
-    iree_dispatch call on device arrays (fresh output), on numpy arrays (copies both ways), on
-    torch tensors (DLPack in, a torch tensor out), and a torch elementwise
+    iree_dispatch call on device arrays (fresh output), on numpy arrays (copies both ways, and
+    the parts of such a call timed alone: the copies in, the launch, the read), on torch tensors (DLPack in, a torch tensor out), and a torch elementwise
     multiply + synchronize; the host cost of calls on CuPy arrays and torch tensors (launched
     directly they are queued on the framework's stream and return at once), with a fresh output
     and in place (simple_mul_inplace), in rounds alternating with CuPy's launch of the same cubins
@@ -87,6 +87,18 @@ def worker(out: Path) -> None:
     import iree.runtime as ireert
 
     rows["  copy 4 KB to the device (to_device)"] = summarize(wall_times_us(lambda: mod.to_device(a), REPS, 50))
+
+    # A numpy call's parts, each timed alone in this process, and the whole call through IREE's
+    # invoke here too: what the sum of the parts leaves to the call itself shows at once.
+    # IREE's asdevicearray, which copies used before, asks for host-visible device memory: CUDA
+    # managed memory, allocated, prefetched and freed (cuMemFree) per copy, outside the pool.
+    def upload_managed():
+        with mod.gpu.bound():
+            return ireert.asdevicearray(mod.device, a), ireert.asdevicearray(mod.device, b)
+
+    rows["  numpy call: 2 copies to the device (pool + staging buffer)"] = summarize(wall_times_us(lambda: (mod.to_device(a), mod.to_device(b)), REPS, 50))
+    rows["  numpy call: 2 copies to the device (IREE's asdevicearray, managed memory)"] = summarize(wall_times_us(upload_managed, REPS, 50))
+    rows["  numpy call: IREE's invoke on numpy in, result to the host"] = summarize(wall_times_us(lambda: mod.simple_mul._invoke(a, b).to_host(), REPS, 50))
     rows["  copy 4 KB to the host (to_host, pinned staging buffer)"] = summarize(wall_times_us(da.to_host, REPS, 50))
     try:  # IREE's own read can fail when numpy reuses an address it still has registered
         rows["  (copy 4 KB to the host, IREE's DeviceArray.to_host)"] = summarize(wall_times_us(lambda: ireert.DeviceArray.to_host(da), REPS, 50))
@@ -114,6 +126,11 @@ def worker(out: Path) -> None:
 
         path = "compiled launch" if compiled_launch() is not None else "ctypes"
         rows[f"  of which launch + synchronize ({path})"] = summarize(wall_times_us(launch_and_wait, REPS, 50))
+        # A numpy call's direct launch on copies already made: its Python path (grid, push
+        # constants, a fresh output, launch + synchronize), with no signature prepared.
+        rows["  numpy call: the direct launch on device copies (checked path)"] = summarize(wall_times_us(lambda: direct.call([da, db], [], {"n": N}), REPS, 50))
+        # The same on our arrays, then the result read: a numpy call without its copies in.
+        rows["  numpy call: the direct launch + result to the host"] = summarize(wall_times_us(lambda: direct.call([da, db], [], {"n": N})[0].to_host(), REPS, 50))
     invoker = mod.simple_mul._invoke
     rows["  of which invoke + result wrap"] = summarize(wall_times_us(lambda: invoker(da, db), REPS, 50))
 

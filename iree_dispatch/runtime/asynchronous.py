@@ -7,6 +7,7 @@ makes the calls).
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from typing import Any
 
@@ -28,9 +29,14 @@ class Timeline:
 
     def __init__(self, device: rt.HalDevice, max_in_flight: int = 32):
         self.semaphore = device.create_semaphore(0)
+        # IREE's semaphores (like its buffers) point into their device without holding it, so
+        # the timeline holds the device, set after the semaphore: an object's attributes are
+        # released in the order they were set, the semaphore first.
+        self._device = device
         self.value = 0  # what the last queued call signals
         self.max_in_flight = max_in_flight
         self._pending: deque[tuple[int, tuple]] = deque()  # (signal value, references), oldest first
+        _timelines.add(self)
 
     def fence(self, value: int | None = None) -> rt.HalFence:
         return rt.HalFence.create_at(self.semaphore, self.value if value is None else value)
@@ -58,6 +64,31 @@ class Timeline:
         """Until every call queued so far has completed (raises if one failed on the device)."""
         self.fence().wait()
         self._pending.clear()
+
+    def settle(self) -> None:
+        """Waits for every call queued so far and drops the references the timeline keeps,
+        even where a call failed on the device (at interpreter exit, where nothing is left to
+        report the failure to: see settle_timelines)."""
+        try:
+            self.fence().wait()
+        except RuntimeError:
+            pass
+        self._pending.clear()
+
+
+# Every timeline alive, settled at interpreter exit (exiting.py).
+_timelines: weakref.WeakSet[Timeline] = weakref.WeakSet()
+
+
+def settle_timelines() -> None:
+    """Settles every timeline: its queued calls completed, the arrays, argument lists and
+    fences it keeps for them dropped. Run at interpreter exit while each device is still held
+    by the device table. A timeline's references form a cycle (a result passed to a later call
+    is kept by the timeline and holds it), which only a collection frees, in no set order:
+    after the device table let go of the device, one collection could free the device before
+    the buffers and semaphores that point into it."""
+    for timeline in list(_timelines):
+        timeline.settle()
 
 
 class AsyncArray:

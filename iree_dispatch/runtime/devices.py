@@ -48,14 +48,27 @@ POOL_ENV = "IREE_DISPATCH_OUTPUT_POOL"
 DEVICE_ENV = "IREE_DISPATCH_DEVICE"  # the GPU used where none is named ("cuda://1", "cuda://GPU-<uuid>")
 POOL_FREE_BUFFERS = 256  # free buffers the pool keeps at most (IREE scans its free list linearly)
 KDL_CUDA = 2  # DLPack's device type for CUDA memory
-# Reads to the host go through pinned staging buffers kept per size. IREE's DeviceArray.to_host
-# pins (cuMemHostRegister) and unpins the destination numpy array on every read: 282 µs for
-# 4 KB against 47 µs through a kept staging buffer (H100), and repeated reads can fail with
-# CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED when numpy hands out the same address again.
+# Copies to and from the host go through pinned staging buffers kept per size. IREE's
+# DeviceArray.to_host pins (cuMemHostRegister) and unpins the destination numpy array on every
+# read: 282 µs for 4 KB against 47 µs through a kept staging buffer (H100), and repeated reads
+# can fail with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED when numpy hands out the same address
+# again. IREE's asdevicearray (HalAllocator.allocate_buffer_copy) asks for device-local memory
+# that is also host-visible: CUDA managed memory (cuMemAllocManaged and a prefetch per copy,
+# cuMemFree when it is dropped), which the output pool (device-local memory only) never holds.
+# So a copy to the device is a pooled device-local buffer filled from a staging buffer.
 STAGING_BUFFERS = 16
 STAGING_LIMIT = 64 * 2**20  # larger arrays take IREE's path (a second copy costs more there)
-_HOST_STAGING = int(rt.MemoryType.HOST_LOCAL) | int(rt.MemoryType.DEVICE_VISIBLE)
+# Uploads: write-combined pinned memory, which the host writes in a stream and the device
+# reads fast. Readbacks: cached pinned memory (HOST_CACHED): the host reads write-combined
+# memory uncached, many times slower.
+_UPLOAD_STAGING = int(rt.MemoryType.HOST_LOCAL) | int(rt.MemoryType.DEVICE_VISIBLE)
+_READBACK_STAGING = _UPLOAD_STAGING | int(rt.MemoryType.HOST_CACHED)
 _STAGING_USAGE = int(rt.BufferUsage.TRANSFER) | int(rt.BufferUsage.MAPPING_SCOPED) | int(rt.BufferUsage.MAPPING_PERSISTENT)
+# What the pool holds: fresh outputs and copies to the device.
+_DEVICE_MEMORY = int(rt.MemoryType.DEVICE_LOCAL)
+_DEVICE_USAGE = int(rt.BufferUsage.DEFAULT)
+# IREE's status text when an allocation fails for lack of device memory
+OUT_OF_MEMORY = ("RESOURCE_EXHAUSTED", "CUDA_ERROR_OUT_OF_MEMORY")
 
 _driver_flags_set = False
 _lock = threading.Lock()
@@ -134,7 +147,7 @@ class Device:
     # Streams other than IREE's queue on which our memory may still be in use (see above).
     _foreign_streams: set[int] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _staging_buffers: dict[int, tuple] = field(default_factory=dict)
+    _staging_buffers: dict[tuple[int, int], tuple] = field(default_factory=dict)  # (size, memory type) → buffer, mapping, view
     _transfers: rt.HalSemaphore | None = None
     _transfer_value: int = 0
     # The outputs a synchronous direct call made for its kernel's next call while the kernel
@@ -207,6 +220,31 @@ class Device:
         self._staging_buffers.clear()
         self._transfers = None
 
+    def allocate(self, size: int) -> rt.HalBuffer:
+        """A device-local buffer of `size` bytes from the pool. On running out of memory the
+        pool is trimmed and the allocation tried once more."""
+        allocator = self.hal.allocator
+        try:
+            return allocator.allocate_buffer(_DEVICE_MEMORY, _DEVICE_USAGE, size)
+        except RuntimeError as exc:
+            if not self.pooled or not any(m in str(exc) for m in OUT_OF_MEMORY):
+                raise
+            self.trim()
+            return allocator.allocate_buffer(_DEVICE_MEMORY, _DEVICE_USAGE, size)
+
+    def upload(self, array: np.ndarray, element_type: int) -> rt.HalBufferView | None:
+        """A pooled device buffer view holding a C-contiguous numpy array's contents; None
+        where the staging path doesn't apply (an empty or a large array)."""
+        if array.nbytes == 0 or array.nbytes > STAGING_LIMIT:
+            return None
+        with self.bound():
+            target = self.allocate(array.nbytes)
+            with self._lock:
+                staging, view = self._staging(array.nbytes, _UPLOAD_STAGING)
+                view[:] = array.reshape(-1).view(np.uint8)
+                self._copy(staging, target)
+        return rt.HalBufferView(target, array.shape, element_type)
+
     def download(self, buffer_view: rt.HalBufferView, dtype: np.dtype) -> np.ndarray | None:
         """A new numpy array holding a device buffer view's contents; None where the staging
         path doesn't apply (a buffer of another size than the array, or a large one)."""
@@ -217,22 +255,24 @@ class Device:
         if source.byte_length() != out.nbytes or out.nbytes > STAGING_LIMIT:
             return None
         with self._lock, self.bound():
-            staging, view = self._staging(out.nbytes)
+            staging, view = self._staging(out.nbytes, _READBACK_STAGING)
             self._copy(source, staging)
             out.reshape(-1).view(np.uint8)[:] = view
         return out
 
-    def _staging(self, size: int) -> tuple[rt.HalBuffer, np.ndarray]:
+    def _staging(self, size: int, memory_type: int) -> tuple[rt.HalBuffer, np.ndarray]:
         """A pinned host buffer of exactly `size` bytes (IREE's queue copy moves a whole source
-        buffer) and a numpy view of it, kept for reuse (a few sizes, least recently used out)."""
-        found = self._staging_buffers.pop(size, None)
+        buffer) of `memory_type` (uploads' or readbacks') and a numpy view of it, kept for reuse
+        (a few of each, least recently used out)."""
+        key = (size, memory_type)
+        found = self._staging_buffers.pop(key, None)
         if found is None:
-            buffer = self.hal.allocator.allocate_buffer(memory_type=_HOST_STAGING, allowed_usage=_STAGING_USAGE, allocation_size=size)
+            buffer = self.hal.allocator.allocate_buffer(memory_type=memory_type, allowed_usage=_STAGING_USAGE, allocation_size=size)
             mapped = buffer.map()
             found = (buffer, mapped, mapped.asarray([size], np.dtype(np.uint8)))
             while len(self._staging_buffers) >= STAGING_BUFFERS:
                 self._staging_buffers.pop(next(iter(self._staging_buffers)))
-        self._staging_buffers[size] = found
+        self._staging_buffers[key] = found
         return found[0], found[2]
 
     def _copy(self, source: rt.HalBuffer, target: rt.HalBuffer) -> None:

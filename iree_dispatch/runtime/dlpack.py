@@ -26,6 +26,7 @@ from typing import Any
 
 import iree.runtime as rt
 import numpy as np
+from iree.runtime.array_interop import map_dtype_to_element_type
 
 from .compiled import compiled_launch
 from .devices import KDL_CUDA, Device
@@ -289,13 +290,18 @@ class DeviceArray(rt.DeviceArray):
 
 
 def upload(device: Device, array: np.ndarray) -> DeviceArray:
-    """A copy of a numpy array on the device (IREE's synchronous transfer). The caller waits for
-    the streams our memory may be in use on first (Device.before_call): the copy may land in a
-    pooled buffer. Where kernels are launched directly on the device, the copy is known to
-    prepared calls at once (`remember`)."""
-    with device.bound():
-        copy = rt.asdevicearray(device.hal, np.ascontiguousarray(array))
-    uploaded = DeviceArray(device, copy._buffer_view, override_dtype=copy.dtype)
+    """A copy of a numpy array on the device, in a pooled buffer filled through a staging
+    buffer (Device.upload; IREE's synchronous transfer for an empty or a large array). The
+    caller waits for the streams our memory may be in use on first (Device.before_call): the
+    copy may land in a pooled buffer. Where kernels are launched directly on the device, the
+    copy is known to prepared calls at once (`remember`)."""
+    array = np.ascontiguousarray(array)
+    element_type = map_dtype_to_element_type(array.dtype)
+    view = device.upload(array, element_type) if element_type is not None else None
+    if view is None:
+        with device.bound():
+            view = rt.asdevicearray(device.hal, array)._buffer_view
+    uploaded = DeviceArray(device, view, override_dtype=array.dtype)
     if device.launches_directly:
         remember(device, uploaded)
     return uploaded

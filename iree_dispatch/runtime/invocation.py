@@ -37,6 +37,20 @@ class _Tensor:
     shape: tuple[str | int, ...]
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """A call's arguments once checked: the arrays (numpy made contiguous; other frameworks'
+    arrays as they are), the scalars as the generated function takes them, the sizes and
+    integer scalars by name (what grids, shapes and computed scalars are evaluated with), and
+    the dynamic shared memory the call launches with where its size depends on sizes (None:
+    the plan's fixed size)."""
+
+    tensors: list
+    scalars: list
+    env: dict[str, int]
+    shared_memory: int | None
+
+
 class KernelFunction:
     """A kernel's generated function: checks the arguments, then runs the kernel, launched
     directly where it can be (launch.py), else through IREE's invoke.
@@ -75,13 +89,11 @@ class KernelFunction:
 
     def check(self, *args, **kwargs) -> list:
         """Validated, converted arguments, in order; raises TypeError/ValueError otherwise."""
-        tensors, scalars, _ = self._checked(args, kwargs)
-        return tensors + scalars
+        checked = self._checked(args, kwargs)
+        return checked.tensors + checked.scalars
 
-    def _checked(self, args, kwargs) -> tuple[list, list, dict[str, int]]:
-        """The checked arrays (numpy made contiguous; other frameworks' arrays as they are),
-        the scalars as the generated function takes them, and the sizes and integer scalars
-        by name (what grids, shapes and computed scalars are evaluated with)."""
+    def _checked(self, args, kwargs) -> _Checked:
+        """The call's arguments checked (see _Checked)."""
         values = self._bind(args, kwargs)
         sizes: dict[str, tuple[int, str]] = {}
         tensors = [self._check_tensor(spec, value, sizes) for spec, value in zip(self._inputs, values)]
@@ -103,9 +115,9 @@ class KernelFunction:
                 env.setdefault(scalar.name, int(value))
         if self._relations:
             self._check_relations(env)
-        if self._sized_shared_memory:
-            self.description.shared_memory_for_call(env)
-        return tensors, scalars, env
+        # Evaluated once per call: checked against its bound here, launched with as it is.
+        shared_memory = self.description.shared_memory_for_call(env) if self._sized_shared_memory else None
+        return _Checked(tensors, scalars, env, shared_memory)
 
     def _imported(self, tensors: list) -> tuple[list, set[int | None] | None]:
         """`tensors` with other frameworks' arrays imported into IREE, and the streams to wait
@@ -152,12 +164,13 @@ class KernelFunction:
             return self._checked_call(args, kwargs)
 
     def _checked_call(self, args, kwargs):
-        tensors, scalars, env = self._checked(args, kwargs)
+        checked = self._checked(args, kwargs)
+        tensors, scalars = checked.tensors, checked.scalars
         on_device = any(isinstance(v, (rt.DeviceArray, AsyncArray)) or _foreign(v) for v in tensors)
         if not isinstance(self._invoke, FencedInvoker):
             # Synchronous functions (and direct launches) can't wait on fences: wait here for pending inputs.
             tensors = [v.wait() if isinstance(v, AsyncArray) else v for v in tensors]
-        results = self._direct.call(tensors, scalars, env, args if not kwargs else ()) if self._direct is not None else None
+        results = self._direct.call(tensors, scalars, checked.env, args if not kwargs else (), checked.shared_memory) if self._direct is not None else None
         if results is None:
             results = self._call_through_iree(tensors, scalars)
             framework = dlpack.framework_of(tensors)

@@ -13,11 +13,8 @@ import numpy as np
 
 from . import dlpack
 from .asynchronous import AsyncArray, Timeline
-from .devices import Device
+from .devices import OUT_OF_MEMORY, Device
 from .dlpack import DeviceArray
-
-# IREE's status text when an allocation fails for lack of device memory
-OUT_OF_MEMORY = ("RESOURCE_EXHAUSTED", "CUDA_ERROR_OUT_OF_MEMORY")
 
 
 def push_arguments(name: str, device: Device, args: Sequence, arguments: rt.VmVariantList, keep: list) -> None:

@@ -48,7 +48,6 @@ from ..core.variants import rule_holds
 from . import cuda_driver, dlpack
 from .compiled import CallsSetup
 from .devices import Device
-from .invokers import OUT_OF_MEMORY
 
 LAUNCH_ENV = "IREE_DISPATCH_LAUNCH"  # "direct" (the default) or "iree"
 LAUNCH_MODES = ("direct", "iree")
@@ -60,8 +59,6 @@ HAL_ELEMENT_TYPES = {
     "ui8": rt.HalElementType.UINT_8, "ui16": rt.HalElementType.UINT_16, "ui32": rt.HalElementType.UINT_32,
     "ui64": rt.HalElementType.UINT_64,
 }
-_OUTPUT_MEMORY = int(rt.MemoryType.DEVICE_LOCAL)
-_OUTPUT_USAGE = int(rt.BufferUsage.DEFAULT)
 _EXECUTABLE_HEADER = 64  # bytes before the flatbuffer in a vmfb's executable entry
 # The most bytes of a call's fresh outputs made ahead for its next call (one set per device):
 # at 256 MiB an output's writing alone takes ~85 µs on an H100, against ~3 µs to allocate.
@@ -291,13 +288,15 @@ class DirectLaunch:
         except ZeroDivisionError:
             raise ValueError(f"{self.name}(): {label} divides by zero for these sizes") from None
 
-    def call(self, inputs: Sequence, scalars: Sequence[int | float], env: dict[str, int], args: Sequence = ()) -> list | None:
+    def call(self, inputs: Sequence, scalars: Sequence[int | float], env: dict[str, int], args: Sequence = (), shared_memory: int | None = None) -> list | None:
         """Runs the kernel on checked inputs (numpy, IREE or other frameworks' arrays, in the
         description's order) and the call's converted scalars; the results in the description's
         order: fresh outputs as our DeviceArrays, in-place ones as the caller's own array. None
         where IREE must run the call instead (an empty grid or output). Fresh outputs are
         torch tensors or CuPy arrays for a call on theirs (`_fresh_output`). args: the call's
-        positional arguments as given, to prepare later calls with the same signature."""
+        positional arguments as given, to prepare later calls with the same signature.
+        shared_memory: for a kernel whose shared memory depends on sizes, the call's bytes as
+        its checks evaluated them (KernelFunction); evaluated here where not given."""
         device = self._device
         grid = self.grid_for(env)
         shapes = [self.shape_of(out, env) for out in self.outputs.values()]
@@ -305,7 +304,10 @@ class DirectLaunch:
             return None
         constants = self.constants_for(env, dict(zip(self._scalar_names, scalars)))
         # A size over sizes is launched exactly (the call's checks held it to the bound loaded).
-        shared_memory = self._shared_memory if self._description.shared_memory_size is None else self._description.shared_memory_for_call(env)
+        if self._description.shared_memory_size is None:
+            shared_memory = self._shared_memory
+        elif shared_memory is None:
+            shared_memory = self._description.shared_memory_for_call(env)
         prepared = _Prepared(grid, tuple(constants), tuple((out, shape, out.itemsize * math.prod(shape)) for out, shape in zip(self.outputs.values(), shapes)),
                              shared_memory)
         # The current stream of each other framework's array where its framework is known
@@ -428,17 +430,8 @@ def _fresh_output(device: Device, output: _Output, shape: tuple[int, ...], size:
 
 
 def _device_output(device: Device, output: _Output, shape: tuple[int, ...], size: int) -> dlpack.DeviceArray:
-    """One of our device arrays from the device's pool. On running out of memory the pool is
-    trimmed and the allocation tried once more."""
-    allocator = device.hal.allocator
-    try:
-        buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
-    except RuntimeError as exc:
-        if not device.pooled or not any(m in str(exc) for m in OUT_OF_MEMORY):
-            raise
-        device.trim()
-        buffer = allocator.allocate_buffer(_OUTPUT_MEMORY, _OUTPUT_USAGE, size)
-    array = dlpack.DeviceArray(device, rt.HalBufferView(buffer, shape, output.element_type), output.dtype)
+    """One of our device arrays from the device's pool (Device.allocate)."""
+    array = dlpack.DeviceArray(device, rt.HalBufferView(device.allocate(size), shape, output.element_type), output.dtype)
     dlpack.remember(device, array)
     return array
 

@@ -93,6 +93,17 @@ class OnDevice:
         return repr(self._function)
 
 
+class _Config(rt.Config):
+    """IREE's system configuration (a device and its HAL module) in a given instance: the one
+    the vmfb was mapped into. rt.Config makes an instance of its own, into which the vmfb would
+    have to be mapped a second time."""
+
+    def __init__(self, instance: rt.VmInstance, device: rt.HalDevice):  # rt.Config.__init__ would make the other instance
+        self.device = device
+        self.vm_instance = instance
+        self.default_vm_modules = (rt.create_hal_module(instance, device),)
+
+
 class Module:
     """A vmfb loaded on one CUDA device. Kernels are attributes: `module.simple_mul(a, b)`.
 
@@ -117,8 +128,12 @@ class Module:
         if devices is not None and (device is not None or isinstance(devices, str) or not devices):
             raise ValueError("Module: give device='cuda://N' for one GPU, or devices=['cuda://0', 'cuda://1'] (a non-empty list) for a program over several, not both")
         self.launch = launch_mode(launch)
-        instance = rt.VmInstance()  # kept referenced while the module's reflection is read
-        self.device_names = program_devices(rt.VmModule.mmap(instance, str(self.path)))
+        # The vmfb is mapped once, into the instance its context is made in: the devices it
+        # names and its functions' descriptions are read from that one mapping.
+        self._instance = rt.VmInstance()
+        self.vm_module = rt.VmModule.mmap(self._instance, str(self.path))
+        self.name = self.vm_module.name
+        self.device_names = program_devices(self.vm_module)
         check_device_count(self.path, self.device_names, len(devices) if devices is not None else 1)
         self.gpus = tuple(_devices.device(uri) for uri in (devices if devices is not None else [device]))
         ordinals = [g.ordinal for g in self.gpus]
@@ -137,12 +152,9 @@ class Module:
         """Loads a program over several GPUs: IREE's HAL module over all of them, in order."""
         if self.asynchronous:
             raise ValueError(f"{self.path}: asynchronous=True applies to modules on one device; a program over several GPUs waits for its results")
-        instance = rt.VmInstance()
-        self.vm_module = rt.VmModule.mmap(instance, str(self.path))
-        self.name = self.vm_module.name
         try:
-            hal_module = rt.create_hal_module(instance, devices=[g.hal for g in self.gpus])
-            self.context = rt.VmContext(instance, modules=[hal_module, self.vm_module])
+            hal_module = rt.create_hal_module(self._instance, devices=[g.hal for g in self.gpus])
+            self.context = rt.VmContext(self._instance, modules=[hal_module, self.vm_module])
         except RuntimeError as exc:
             if "does not support any variant" in str(exc):
                 capabilities = {cuda_compute_capability(g.ordinal) for g in self.gpus}
@@ -156,9 +168,7 @@ class Module:
 
     def _load(self, max_in_flight: int) -> None:
         """Loads the vmfb into an IREE context on the module's device and makes its functions."""
-        self.config = rt.Config(device=self.device)
-        self.vm_module = rt.VmModule.mmap(self.config.vm_instance, str(self.path))
-        self.name = self.vm_module.name
+        self.config = _Config(self._instance, self.device)
         descriptions = descriptions_of(self.vm_module, self.path)
         self.context = rt.SystemContext(config=self.config)
         try:

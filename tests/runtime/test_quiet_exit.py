@@ -7,16 +7,20 @@ anything the compiled launch's statics reach."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import weakref
 
+import numpy as np
+import pytest
+
 from iree_dispatch import runtime
-from iree_dispatch.runtime import devices, exiting, launch
+from iree_dispatch.runtime import asynchronous, devices, exiting, launch, loading
 
 from ..support.compiled_stand_ins import needs_compiler
-from ..support.environment import ROOT
+from ..support.environment import ROOT, have_compiler
 
 # The device table, the outputs made ahead and the frameworks registered: what a direct call
 # of ours leaves behind. The script checks its results against numpy before it ends.
@@ -110,3 +114,68 @@ def test_the_release_at_exit_empties_every_table_in_order(monkeypatch):
     assert device.outputs_made_ahead == [None, None] and device._staging_buffers == {} and device._transfers is None
     assert devices._devices == {} and len(launch._with_prepared_calls) == 0
     assert launch._registered_in is None and launch._registered_frameworks == ()
+
+
+# A function of the coarse-fences ABI (an asynchronous module's), for IREE's CPU device.
+ASYNC_PROGRAM = """
+func.func public @mul(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
+  %s = arith.mulf %x, %y : tensor<4xf32>
+  return %s : tensor<4xf32>
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def async_vmfb(tmp_path_factory):
+    if not have_compiler():
+        pytest.skip("needs iree-base-compiler")
+    from iree.compiler.tools.binaries import find_tool
+
+    folder = tmp_path_factory.mktemp("async")
+    (folder / "p.mlir").write_text(ASYNC_PROGRAM)
+    subprocess.run([find_tool("iree-compile"), "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                    "--iree-llvmcpu-target-cpu=generic", "--iree-execution-model=async-external", "p.mlir", "-o", "p.vmfb"],
+                   cwd=folder, check=True, capture_output=True)
+    return folder / "p.vmfb"
+
+
+def test_chained_asynchronous_results_go_before_the_device_table_lets_go(async_vmfb, monkeypatch):
+    """A result passed to a later call is kept by the module's timeline and holds it: a cycle,
+    which a collection frees in no set order. IREE's buffers and semaphores point into their
+    device without holding it, so the release at exit settles the timelines (their calls waited
+    for, their references dropped) and collects while the device table still holds the device."""
+    device = devices.Device(0, runtime.rt.get_device("local-task"), pooled=False, in_order=False, cuda=False)
+    monkeypatch.setattr(devices, "_devices", {0: device})
+    monkeypatch.setattr(loading._devices, "device", lambda uri=None: device)
+    monkeypatch.setattr(asynchronous, "_timelines", weakref.WeakSet())
+    monkeypatch.setattr(launch, "_with_prepared_calls", weakref.WeakSet())
+    monkeypatch.setattr(launch, "_registered_in", None)
+    results: list[weakref.ref] = []
+
+    def chained_calls():
+        module = runtime.load(async_vmfb, asynchronous=True)
+        rng = np.random.default_rng()
+        a, b = rng.uniform(0.5, 1.5, 4).astype(np.float32), rng.uniform(0.999, 1.001, 4).astype(np.float32)
+        held = module.to_device(b)
+        r, want = module.mul(module.to_device(a), held), a * b
+        for _ in range(8):
+            r, want = module.mul(r, held), want * b
+            results.append(weakref.ref(r.device_array))
+        np.testing.assert_array_equal(r.to_host(), want)
+
+    gc.disable()  # the cycle stays until the release collects it, as at a process's end
+    try:
+        chained_calls()
+        assert all(ref() is not None for ref in results)  # kept by the timeline's cycle
+        alive_at_release = []
+        release_devices = devices.release_devices
+
+        def recorded():
+            alive_at_release.append(sum(ref() is not None for ref in results))
+            release_devices()
+
+        monkeypatch.setattr(devices, "release_devices", recorded)
+        exiting.release()
+    finally:
+        gc.enable()
+    assert alive_at_release == [0] and devices._devices == {}
