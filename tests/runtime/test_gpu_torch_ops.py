@@ -102,13 +102,27 @@ def test_reduce_overhead_compile_replays_equal_numpy(ops, torch):
 
 
 def test_timing_per_launch_eager_compiled_and_graph_replay(ops, torch):
-    """Per launch of simple_mul on 4099 floats: eager op, compiled code, graph replay (printed)."""
+    """Per launch of simple_mul on 4099 floats (printed): a chain of launches called eagerly,
+    the same chain in one compiled function (fullgraph), and replayed from a captured CUDA graph;
+    and the fixed cost of entering a compiled function, ours against torch's own multiply."""
     rng = np.random.default_rng()
-    n, launches = 4099, 200
-    x, y = torch.from_numpy(fresh(rng, n)).cuda(), torch.from_numpy(fresh(rng, n)).cuda()
-    compiled = torch.compile(lambda p, q: ops.simple_mul(p, q), fullgraph=True)
+    n, chain, rounds = 4099, 20, 20
+    a, b = fresh(rng, n), rng.uniform(0.99, 1.01, n).astype(np.float32)  # b near 1: the chain stays finite
+    x, y = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    expected = a.copy()
+    for _ in range(chain):
+        expected = expected * b  # float32, rounded after each product as the kernel does
 
-    def timed(run) -> float:
+    def chained(p, q):
+        for _ in range(chain):
+            p = ops.simple_mul(p, q)
+        return p
+
+    compiled_chain = torch.compile(chained, fullgraph=True)
+    compiled_one = torch.compile(lambda p, q: ops.simple_mul(p, q), fullgraph=True)
+    compiled_torch = torch.compile(lambda p, q: p * q, fullgraph=True)
+
+    def timed(run, launches: int) -> float:
         run()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -118,24 +132,29 @@ def test_timing_per_launch_eager_compiled_and_graph_replay(ops, torch):
         end.synchronize()
         return start.elapsed_time(end) * 1000 / launches  # µs per launch
 
-    def eager():
-        for _ in range(launches):
-            ops.simple_mul(x, y)
-
-    def through_compile():
-        for _ in range(launches):
-            compiled(x, y)
+    def rounds_of(function):
+        def run():
+            for _ in range(rounds):
+                function(x, y)
+        return run
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        eager()
+        chained(x, y)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(launches):
-            out = ops.simple_mul(x, y)
-    times = {"eager op": timed(eager), "compiled": timed(through_compile), "graph replay": timed(graph.replay)}
+        out = chained(x, y)
+    launches = rounds * chain
+    times = {
+        "eager chain": timed(rounds_of(chained), launches),
+        "compiled chain": timed(rounds_of(compiled_chain), launches),
+        "graph replay": timed(lambda: [graph.replay() for _ in range(rounds)], launches),
+        "compiled function of one launch": timed(rounds_of(compiled_one), rounds),
+        "compiled function of torch's multiply": timed(rounds_of(compiled_torch), rounds),
+    }
     print("simple_mul per launch: " + ", ".join(f"{k} {v:.2f} µs" for k, v in times.items()))
-    np.testing.assert_array_equal(out.cpu().numpy(), (x * y).cpu().numpy())
+    np.testing.assert_array_equal(out.cpu().numpy(), expected)
+    np.testing.assert_array_equal(compiled_chain(x, y).cpu().numpy(), expected)
     assert all(v > 0 for v in times.values())
