@@ -22,11 +22,12 @@ from ..support.model_references import _flow_dispatches  # noqa: E402
 
 MODELS = Path(__file__).parent
 NAIVE = MODELS / "kernels" / "naive.toml"
-LIBRARY = MODELS / "kernels" / "library.toml"
-GEMM = MODELS / "kernels" / "gemm.toml"
+LIBRARY_DIR = MODELS.parents[1] / "kernels"  # the kernel library; MODELS / "kernels" holds the test-only specs
+LIBRARY = LIBRARY_DIR / "library.toml"
+GEMM = LIBRARY_DIR / "gemm.toml"
 GEMM_PADDED = MODELS / "kernels" / "gemm_padded.toml"
 GEMM_BATCHED = MODELS / "kernels" / "gemm_batched.toml"
-ATTENTION = MODELS / "kernels" / "attention.toml"
+ATTENTION = LIBRARY_DIR / "attention.toml"
 FIXED = MODELS / "kernels" / "fixed_eps.toml"
 ALL = [NAIVE, LIBRARY, GEMM]
 
@@ -217,7 +218,7 @@ def _attention_alone(tmp_path) -> Path:
     head, sep, _ = ATTENTION.read_text().partition('\n[[kernel]]\nname = "attention_qkv_bf16"')
     assert sep
     path = tmp_path / "attention.toml"
-    path.write_text(head.replace("../../../kernels/", f"{(MODELS.parent.parent / 'kernels').resolve()}/") + "\n")
+    path.write_text(head.replace('source = "attention.cu"', f'source = "{(LIBRARY_DIR / "attention.cu").resolve()}"') + "\n")
     return path
 
 
@@ -367,8 +368,10 @@ def test_report_is_deterministic_and_json():
 
 @needs_build_tools
 def test_compiled_module_dispatches_the_kernels(tmp_path):
-    r = compile_model(MODELS / "mlp_f32.mlir", ALL, tmp_path / "mlp.vmfb", emit_mlir=tmp_path / "mlp.linked.mlir", cache=False)
+    r = compile_model(MODELS / "mlp_f32.mlir", ALL, tmp_path / "mlp.vmfb", emit_mlir=tmp_path / "mlp.linked.mlir", program=tmp_path / "mlp.program.mlir", cache=False)
     assert (tmp_path / "mlp.vmfb").stat().st_size > 0
+    # What was asked for, and the objects the linked MLIR refers to: nothing else.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.linked.mlir", "mlp.program.mlir", "mlp.vmfb", "naive.objects"]
     program = (tmp_path / "mlp.program.mlir").read_text()
     assert "func.call @naive.matmul_bias_f32" in program and "func.call @naive.matmul_f32" in program
     assert r.output == tmp_path / "mlp.vmfb"
@@ -392,7 +395,7 @@ def test_compiled_attention_and_layernorm(tmp_path):
 
 @needs_build_tools
 def test_compiled_bf16_attention_dispatches_the_batched_gemm(tmp_path):
-    compile_model(MODELS / "attention_bf16.mlir", [GEMM_BATCHED], tmp_path / "att.vmfb", emit_mlir=tmp_path / "att.linked.mlir")
+    compile_model(MODELS / "attention_bf16.mlir", [GEMM_BATCHED], tmp_path / "att.vmfb", emit_mlir=tmp_path / "att.linked.mlir", program=tmp_path / "att.program.mlir")
     program = (tmp_path / "att.program.mlir").read_text()
     assert program.count("func.call @gemm_batched.gemm_batched_bf16(") == 2
     dispatches = _flow_dispatches(tmp_path / "att.linked.mlir")
@@ -403,7 +406,8 @@ def test_compiled_bf16_attention_dispatches_the_batched_gemm(tmp_path):
 
 @needs_build_tools
 def test_compiled_gpt2_layer_dispatches_the_attention_kernel(tmp_path):
-    compile_model(MODELS / "gpt2_layer_bf16.torch.mlir", GPT2_LAYER, tmp_path / "g.vmfb", emit_mlir=tmp_path / "g.linked.mlir", allow_wider_accumulation=True)
+    compile_model(MODELS / "gpt2_layer_bf16.torch.mlir", GPT2_LAYER, tmp_path / "g.vmfb", emit_mlir=tmp_path / "g.linked.mlir", program=tmp_path / "g.program.mlir",
+                  allow_wider_accumulation=True)
     program = (tmp_path / "g.program.mlir").read_text()
     assert program.count("func.call @attention.attention_qkv_bf16(") == 1
     dispatches = _flow_dispatches(tmp_path / "g.linked.mlir")
@@ -417,12 +421,13 @@ def test_compiled_gpt2_layer_dispatches_the_attention_kernel(tmp_path):
 def test_nothing_replaced_still_compiles(tmp_path):
     r = compile_model(MODELS / "mlp_f32.mlir", [GEMM], tmp_path / "r.vmfb")
     assert not r.replaced and (tmp_path / "r.vmfb").stat().st_size > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["r.vmfb"]
 
 
 @needs_build_tools
 def test_program_is_deterministic(tmp_path):
-    compile_model(MODELS / "attention_f32.mlir", ALL, tmp_path / "a" / "m.vmfb")
-    compile_model(MODELS / "attention_f32.mlir", ALL, tmp_path / "b" / "m.vmfb")
+    compile_model(MODELS / "attention_f32.mlir", ALL, tmp_path / "a" / "m.vmfb", program=tmp_path / "a" / "m.program.mlir")
+    compile_model(MODELS / "attention_f32.mlir", ALL, tmp_path / "b" / "m.vmfb", program=tmp_path / "b" / "m.program.mlir")
     assert (tmp_path / "a" / "m.program.mlir").read_text() == (tmp_path / "b" / "m.program.mlir").read_text()
     assert (tmp_path / "a" / "m.vmfb").read_bytes() == (tmp_path / "b" / "m.vmfb").read_bytes()
 
@@ -611,7 +616,7 @@ def test_dynamic_sizes():
     assert r.left[0].reasons == [("shape", "naive.matmul_f32: needs K % 4 == 0, the model's K is dynamic")]
 
 
-GEMM_NT = MODELS / "kernels" / "gemm_nt.toml"
+GEMM_NT = LIBRARY_DIR / "gemm_nt.toml"
 
 
 def test_lm_head_as_matmul_nt():
