@@ -14,6 +14,7 @@ pytest.importorskip("iree.compiler")  # the model compiler: not in a runtime-onl
 
 from iree_dispatch.core.errors import DispatchError, SpecError  # noqa: E402
 from iree_dispatch.models import compile_model, load_kernels  # noqa: E402
+from iree_dispatch.models.capability import spec_files  # noqa: E402
 from iree_dispatch.models.cli import add_compile_command  # noqa: E402
 from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
 
@@ -669,3 +670,63 @@ def test_compiled_lm_head_dispatches_the_nt_gemm(tmp_path):
     assert sum("gemm_nt_bf16" in d for d in dispatches) == 2
     # What IREE still generates: the f32 cast of the logits, no matmul, transpose or rounding of ours.
     assert not [d for d in dispatches if "gemm_nt" not in d and ("matmul" in d or "transpose" in d)], dispatches
+
+
+# ---- a folder of specs (--kernels kernels/) ----
+
+def _matmul_spec(folder: Path, file: str, module: str, replaces: bool = True) -> Path:
+    """A spec of naive.cu's matmul_f32 as module `module`, declaring what it replaces or not."""
+    folder.mkdir(parents=True, exist_ok=True)
+    text = (f'[module]\nname = "{module}"\narchs = ["sm_80"]\n\n[[kernel]]\nname = "matmul_f32"\nsource = "{(MODELS / "kernels" / "naive.cu").resolve()}"\n'
+            'block = [64]\ngrid = ["ceildiv(N, 64)", "M"]\nshapes = { a = ["M", "K"], b = ["K", "N"], c = ["M", "N"] }\n')
+    (folder / file).write_text(text + ('replaces = { op = "matmul" }\n' if replaces else ""))
+    return folder / file
+
+
+def test_a_kernel_folder_is_its_specs_that_declare_replacements(tmp_path):
+    lib = tmp_path / "lib"
+    b, a = _matmul_spec(lib, "b.toml", "b"), _matmul_spec(lib, "a.toml", "a")
+    plain = _matmul_spec(lib, "plain.toml", "plain", replaces=False)
+    (lib / "notes.txt").write_text("not a spec\n")
+    _matmul_spec(lib / "sub", "c.toml", "c")  # only the folder's own files
+    assert spec_files([lib]) == [a, b]
+    r = compile_model(MODELS / "mlp_f32.mlir", [lib], dry_run=True)
+    assert [m.name for m in r.kernels.modules] == ["a", "b"]
+    assert [d.capability.label for d in r.replaced] == ["a.matmul_f32", "a.matmul_f32"]  # equal kernels: the first by name wins
+    assert "kernels: a (1 kernels), b (1 kernels), 2 declare replacements" in r.text()
+    # A spec named by itself and through its folder counts once, where first named.
+    assert spec_files([b, lib]) == [b, a]
+    assert [d.capability.label for d in compile_model(MODELS / "mlp_f32.mlir", [b, lib], dry_run=True).replaced] == ["b.matmul_f32", "b.matmul_f32"]
+    # Named by itself, a spec without replacements is taken as before: it replaces nothing.
+    r = compile_model(MODELS / "mlp_f32.mlir", [plain], dry_run=True)
+    assert [m.name for m in r.kernels.modules] == ["plain"] and not r.replaced
+
+
+def test_a_kernel_folder_without_replacements_is_refused(tmp_path):
+    _matmul_spec(tmp_path, "plain.toml", "plain", replaces=False)
+    with pytest.raises(SpecError) as refused:
+        compile_model(MODELS / "mlp_f32.mlir", [tmp_path], dry_run=True)
+    assert str(refused.value) == (f"kernel folder {tmp_path} holds no spec (*.toml) whose kernels declare what they replace (replaces = {{ op = ... }}); "
+                                  "give a folder of such specs, or the spec files themselves")
+
+
+def test_one_module_name_in_two_specs_names_both(tmp_path):
+    """Two specs of one module name (in a folder, or named): refused naming both; the same kernel
+    name in two modules is fine (a.matmul_f32 and b.matmul_f32 above)."""
+    one, two = _matmul_spec(tmp_path, "one.toml", "same"), _matmul_spec(tmp_path, "two.toml", "same")
+    for given in ([tmp_path], [one, two]):
+        with pytest.raises(SpecError) as refused:
+            load_kernels(given)
+        assert str(refused.value) == f"module name same given by more than one kernel spec ({one}, {two}); each module needs its own name"
+
+
+def test_the_kernel_library_holds_the_benchmarks_kernels():
+    """kernels/ taken whole: every kernel the model benchmark substitutes declares what it
+    replaces there; the batched bf16 GEMM does not (it made GPT-2 slower)."""
+    labels = {c.label: c.op for c in load_kernels([LIBRARY_DIR]).capabilities}
+    for label, op in {"gemm.gemm_bf16": "matmul", "gemm.gemm_bias_bf16": "matmul+bias", "gemm.gemm_bias_gelu_bf16": "matmul+bias+gelu",
+                      "gemm_nt.gemm_nt_bf16": "matmul_nt", "attention.attention_bf16": "attention", "attention.attention_qkv_bf16": "attention_qkv",
+                      "gemm_f32.gemm_f32": "matmul", "gemm_f32.gemm_nt_f32": "matmul_nt", "gemm_f32.gemm_batched_f32": "batch_matmul",
+                      "library.softmax_warp_bf16": "softmax", "library.layernorm_warp_bf16": "layernorm", "library.rmsnorm_f32": "rmsnorm"}.items():
+        assert labels.get(label) == op, label
+    assert "gemm.gemm_batched_bf16" not in labels
