@@ -99,8 +99,10 @@ def _cmd_build(args) -> int:
             emit = Path(args.emit_mlir) if args.emit_mlir else output.with_suffix(".mlir")
         found = [("-o" if args.output else "output", output, "file")] + ([("--emit-mlir", emit, "file")] if emit else [])
         found += [("--depfile", Path(args.depfile), "file")] if args.depfile else []
-        # (the same name twice is the spec's error, which build() names)
-        found += [(f"module {n}'s objects folder", (emit or output).parent / objects_dirname(n), "folder") for n in dict.fromkeys(names)]
+        # The objects are written only for the MLIR that refers to them; otherwise they stay in
+        # the build's private folder. (The same name twice is the spec's error, which build() names.)
+        if emit and not args.embed_objects:
+            found += [(f"module {n}'s objects folder", emit.parent / objects_dirname(n), "folder") for n in dict.fromkeys(names)]
         return found
 
     # Before anything is compiled (a spec's type probe included): outputs writable, none an input.
@@ -117,7 +119,7 @@ def _cmd_build(args) -> int:
     result = build(
         specs[0] if len(specs) == 1 else specs, output, emit_mlir=emit, program=args.program, embed_objects=args.embed_objects,
         asynchronous=args.asynchronous, strip_assertions=args.strip_assertions, iree_compile_flags=iree_compile_flags, progress=args.progress,
-        cache=not args.no_cache, toolchain=args.toolchain,
+        cache=not args.no_cache, toolchain=args.toolchain, keep_objects=False,
     )
     if args.depfile:
         check_outputs([("--depfile", Path(args.depfile), "file")], [("file the build read", d) for d in result.dependencies])
@@ -281,7 +283,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("spec", nargs="+", help="kernel spec file(s) (TOML); several only with --program, which calls @<module>.<kernel> of each")
     b.add_argument("-o", "--output", help="output .vmfb (default: build/<module>.vmfb)")
     b.add_argument("--emit-mlir", nargs="?", const="", metavar="PATH",
-                   help="also keep the generated MLIR, at PATH (--emit-mlir=PATH) or beside the .vmfb; a .toml after it is a spec, not PATH")
+                   help="also keep the generated MLIR, at PATH (--emit-mlir=PATH) or beside the .vmfb, with the objects it refers to in <module>.objects/ "
+                        "beside it; a .toml after it is a spec, not PATH")
     b.add_argument("--arch", action="append", help="CUDA archs, e.g. sm_80,sm_90 (repeatable; overrides the spec)")
     b.add_argument("--objects", choices=("cubin", "ptx", "fatbin"), help="objects per arch (overrides the spec; default cubin + PTX fallback)")
     b.add_argument("--embed-objects", action="store_true", help="write the object bytes into the MLIR (compiles anywhere with plain iree-compile)")

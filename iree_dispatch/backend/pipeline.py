@@ -66,10 +66,10 @@ class BuildOptions:
 class BuildResult:
     vmfb: Path
     mlir: Path | None  # the emitted (or linked) IR, if asked for
-    objects_dir: Path  # the PTX files the IR refers to (the first module's, when a program links several)
+    objects_dir: Path | None  # the objects the IR refers to (the first module's, when a program links several); None when not kept
     timings: dict[str, float]  # seconds per stage
     dependencies: tuple[Path, ...]  # every file read, absolute: sources, the headers they include, the program
-    objects_dirs: tuple[Path, ...] = ()  # every module's objects folder, in the order the specs were given
+    objects_dirs: tuple[Path, ...] = ()  # every module's objects folder, in the order the specs were given (none when not kept)
 
 
 def objects_dirname(module_name: str) -> str:
@@ -90,6 +90,7 @@ def build(
     cache: Cache | bool = True,
     toolchain: str | Toolchain | None = None,
     program_as: str | Path | None = None,
+    keep_objects: bool = True,
 ) -> BuildResult:
     """Builds `spec` into the .vmfb `output`.
 
@@ -116,6 +117,11 @@ def build(
     staged it in a private folder (models/compiler.py): the cache key names the program by this
     path instead of the staged one, so the next build of the same program finds this one; the
     dependencies then leave the program out.
+    keep_objects: place each module's objects folder (`<module>.objects/`, PTX and cubins) beside
+    the vmfb, or beside the emitted IR. False places them only where the emitted IR refers to
+    them (emit_mlir without embed_objects); otherwise they are intermediates, removed with the
+    build's private folder (the command line's `build` and `compile` keep nothing they were not
+    asked for).
     """
     specs = _module_specs(spec, program)
     options = BuildOptions(embed_objects, asynchronous, strip_assertions, iree_compile_flags)  # type: ignore[arg-type]  # made a tuple, checked
@@ -126,12 +132,13 @@ def build(
     output = Path(output).absolute()
     mlir_out = Path(emit_mlir).absolute() if emit_mlir else None
     objects_home = (mlir_out or output).parent
+    keep_objects = keep_objects or (mlir_out is not None and not embed_objects)
     say = progress or (lambda _msg: None)
     store = Cache() if cache is True else (cache or None)
     # The vmfb records the compiled file's name in its debug locations: name it as the user sees it.
     compile_name = mlir_out.name if mlir_out else f"{Path(program).stem if program is not None else specs[0].name}.mlir"
     # Nothing is written before every output is known to be writable and no output is an input.
-    check_outputs(build_outputs(specs, output, mlir_out), build_inputs(specs, program))
+    check_outputs(build_outputs(specs, output, mlir_out, objects=keep_objects), build_inputs(specs, program))
     with Staging(output) as staging:
         tmp = staging.folder
         # Prebuilt objects need no compiler: a module of only those builds without one.
@@ -160,16 +167,16 @@ def build(
                     store.store(manifest_key, dependencies, staged, {"dependencies": [str(d) for d in dependencies]})
 
         # The headers the sources include are known only now: no output may be one of them either.
-        check_outputs(build_outputs(specs, output, mlir_out), [("file the build read", d) for d in dependencies])
+        check_outputs(build_outputs(specs, output, mlir_out, objects=keep_objects), [("file the build read", d) for d in dependencies])
         # Every stage passed: move the artifacts into place.
-        final_objects = tuple(objects_home / objects_dirname(s.name) for s in specs)
+        final_objects = tuple(objects_home / objects_dirname(s.name) for s in specs) if keep_objects else ()
         for s, final in zip(specs, final_objects):
             staging.place(tmp / objects_dirname(s.name), final)
         if mlir_out:
             staging.place(tmp / compile_name, mlir_out)
         staging.place(tmp / _STAGED_VMFB, output)
         staging.commit()
-    return BuildResult(output, mlir_out, final_objects[0], timings, tuple(dependencies), final_objects)
+    return BuildResult(output, mlir_out, final_objects[0] if final_objects else None, timings, tuple(dependencies), final_objects)
 
 
 _STAGED_VMFB = "module.vmfb"
@@ -510,11 +517,12 @@ def _make_escape(path: Path) -> str:
 
 # ---- outputs: what build writes and reads, checked by core/files.check_outputs ----
 
-def build_outputs(specs: Sequence[ModuleSpec], output: Path, mlir_out: Path | None) -> list[tuple[str, Path, str]]:
-    """(what, path, "file" or "folder") for everything `build` writes."""
+def build_outputs(specs: Sequence[ModuleSpec], output: Path, mlir_out: Path | None, *, objects: bool = True) -> list[tuple[str, Path, str]]:
+    """(what, path, "file" or "folder") for everything `build` writes; objects: with each
+    module's objects folder (build's keep_objects)."""
     home = (mlir_out or output).parent
     outputs = [("output", output, "file")] + ([("emit_mlir", mlir_out, "file")] if mlir_out else [])
-    return outputs + [(f"module {s.name}'s objects folder", home / objects_dirname(s.name), "folder") for s in specs]
+    return outputs + [(f"module {s.name}'s objects folder", home / objects_dirname(s.name), "folder") for s in specs if objects]
 
 
 def build_inputs(specs: Sequence[ModuleSpec], program: str | Path | None) -> list[tuple[str, Path]]:

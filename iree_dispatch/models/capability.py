@@ -15,7 +15,9 @@ symbols. Each rule is checked when the spec is loaded, against the kernel's decl
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,14 +85,43 @@ class KernelSet:
         return sorted((c for c in self.capabilities if c.op == op), key=lambda c: (-c.priority, c.order))
 
 
-def load_kernels(paths: list[str | Path], registry: Registry = REGISTRY) -> KernelSet:
-    """Loads each spec file with its `replaces` tables (ops: the kinds of `registry`)."""
+def spec_files(paths: Sequence[str | Path]) -> list[Path]:
+    """The spec files `paths` name, in order: a file as given; a folder (a kernel library, such as
+    the repository's kernels/) as every `*.toml` directly in it, sorted by name, that declares at
+    least one `replaces` (the others hold kernels for other uses and are skipped). A file named
+    twice (by itself and through its folder) counts once, where first named."""
     if not paths:
-        raise SpecError("no kernel spec given (--kernels SPEC.toml)")
-    modules, capabilities = [], []
-    for path in paths:
-        module, replaces = load_spec_with_replaces(Path(path))
+        raise SpecError("no kernel spec given (--kernels SPEC.toml, or a folder of specs)")
+    found: dict[str, Path] = {}
+    for path in map(Path, paths):
+        files = [path]
+        if path.is_dir():
+            files = [spec for spec in sorted(path.glob("*.toml")) if spec.is_file() and _declares_replacements(spec)]
+            if not files:
+                raise SpecError(
+                    f"kernel folder {path} holds no spec (*.toml) whose kernels declare what they replace (replaces = {{ op = ... }}); "
+                    "give a folder of such specs, or the spec files themselves"
+                )
+        for spec in files:
+            found.setdefault(os.path.realpath(spec), spec)
+    return list(found.values())
+
+
+def _declares_replacements(path: Path) -> bool:
+    """Whether any [[kernel]] of the spec at `path` has a `replaces` key (read as TOML only: a
+    spec skipped for lacking one is not loaded, so its type probes never run)."""
+    kernels = _read_spec_toml(path).get("kernel", [])
+    return any(isinstance(k, dict) and "replaces" in k for k in (kernels if isinstance(kernels, list) else []))
+
+
+def load_kernels(paths: Sequence[str | Path], registry: Registry = REGISTRY) -> KernelSet:
+    """Loads each spec file with its `replaces` tables (ops: the kinds of `registry`); a folder
+    stands for its specs that declare replacements (spec_files)."""
+    modules, capabilities, given_by = [], [], []
+    for path in spec_files(paths):
+        module, replaces = load_spec_with_replaces(path)
         modules.append(module)
+        given_by.append(path)
         by_name = {k.name: k for k in module.kernels}
         for kernel_name, label, tables in replaces:
             for table in tables:
@@ -98,7 +129,8 @@ def load_kernels(paths: list[str | Path], registry: Registry = REGISTRY) -> Kern
     names = [m.name for m in modules]
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
-        raise SpecError(f"module name {', '.join(clashes)} given by more than one kernel spec; each module needs its own name")
+        specs = ", ".join(str(path) for path, module in zip(given_by, modules) if module.name in clashes)
+        raise SpecError(f"module name {', '.join(clashes)} given by more than one kernel spec ({specs}); each module needs its own name")
     return KernelSet(tuple(modules), tuple(capabilities))
 
 
@@ -106,17 +138,7 @@ def load_spec_with_replaces(path: Path) -> tuple[ModuleSpec, list[tuple[str, str
     """The spec's ModuleSpec and, per kernel with a `replaces` key: (kernel name, label, tables)."""
     from ..frontend.spec_file import load_spec
 
-    check_text_file("kernel spec", path, "a TOML kernel spec; give the .toml file")
-    try:
-        raw = path.read_bytes()
-        data = tomllib.loads(raw.decode("utf-8").removeprefix("\ufeff"))
-    except OSError as exc:
-        raise SpecError(f"can't read spec {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise SpecError(f"{path}:{line}: spec is not valid UTF-8 (byte 0x{raw[exc.start]:02x}); save it as UTF-8") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: invalid TOML: {exc}") from None
+    data = _read_spec_toml(path)
     kernels = data.get("kernel", [])
     replaces = []
     for i, k in enumerate(kernels if isinstance(kernels, list) else [], start=1):
@@ -128,6 +150,20 @@ def load_spec_with_replaces(path: Path) -> tuple[ModuleSpec, list[tuple[str, str
                 raise SpecError(f"{label}: replaces must be a table (replaces = {{ op = \"matmul\" }}) or a list of tables")
             replaces.append((k.get("name"), label, tables))
     return load_spec(path), replaces
+
+
+def _read_spec_toml(path: Path) -> dict:
+    check_text_file("kernel spec", path, "a TOML kernel spec; give the .toml file")
+    try:
+        raw = path.read_bytes()
+        return tomllib.loads(raw.decode("utf-8").removeprefix("\ufeff"))
+    except OSError as exc:
+        raise SpecError(f"can't read spec {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError(f"{path}:{line}: spec is not valid UTF-8 (byte 0x{raw[exc.start]:02x}); save it as UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: invalid TOML: {exc}") from None
 
 
 def _capability(module: ModuleSpec, kernel: KernelSpec, table: dict, label: str, order: int, registry: Registry) -> Capability:

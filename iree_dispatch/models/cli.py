@@ -1,4 +1,4 @@
-"""`iree-dispatch compile MODEL.mlir --kernels SPEC.toml [...] -o MODEL.vmfb [--dry-run]`.
+"""`iree-dispatch compile MODEL.mlir --kernels SPEC.toml|FOLDER [...] -o MODEL.vmfb [--dry-run]`.
 
 Registered by the main command line with `add_compile_command(sub)`.
 """
@@ -11,15 +11,17 @@ import sys
 def add_compile_command(sub) -> None:
     c = sub.add_parser("compile", help="an imported model (.mlir) -> .vmfb, its ops replaced by kernels that declare they can replace them")
     c.add_argument("model", help="the model as MLIR: torch dialect (torch.export + IREE's FX importer) or linalg on tensors")
-    c.add_argument("--kernels", action="append", required=True, metavar="SPEC", help="kernel spec (.toml) whose [[kernel]] tables say what they replace (repeatable)")
+    c.add_argument("--kernels", action="append", required=True, metavar="SPEC",
+                   help="kernel spec (.toml) whose [[kernel]] tables say what they replace, or a folder: every spec in it that declares replacements, "
+                        "by name (kernels/ is the kernel library; repeatable)")
     c.add_argument("-o", "--output", help="output .vmfb (needed unless --dry-run)")
     c.add_argument("--dry-run", action="store_true", help="only report what would be replaced and why the rest is not; write nothing")
     c.add_argument("--allow-wider-accumulation", action="store_true",
                    help="accept kernels that accumulate in a wider type than the model (f32 for a bf16 LayerNorm or matmul, "
                         "or a bf16 matmul + bias + GELU that the model rounds between steps), narrowing their results")
     c.add_argument("--report-json", metavar="PATH", help="also write the report as JSON")
-    c.add_argument("--program", metavar="PATH", help="where to keep the rewritten model (default: <output stem>.program.mlir)")
-    c.add_argument("--emit-mlir", metavar="PATH", help="also keep the linked MLIR (model + kernels)")
+    c.add_argument("--program", metavar="PATH", help="also keep the rewritten model (the program calling the kernels) there")
+    c.add_argument("--emit-mlir", metavar="PATH", help="also keep the linked MLIR (model + kernels), with the objects it refers to in <module>.objects/ beside it")
     c.add_argument("--no-cache", action="store_true", help="build from scratch, neither reading nor writing the build cache")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     c.set_defaults(func=run_compile)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..core.errors import CompileError, DispatchError
 from ..core.files import Staging, check_input_file, check_model_file, check_outputs, quoted_includes, spec_declares
-from .capability import KernelSet, load_kernels
+from .capability import KernelSet, load_kernels, spec_files
 from .kinds import find_candidates
 from .select import Decision, decide
 
@@ -122,14 +122,19 @@ def compile_model(
 ) -> ModelReport:
     """Compiles the imported model `model` (.mlir) for CUDA into `output`, with every op one of
     the `kernels` specs' kernels declares it can replace (`replaces`) replaced by a call to it.
+    A folder among `kernels` stands for every spec in it that declares replacements (the
+    repository's kernels/ is the kernel library; capability.spec_files).
 
     dry_run: find, select and report only (no output; needs no output path).
     allow_wider_accumulation: accept a kernel that accumulates in a wider type than the model
     (f32 for a bf16 LayerNorm; f32 throughout for a bf16 matmul + bias + GELU the model rounds
     between steps), narrowing its result to the model's type.
-    program: where to write the rewritten model (default: `<output>.program.mlir`).
-    emit_mlir: also write the linked IR (model + kernels) there.
+    program: also write the rewritten model there (default: not kept).
+    emit_mlir: also write the linked IR (model + kernels) there, with the objects it refers to in
+    `<module>.objects/` beside it.
     report_json: also write the report as JSON there (with dry_run too).
+    Nothing else is written: the intermediates stay in a private folder beside `output`, removed
+    at the end (also on a failure or Ctrl-C).
 
     Every output is checked against every input (the model, the specs, their sources, headers
     and prebuilt objects) and every other output before anything is compiled, all are made in
@@ -139,7 +144,7 @@ def compile_model(
 
     say = progress or (lambda _msg: None)
     model = Path(model)
-    spec_paths = [Path(k) for k in kernels]
+    spec_paths = spec_files(kernels)
     check_model_file(model)
     for path in spec_paths:
         check_input_file("kernel spec", path)
@@ -161,26 +166,31 @@ def compile_model(
                 staging.commit()
         return report
     output = Path(output)
-    program_path = outputs[1][1]
+    program_path = Path(program) if program else None
     used = {d.capability.module.name for d in report.decisions if d.replaced}
     modules = [m for m in kernel_set.modules if m.name in used]
-    objects_home = (Path(emit_mlir) if emit_mlir else output).parent
-    objects = [(f"module {m.name}'s objects folder", objects_home / objects_dirname(m.name), "folder") for m in modules]
+    # The objects only where the linked IR that refers to them is kept.
+    objects = [(f"module {m.name}'s objects folder", Path(emit_mlir).parent / objects_dirname(m.name), "folder") for m in modules] if emit_mlir else []
     check_outputs([*outputs, *objects], inputs)
     report.output, report.program = output, program_path
     with Staging(output) as staging:
         # One subfolder per output: two outputs may have one name in different folders.
-        staged_vmfb, staged_program = _staged(staging, "vmfb", output), _staged(staging, "program", program_path)
+        # The program is named as it would be kept beside the vmfb when it is not kept, so
+        # that the build cache knows it by one name (build's program_as).
+        known_as = program_path or output.with_name(output.stem + ".program.mlir")
+        staged_vmfb, staged_program = _staged(staging, "vmfb", output), _staged(staging, "program", known_as)
         staged_mlir = _staged(staging, "mlir", Path(emit_mlir)) if emit_mlir else None
         staged_program.write_text(text, encoding="utf-8")
         if modules:
             from ..backend.pipeline import build
 
             try:
-                result = build(modules, staged_vmfb, program=staged_program, emit_mlir=staged_mlir, progress=say, cache=cache, program_as=program_path.absolute())
+                result = build(modules, staged_vmfb, program=staged_program, emit_mlir=staged_mlir, progress=say, cache=cache, program_as=known_as.absolute(),
+                               keep_objects=emit_mlir is not None)
             except DispatchError as exc:
                 # The program was never written where the user asked: name it, not the private folder.
-                raise type(exc)(str(exc).replace(str(staged_program), f"the rewritten {model.name} ({program_path.name})")) from None
+                kept = f" ({program_path.name})" if program_path else ""
+                raise type(exc)(str(exc).replace(str(staged_program), f"the rewritten {model.name}{kept}")) from None
             # The headers the sources include (through -I too) are known only now.
             check_outputs([*outputs, *objects], [("file the build read", d) for d in result.dependencies])
             for (_, final, _), staged in zip(objects, result.objects_dirs):
@@ -188,7 +198,8 @@ def compile_model(
         else:
             say("no op replaced: compiling the model with IREE alone")
             _compile_alone(staged_program, staged_vmfb, kernel_set, staged_mlir)
-        staging.place(staged_program, program_path)
+        if program_path is not None:
+            staging.place(staged_program, program_path)
         if staged_mlir is not None:
             staging.place(staged_mlir, Path(emit_mlir))
         staging.place(staged_vmfb, output)
@@ -199,12 +210,12 @@ def compile_model(
 
 
 def _outputs(output: Path | None, program, emit_mlir, report_json) -> list[tuple[str, Path, str]]:
-    """What compile_model writes, as core/files.check_outputs takes them: the vmfb and the
-    program first (nothing but the report with dry_run)."""
+    """What compile_model writes, as core/files.check_outputs takes them: the vmfb and what was
+    asked for besides (nothing but the report with dry_run)."""
     found = []
     if output is not None:
-        program = Path(program) if program else output.with_name(output.stem + ".program.mlir")
-        found += [("output (-o)", output, "file"), ("program (--program)", program, "file")]
+        found += [("output (-o)", output, "file")]
+        found += [("program (--program)", Path(program), "file")] if program else []
         found += [("emit_mlir (--emit-mlir)", Path(emit_mlir), "file")] if emit_mlir else []
     return found + ([("report_json (--report-json)", Path(report_json), "file")] if report_json is not None else [])
 

@@ -109,7 +109,7 @@ def test_every_path_position(sandbox, capsys, what):
     spec, source, include = project(sandbox, f"p{bad}", f"k{bad}.cu", f"inc{bad}")
     out = sandbox / f"o{bad}" / f"m{bad}.vmfb"
     inputs = snapshot(sandbox / f"p{bad}")
-    argv = ["build", str(spec), "-o", str(out), "--objects", "ptx", "--no-cache"]
+    argv = ["build", str(spec), "-o", str(out), "--objects", "ptx", "--no-cache", "--emit-mlir"]  # (the objects are kept beside the MLIR)
     code, said = build(argv, capsys)
     if what in UNINCLUDABLE:  # the source's name can't be compiled by nvcc: said, nothing written
         assert code == 1 and f"nvcc can't be given a file whose name has {next(c for c in bad if c in chr(34) + chr(10))!r}" in said and "--toolchain nvrtc" in said, said
@@ -265,7 +265,7 @@ def test_nvrtc_builds_from_odd_paths(sandbox, capsys, what):
     bad = METACHARACTERS[what]
     spec, _, _ = project(sandbox, f"p{bad}", f"k{bad}.cu", f"inc{bad}")
     out = sandbox / f"o{bad}" / "m.vmfb"
-    code, said = build(["build", str(spec), "-o", str(out), "--objects", "ptx", "--toolchain", "nvrtc", "--no-cache"], capsys)
+    code, said = build(["build", str(spec), "-o", str(out), "--objects", "ptx", "--toolchain", "nvrtc", "--no-cache", "--emit-mlir"], capsys)
     assert code == 0, said
     assert all(marker in "".join(p.read_text() for p in out.parent.glob("m.objects/*.ptx")) for marker in MARKERS)
 

@@ -1,5 +1,6 @@
 """The `iree-dispatch` command line, and iree-run-module-style value syntax."""
 
+import json
 import re
 import subprocess
 import sys
@@ -77,6 +78,59 @@ def test_build_and_inspect(tmp_path, capsys):
     assert "kernel simple_mul_inplace(lhs: f32[n], rhs: f32[n]) -> (rhs: f32[n] (in place))" in text
     assert main(["inspect", str(SAMPLES_SPEC)]) == 0
     assert "block [256, 1, 1]  grid ['max(min(ceildiv(n, 1024), 4096), 1)', '1', '1']" in capsys.readouterr().out
+
+
+@needs_build_tools
+@pytest.mark.parametrize(
+    "flags, written",
+    [
+        ([], ["k.vmfb"]),
+        (["--depfile", "<dir>/k.d"], ["k.d", "k.vmfb"]),
+        (["--emit-mlir"], ["k.mlir", "k.vmfb", "samples.objects"]),  # the MLIR refers to the objects beside it
+        (["--emit-mlir", "--embed-objects"], ["k.mlir", "k.vmfb"]),  # the MLIR holds them
+    ],
+    ids=["vmfb", "depfile", "emit-mlir", "embed-objects"],
+)
+def test_build_writes_only_what_was_asked_for(tmp_path, capsys, flags, written):
+    """No objects folder, MLIR or temporary is left beside the outputs unless asked for."""
+    out = tmp_path / "k.vmfb"
+    argv = ["build", str(SAMPLES_SPEC), "-o", str(out), "--arch", "sm_90", *(f.replace("<dir>", str(tmp_path)) for f in flags)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == written
+
+
+@needs_build_tools
+def test_compile_writes_only_what_was_asked_for(tmp_path, capsys):
+    """A model's compile leaves the vmfb only; --program, --emit-mlir (with the objects it refers
+    to) and --report-json each add what they name."""
+    model, spec = ROOT / "tests" / "models" / "mlp_f32.mlir", ROOT / "tests" / "models" / "kernels" / "naive.toml"
+    plain = tmp_path / "plain"
+    assert main(["compile", str(model), "--kernels", str(spec), "-o", str(plain / "m.vmfb"), "-q"]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in plain.iterdir()) == ["m.vmfb"]
+    kept = tmp_path / "kept"
+    argv = ["compile", str(model), "--kernels", str(spec), "-o", str(kept / "m.vmfb"), "--program", str(kept / "m.program.mlir"),
+            "--emit-mlir", str(kept / "m.linked.mlir"), "--report-json", str(kept / "m.json"), "-q"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in kept.iterdir()) == ["m.json", "m.linked.mlir", "m.program.mlir", "m.vmfb", "naive.objects"]
+    assert "func.call @naive.matmul_f32" in (kept / "m.program.mlir").read_text()
+
+
+def test_compile_takes_the_kernel_library_folder(tmp_path, capsys):
+    """--kernels kernels/: every spec there that declares replacements, by name; the others (the
+    samples, the transformer block's) are skipped."""
+    pytest.importorskip("iree.compiler")
+    model = ROOT / "tests" / "models" / "mlp_f32.mlir"
+    assert main(["compile", str(model), "--kernels", str(ROOT / "kernels"), "--dry-run", "--report-json", str(tmp_path / "r.json"), "-q"]) == 0
+    out = capsys.readouterr().out
+    modules = json.loads((tmp_path / "r.json").read_text())["modules"]
+    assert modules == sorted(modules) and {"library", "gemm", "gemm_f32", "gemm_nt", "attention", "flash_attention"} <= set(modules)
+    assert "samples" not in modules and "transformer" not in modules
+    assert "#1 matmul 32x64 @ 64x128 f32 x f32 -> 32x128 f32 at mlp_f32.mlir:7 -> gemm_f32.gemm_f32" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    assert main(["compile", str(model), "--kernels", str(tmp_path), "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"iree-dispatch compile: error: kernel folder {tmp_path} holds no spec (*.toml) whose kernels declare what they replace "
+                   "(replaces = { op = ... }); give a folder of such specs, or the spec files themselves\n")
 
 
 @needs_build_tools

@@ -22,8 +22,9 @@ from ..support.environment import needs_build_tools  # noqa: E402
 from ..support.model_references import _compile_cpu, _flow_dispatches, _random_args, _run, with_reference_kernels  # noqa: E402
 
 MODELS = Path(__file__).parent
-K = MODELS / "kernels"
-LIBRARY, GEMM, ATTENTION = K / "library.toml", K / "gemm.toml", K / "attention.toml"
+K = MODELS / "kernels"  # the test-only specs
+LIBRARY_DIR = MODELS.parents[1] / "kernels"  # the kernel library
+LIBRARY, GEMM, ATTENTION = LIBRARY_DIR / "library.toml", LIBRARY_DIR / "gemm.toml", LIBRARY_DIR / "attention.toml"
 GPT2_LAYER = [LIBRARY, GEMM, ATTENTION]
 QKV = "attention.attention_qkv_bf16"
 QKV_NOTE = "q, k and v are read from the projection's [B, S, 3E] result and the result is written in [B, S, E] layout (the transposes are not computed)"
@@ -174,7 +175,7 @@ def test_hand_written_models_strict_and_without_the_qkv_kernel(tmp_path):
     head, sep, _ = text.partition('\n[[kernel]]\nname = "attention_qkv_bf16"')
     assert sep
     plain_spec = tmp_path / "attention.toml"
-    plain_spec.write_text(head.replace("../../../kernels/", str(ATTENTION.parent.parent.parent.parent / "kernels") + "/") + "\n")
+    plain_spec.write_text(head.replace('source = "attention.cu"', f'source = "{LIBRARY_DIR / "attention.cu"}"') + "\n")
     plain = compile_model(MODELS / "attention_qkv_bf16.mlir", [plain_spec], dry_run=True, allow_wider_accumulation=True)
     assert [d.form.kind for d in plain.replaced] == ["attention"] * len(FUNCTIONS)
     assert "attention_qkv_bf16 (" not in plain.text() and "not as attention_qkv" not in plain.text()
@@ -187,7 +188,7 @@ def test_hand_written_models_rewritten_compute_the_same(tmp_path, function):
 
 
 def test_spec_shapes_must_say_attention_qkv(tmp_path):
-    source = (ATTENTION.parent.parent.parent.parent / "kernels" / "attention.cu").resolve()
+    source = (LIBRARY_DIR / "attention.cu").resolve()
     spec = (f'[module]\nname = "t"\narchs = ["sm_80"]\n\n[[kernel]]\nname = "attention_qkv_bf16"\nsource = "{source}"\nblock = [128]\ngrid = ["B * H"]\n'
             'shapes = {{ qkv = ["B", "S", 3, "H", 64], mask = ["B", "S", "S"], out = {out} }}\nreplaces = {{ op = "attention_qkv" }}\n')
     path = tmp_path / "t.toml"
@@ -206,7 +207,8 @@ def test_compiled_gpt2_layer_dispatches_attention_qkv(tmp_path):
     transposes: 2x40x2x64 and 2x40x128), nor the chain's batch matmuls and softmax. The one
     transpose left is the LM head's weight (64x128)."""
 
-    compile_model(MODELS / "gpt2_layer_bf16.torch.mlir", GPT2_LAYER, tmp_path / "g.vmfb", emit_mlir=tmp_path / "g.linked.mlir", allow_wider_accumulation=True)
+    compile_model(MODELS / "gpt2_layer_bf16.torch.mlir", GPT2_LAYER, tmp_path / "g.vmfb", emit_mlir=tmp_path / "g.linked.mlir", program=tmp_path / "g.program.mlir",
+                  allow_wider_accumulation=True)
     program = (tmp_path / "g.program.mlir").read_text()
     assert program.count(f"func.call @{QKV}(") == 1
     dispatches = _flow_dispatches(tmp_path / "g.linked.mlir")

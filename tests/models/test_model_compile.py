@@ -14,6 +14,7 @@ pytest.importorskip("iree.compiler")  # the model compiler: not in a runtime-onl
 
 from iree_dispatch.core.errors import DispatchError, SpecError  # noqa: E402
 from iree_dispatch.models import compile_model, load_kernels  # noqa: E402
+from iree_dispatch.models.capability import spec_files  # noqa: E402
 from iree_dispatch.models.cli import add_compile_command  # noqa: E402
 from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
 
@@ -22,11 +23,12 @@ from ..support.model_references import _flow_dispatches  # noqa: E402
 
 MODELS = Path(__file__).parent
 NAIVE = MODELS / "kernels" / "naive.toml"
-LIBRARY = MODELS / "kernels" / "library.toml"
-GEMM = MODELS / "kernels" / "gemm.toml"
+LIBRARY_DIR = MODELS.parents[1] / "kernels"  # the kernel library; MODELS / "kernels" holds the test-only specs
+LIBRARY = LIBRARY_DIR / "library.toml"
+GEMM = LIBRARY_DIR / "gemm.toml"
 GEMM_PADDED = MODELS / "kernels" / "gemm_padded.toml"
 GEMM_BATCHED = MODELS / "kernels" / "gemm_batched.toml"
-ATTENTION = MODELS / "kernels" / "attention.toml"
+ATTENTION = LIBRARY_DIR / "attention.toml"
 FIXED = MODELS / "kernels" / "fixed_eps.toml"
 ALL = [NAIVE, LIBRARY, GEMM]
 
@@ -217,7 +219,7 @@ def _attention_alone(tmp_path) -> Path:
     head, sep, _ = ATTENTION.read_text().partition('\n[[kernel]]\nname = "attention_qkv_bf16"')
     assert sep
     path = tmp_path / "attention.toml"
-    path.write_text(head.replace("../../../kernels/", f"{(MODELS.parent.parent / 'kernels').resolve()}/") + "\n")
+    path.write_text(head.replace('source = "attention.cu"', f'source = "{(LIBRARY_DIR / "attention.cu").resolve()}"') + "\n")
     return path
 
 
@@ -367,8 +369,10 @@ def test_report_is_deterministic_and_json():
 
 @needs_build_tools
 def test_compiled_module_dispatches_the_kernels(tmp_path):
-    r = compile_model(MODELS / "mlp_f32.mlir", ALL, tmp_path / "mlp.vmfb", emit_mlir=tmp_path / "mlp.linked.mlir", cache=False)
+    r = compile_model(MODELS / "mlp_f32.mlir", ALL, tmp_path / "mlp.vmfb", emit_mlir=tmp_path / "mlp.linked.mlir", program=tmp_path / "mlp.program.mlir", cache=False)
     assert (tmp_path / "mlp.vmfb").stat().st_size > 0
+    # What was asked for, and the objects the linked MLIR refers to: nothing else.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.linked.mlir", "mlp.program.mlir", "mlp.vmfb", "naive.objects"]
     program = (tmp_path / "mlp.program.mlir").read_text()
     assert "func.call @naive.matmul_bias_f32" in program and "func.call @naive.matmul_f32" in program
     assert r.output == tmp_path / "mlp.vmfb"
@@ -392,7 +396,7 @@ def test_compiled_attention_and_layernorm(tmp_path):
 
 @needs_build_tools
 def test_compiled_bf16_attention_dispatches_the_batched_gemm(tmp_path):
-    compile_model(MODELS / "attention_bf16.mlir", [GEMM_BATCHED], tmp_path / "att.vmfb", emit_mlir=tmp_path / "att.linked.mlir")
+    compile_model(MODELS / "attention_bf16.mlir", [GEMM_BATCHED], tmp_path / "att.vmfb", emit_mlir=tmp_path / "att.linked.mlir", program=tmp_path / "att.program.mlir")
     program = (tmp_path / "att.program.mlir").read_text()
     assert program.count("func.call @gemm_batched.gemm_batched_bf16(") == 2
     dispatches = _flow_dispatches(tmp_path / "att.linked.mlir")
@@ -403,7 +407,8 @@ def test_compiled_bf16_attention_dispatches_the_batched_gemm(tmp_path):
 
 @needs_build_tools
 def test_compiled_gpt2_layer_dispatches_the_attention_kernel(tmp_path):
-    compile_model(MODELS / "gpt2_layer_bf16.torch.mlir", GPT2_LAYER, tmp_path / "g.vmfb", emit_mlir=tmp_path / "g.linked.mlir", allow_wider_accumulation=True)
+    compile_model(MODELS / "gpt2_layer_bf16.torch.mlir", GPT2_LAYER, tmp_path / "g.vmfb", emit_mlir=tmp_path / "g.linked.mlir", program=tmp_path / "g.program.mlir",
+                  allow_wider_accumulation=True)
     program = (tmp_path / "g.program.mlir").read_text()
     assert program.count("func.call @attention.attention_qkv_bf16(") == 1
     dispatches = _flow_dispatches(tmp_path / "g.linked.mlir")
@@ -417,12 +422,13 @@ def test_compiled_gpt2_layer_dispatches_the_attention_kernel(tmp_path):
 def test_nothing_replaced_still_compiles(tmp_path):
     r = compile_model(MODELS / "mlp_f32.mlir", [GEMM], tmp_path / "r.vmfb")
     assert not r.replaced and (tmp_path / "r.vmfb").stat().st_size > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["r.vmfb"]
 
 
 @needs_build_tools
 def test_program_is_deterministic(tmp_path):
-    compile_model(MODELS / "attention_f32.mlir", ALL, tmp_path / "a" / "m.vmfb")
-    compile_model(MODELS / "attention_f32.mlir", ALL, tmp_path / "b" / "m.vmfb")
+    compile_model(MODELS / "attention_f32.mlir", ALL, tmp_path / "a" / "m.vmfb", program=tmp_path / "a" / "m.program.mlir")
+    compile_model(MODELS / "attention_f32.mlir", ALL, tmp_path / "b" / "m.vmfb", program=tmp_path / "b" / "m.program.mlir")
     assert (tmp_path / "a" / "m.program.mlir").read_text() == (tmp_path / "b" / "m.program.mlir").read_text()
     assert (tmp_path / "a" / "m.vmfb").read_bytes() == (tmp_path / "b" / "m.vmfb").read_bytes()
 
@@ -611,7 +617,7 @@ def test_dynamic_sizes():
     assert r.left[0].reasons == [("shape", "naive.matmul_f32: needs K % 4 == 0, the model's K is dynamic")]
 
 
-GEMM_NT = MODELS / "kernels" / "gemm_nt.toml"
+GEMM_NT = LIBRARY_DIR / "gemm_nt.toml"
 
 
 def test_lm_head_as_matmul_nt():
@@ -664,3 +670,63 @@ def test_compiled_lm_head_dispatches_the_nt_gemm(tmp_path):
     assert sum("gemm_nt_bf16" in d for d in dispatches) == 2
     # What IREE still generates: the f32 cast of the logits, no matmul, transpose or rounding of ours.
     assert not [d for d in dispatches if "gemm_nt" not in d and ("matmul" in d or "transpose" in d)], dispatches
+
+
+# ---- a folder of specs (--kernels kernels/) ----
+
+def _matmul_spec(folder: Path, file: str, module: str, replaces: bool = True) -> Path:
+    """A spec of naive.cu's matmul_f32 as module `module`, declaring what it replaces or not."""
+    folder.mkdir(parents=True, exist_ok=True)
+    text = (f'[module]\nname = "{module}"\narchs = ["sm_80"]\n\n[[kernel]]\nname = "matmul_f32"\nsource = "{(MODELS / "kernels" / "naive.cu").resolve()}"\n'
+            'block = [64]\ngrid = ["ceildiv(N, 64)", "M"]\nshapes = { a = ["M", "K"], b = ["K", "N"], c = ["M", "N"] }\n')
+    (folder / file).write_text(text + ('replaces = { op = "matmul" }\n' if replaces else ""))
+    return folder / file
+
+
+def test_a_kernel_folder_is_its_specs_that_declare_replacements(tmp_path):
+    lib = tmp_path / "lib"
+    b, a = _matmul_spec(lib, "b.toml", "b"), _matmul_spec(lib, "a.toml", "a")
+    plain = _matmul_spec(lib, "plain.toml", "plain", replaces=False)
+    (lib / "notes.txt").write_text("not a spec\n")
+    _matmul_spec(lib / "sub", "c.toml", "c")  # only the folder's own files
+    assert spec_files([lib]) == [a, b]
+    r = compile_model(MODELS / "mlp_f32.mlir", [lib], dry_run=True)
+    assert [m.name for m in r.kernels.modules] == ["a", "b"]
+    assert [d.capability.label for d in r.replaced] == ["a.matmul_f32", "a.matmul_f32"]  # equal kernels: the first by name wins
+    assert "kernels: a (1 kernels), b (1 kernels), 2 declare replacements" in r.text()
+    # A spec named by itself and through its folder counts once, where first named.
+    assert spec_files([b, lib]) == [b, a]
+    assert [d.capability.label for d in compile_model(MODELS / "mlp_f32.mlir", [b, lib], dry_run=True).replaced] == ["b.matmul_f32", "b.matmul_f32"]
+    # Named by itself, a spec without replacements is taken as before: it replaces nothing.
+    r = compile_model(MODELS / "mlp_f32.mlir", [plain], dry_run=True)
+    assert [m.name for m in r.kernels.modules] == ["plain"] and not r.replaced
+
+
+def test_a_kernel_folder_without_replacements_is_refused(tmp_path):
+    _matmul_spec(tmp_path, "plain.toml", "plain", replaces=False)
+    with pytest.raises(SpecError) as refused:
+        compile_model(MODELS / "mlp_f32.mlir", [tmp_path], dry_run=True)
+    assert str(refused.value) == (f"kernel folder {tmp_path} holds no spec (*.toml) whose kernels declare what they replace (replaces = {{ op = ... }}); "
+                                  "give a folder of such specs, or the spec files themselves")
+
+
+def test_one_module_name_in_two_specs_names_both(tmp_path):
+    """Two specs of one module name (in a folder, or named): refused naming both; the same kernel
+    name in two modules is fine (a.matmul_f32 and b.matmul_f32 above)."""
+    one, two = _matmul_spec(tmp_path, "one.toml", "same"), _matmul_spec(tmp_path, "two.toml", "same")
+    for given in ([tmp_path], [one, two]):
+        with pytest.raises(SpecError) as refused:
+            load_kernels(given)
+        assert str(refused.value) == f"module name same given by more than one kernel spec ({one}, {two}); each module needs its own name"
+
+
+def test_the_kernel_library_holds_the_benchmarks_kernels():
+    """kernels/ taken whole: every kernel the model benchmark substitutes declares what it
+    replaces there; the batched bf16 GEMM does not (it made GPT-2 slower)."""
+    labels = {c.label: c.op for c in load_kernels([LIBRARY_DIR]).capabilities}
+    for label, op in {"gemm.gemm_bf16": "matmul", "gemm.gemm_bias_bf16": "matmul+bias", "gemm.gemm_bias_gelu_bf16": "matmul+bias+gelu",
+                      "gemm_nt.gemm_nt_bf16": "matmul_nt", "attention.attention_bf16": "attention", "attention.attention_qkv_bf16": "attention_qkv",
+                      "gemm_f32.gemm_f32": "matmul", "gemm_f32.gemm_nt_f32": "matmul_nt", "gemm_f32.gemm_batched_f32": "batch_matmul",
+                      "library.softmax_warp_bf16": "softmax", "library.layernorm_warp_bf16": "layernorm", "library.rmsnorm_f32": "rmsnorm"}.items():
+        assert labels.get(label) == op, label
+    assert "gemm.gemm_batched_bf16" not in labels

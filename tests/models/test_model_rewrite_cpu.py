@@ -18,8 +18,9 @@ from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
 from ..support.model_references import _compile_cpu, _random_args, _run, with_reference_kernels  # noqa: E402
 
 MODELS = Path(__file__).parent
-K = MODELS / "kernels"
-ALL = [K / "naive.toml", K / "library.toml", K / "gemm.toml", K / "fixed_eps.toml"]
+K = MODELS / "kernels"  # the test-only specs
+LIBRARY_DIR = MODELS.parents[1] / "kernels"  # the kernel library
+ALL = [K / "naive.toml", LIBRARY_DIR / "library.toml", LIBRARY_DIR / "gemm.toml", K / "fixed_eps.toml"]
 
 
 @pytest.mark.parametrize(
@@ -56,8 +57,8 @@ ALL = [K / "naive.toml", K / "library.toml", K / "gemm.toml", K / "fixed_eps.tom
 def test_rewritten_model_computes_the_same(tmp_path, model, function, wide, tol):
     kernels = [*ALL[:2], K / "gemm_padded.toml", *ALL[3:]] if function == "padded" else ALL
     kernels = [*kernels, K / "gemm_batched.toml"] if model == "attention_bf16.mlir" else kernels
-    kernels = [*kernels, K / "attention.toml"] if model.startswith("gpt2_layer") else kernels
-    kernels = [*kernels, K / "gemm_nt.toml"] if model in ("lm_head_bf16.torch.mlir", "matmul_nt.mlir") else kernels
+    kernels = [*kernels, LIBRARY_DIR / "attention.toml"] if model.startswith("gpt2_layer") else kernels
+    kernels = [*kernels, LIBRARY_DIR / "gemm_nt.toml"] if model in ("lm_head_bf16.torch.mlir", "matmul_nt.mlir") else kernels
     function = "main" if function == "padded" else function
     report, program = rewrite_model(MODELS / model, kernels, allow_wider_accumulation=wide)
     assert report.replaced

@@ -199,7 +199,7 @@ CASES = [
     Case("build -o names a folder", lambda d: _cli(d, "-o", "<dir>"), CliError),
     Case("build --depfile names a folder", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--depfile", "<dir>"), CliError),
     Case("build -o under a file", lambda d: _cli(d, "-o", "<dir>/mul.cu/m.vmfb"), CliError),
-    Case("build: the objects folder's name is taken by a file", lambda d: (_cu(d, "", "k.objects"), _cli(d, "-o", "<dir>/m.vmfb")), CliError),
+    Case("build --emit-mlir: the objects folder's name is taken by a file", lambda d: (_cu(d, "", "k.objects"), _cli(d, "-o", "<dir>/m.vmfb", "--emit-mlir")), CliError),
     Case("build -o in a folder that isn't writable", lambda d: _cli(d, "-o", "<dir>/locked/m.vmfb", unwritable="locked"), CliError),
     Case("build -o is a device", lambda d: _cli(d, "-o", "/dev/null"), CliError),
     Case("build: a kernel source that is a device (/dev/zero)", lambda d: _cli(d, "-o", "<dir>/m.vmfb", source="/dev/zero"), CliError),
@@ -208,6 +208,8 @@ CASES = [
     Case("build: the build cache is a file", lambda d: _cli(d, "-o", "<dir>/out/m.vmfb", cache=_cu(d, "", "cache")), CliError, True),
     Case("build without iree-base-compiler (a runtime-only install)", lambda d: _cli(d, "-o", "<dir>/m.vmfb", compiler=False), CliError),
     Case("inspect a folder", lambda d: _cli(d, command="inspect", spec="<dir>"), CliError),
+    Case("compile --kernels: a folder with no spec that declares replacements",
+         lambda d: (_cu(d, "func.func @f() {\n  return\n}\n", "m.mlir"), _cli(d, "--kernels", "<dir>", "--dry-run", command="compile", spec="<dir>/m.mlir")), CliError),
     Case("inspect a file that isn't a module", lambda d: _cli(d, command="inspect", spec="<dir>/mul.cu"), CliError, True),
     # Flags for iree-compile (--iree-compile-arg=FLAG, or after --): refused before any CUDA compiler runs.
     Case("build: an iree-compile flag the build sets itself", lambda d: _cli(d, "-o", "<dir>/m.vmfb", "--iree-compile-arg=--iree-hal-target-device=vulkan"), CliError),
