@@ -60,7 +60,8 @@ MATMUL_BIAS_GELU = OpKind("matmul+bias+gelu", (2, 2, 1), 2, _matmul_shapes, narr
 # lhs [M, K], rhs [K, N], bias [N] → gelu_erf(lhs @ rhs + bias), GELU's exact form 0.5 x (1 + erf(x / sqrt(2)))
 MATMUL_BIAS_GELU_ERF = OpKind("matmul+bias+gelu_erf", (2, 2, 1), 2, _matmul_shapes, narrows=True, fused=True, **_MATMUL_RULES)
 # lhs [M, K], rhs [N, K] (a Linear's weight as stored) → lhs @ rhs^T [M, N]
-MATMUL_NT = OpKind("matmul_nt", (2, 2), 2, _matmul_nt_shapes, narrows=True, fused=True, explains_kept_result=True, **_MATMUL_RULES)
+MATMUL_NT = OpKind("matmul_nt", (2, 2), 2, _matmul_nt_shapes, narrows=True, fused=True, explains_kept_result=True, **_MATMUL_RULES,
+                   left_when_undeclared=(("matmul+bias+gelu_erf", _ERF_LEFT),))
 # lhs [B, M, K], rhs [B, K, N] → [B, M, N]
 BATCH_MATMUL = OpKind("batch_matmul", (3, 3), 3, _batch_matmul_shapes, **_MATMUL_RULES)
 
