@@ -269,3 +269,22 @@ def test_gelu_inner_add_is_no_residual_add():
     """GELU-tanh's x + 0.044715 x^3 adds two full tensors, one a function of the other: not a residual add."""
     with _found("mlp_gelu_bf16.torch.mlir") as (_, unkinded):
         assert [u.what for u in unkinded] == []
+
+
+def test_llama_layer_every_op_accounted_for():
+    """transformers' Llama (one layer, bf16, SDPA: tests/models/llama_sdpa_bf16.torch.mlir): its three
+    RMSNorms, its SwiGLU, the RoPE of q and k and both residual adds all in the report."""
+    kernels = [K / "library.toml", MODEL_OPS, K / "gemm.toml", ROOT / "kernels" / "flash_attention.toml"]
+    wide = _dry("llama_sdpa_bf16.torch.mlir", kernels, wide=True)
+    counts = wide.counts()
+    assert counts["rmsnorm"] == {"found": 3, "replaced": 3, "left": 0} and counts["swiglu"] == {"found": 1, "replaced": 1, "left": 0}
+    assert wide.kernel_counts()["model_ops.swiglu_bf16"] == 1 and wide.left == []
+    assert [(u.what, u.description) for u in wide.unkinded] == [("rope", "1x4x16x64 bf16: x * cos + rotate_half(x) * sin"),
+                                                                 ("rope", "1x2x16x64 bf16: x * cos + rotate_half(x) * sin"),
+                                                                 ("residual add", "1x16x256 bf16"), ("residual add", "1x16x256 bf16")]
+
+
+def test_gpt2_layer_residual_adds_listed():
+    """A GPT-2 layer's two residual adds, and nothing else (its bias adds, mask add and GELU's inner sum are no residual adds)."""
+    r = _dry("gpt2_layer_bf16.torch.mlir", [K / "library.toml"])
+    assert [(u.what, u.description) for u in r.unkinded] == [("residual add", "2x40x128 bf16")] * 2
