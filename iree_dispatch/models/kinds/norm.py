@@ -79,11 +79,9 @@ def match(op: ir.Operation) -> Candidate | None:
         return None  # not an RMSNorm the kernels compute
     ix = tensor_info(x)
     cols = ix[0][-1]
-    narrow = extf_source(x)
-    io = f"{tensor_info(narrow)[1]}, computed in {compute}" if narrow is not None else ix[1] if ix[1] == compute else f"{ix[1]}, computed in {compute}"
     missing = [name for v, name in ((weight, "weight"), (bias, "bias")) if v is None and (name == "weight" or kind == "layernorm")]
     affine = f" (no {', no '.join(missing)})" if missing else ""
-    description = f"{shape_text(ix[0])} {io} over dim {rank - 1}, eps {eps:.6g}{affine}"
+    description = f"{shape_text(ix[0])} {_io_text(x, compute)} over dim {rank - 1}, eps {eps:.6g}{affine}"
     vectors = [(weight, 1.0, "weight")] + ([(bias, 0.0, "bias")] if kind == "layernorm" else [])
     forms = []
     for form in row_forms(_KINDS[kind], x, op.results[0], op, compute, eps):
@@ -97,13 +95,26 @@ def match(op: ir.Operation) -> Candidate | None:
                 extra.append(Operand(Splat(fill), (cols,), dtype))
                 notes.append(f"the model has no {name}: the kernel gets {'ones' if fill else 'zeros'}")
         forms.append(replace(form, operands=(*form.operands, *extra), notes=(*form.notes, *notes)))
+    return Candidate(kind, description, location(op), op.results[0], tuple(forms), _divisor_refusal(kind, cols, divisor))
+
+
+def _io_text(x: ir.Value, compute: str) -> str:
+    """x's type as the description gives it: `bf16, computed in f32` where the model widens it (or computes in another type)."""
+    narrow = extf_source(x)
+    dtype = tensor_info(x)[1]
+    if narrow is not None:
+        return f"{tensor_info(narrow)[1]}, computed in {compute}"
+    return dtype if dtype == compute else f"{dtype}, computed in {compute}"
+
+
+def _divisor_refusal(kind: str, cols: int | None, divisor: float):
+    """Why no kernel can take a norm whose mean (or mean square) divides by `divisor`, or None."""
     what = "mean" if kind == "layernorm" else "mean square"
-    refusal = None
     if cols is None:
-        refusal = ("shape", f"the row length is dynamic, and the {what} divides by the constant {divisor:g}")
-    elif divisor != cols:
-        refusal = ("numerics", f"the {what} divides by {divisor:g}, not the row length {cols}")
-    return Candidate(kind, description, location(op), op.results[0], tuple(forms), refusal)
+        return ("shape", f"the row length is dynamic, and the {what} divides by the constant {divisor:g}")
+    if divisor != cols:
+        return ("numerics", f"the {what} divides by {divisor:g}, not the row length {cols}")
+    return None
 
 
 def _rounded_rms(value: ir.Value, rank: int):
@@ -124,18 +135,15 @@ def _llama_rms_candidate(op: ir.Operation, rounded, weight: ir.Value) -> Candida
     normalization alone, x → its rounding (the kernel gets ones for the weight: one rounding, as
     the model's), the weight multiply left to IREE; then that in f32 (the f32 x, before the rounding)."""
     wide, (_, x, eps, compute, divisor) = rounded
-    rank = len(tensor_info(x)[0])
+    ix = tensor_info(x)
     narrowed = op.operands[0] if op.operands[0] != weight else op.operands[1]
     out = tensor_info(op.results[0])
-    ix = tensor_info(x)
-    narrow = extf_source(x)
-    io = f"{tensor_info(narrow)[1]}, computed in {compute}" if narrow is not None else ix[1] if ix[1] == compute else f"{ix[1]}, computed in {compute}"
     rounding = tensor_info(narrowed)[1]
-    description = f"{shape_text(ix[0])} {io} over dim {rank - 1}, eps {eps:.6g}, rounded to {rounding} before the weight multiply"
+    description = f"{shape_text(ix[0])} {_io_text(x, compute)} over dim {len(ix[0]) - 1}, eps {eps:.6g}, rounded to {rounding} before the weight multiply"
     forms = []
     weight_operand = operand(weight, tensor_info(weight))
     plain = row_forms(RMSNORM, x, wide, producer(wide), compute, eps)
-    if narrow is not None and plain[0].result == narrowed:  # x narrow in, the weight multiply's result out
+    if extf_source(x) is not None and plain[0].result == narrowed:  # x narrow in, the weight multiply's result out
         first = plain[0]
         steps = f"rounds to {rounding} after the normalization and multiplies by the weight in {out[1]}"
         forms.append(replace(first, operands=(*first.operands, weight_operand), result=op.results[0], result_dtype=out[1], anchor=op,
@@ -145,12 +153,7 @@ def _llama_rms_candidate(op: ir.Operation, rounded, weight: ir.Value) -> Candida
     for form in plain:
         ones = Operand(Splat(1.0), (cols,), form.operands[0].dtype)
         forms.append(replace(form, operands=(*form.operands, ones), notes=(*form.notes, left)))
-    refusal = None
-    if cols is None:
-        refusal = ("shape", f"the row length is dynamic, and the mean square divides by the constant {divisor:g}")
-    elif divisor != cols:
-        refusal = ("numerics", f"the mean square divides by {divisor:g}, not the row length {cols}")
-    return Candidate("rmsnorm", description, location(op), op.results[0], tuple(forms), refusal)
+    return Candidate("rmsnorm", description, location(op), op.results[0], tuple(forms), _divisor_refusal("rmsnorm", cols, divisor))
 
 
 def _feeds_affine(value: ir.Value, rank: int, *heads: str) -> bool:
