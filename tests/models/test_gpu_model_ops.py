@@ -19,8 +19,8 @@ gemm_bias_gelu_erf_bf16: h = bf16(gelu_erf(a @ b + bias)), gemm.cu's GEMM with t
 epilogue, at sizes that take the TMA path, partial tiles and the element-by-element loads (N or K
 not multiples of 8). Bound, as gemm_bias_gelu_bf16's (tests/library/test_gpu_gemm.py): 1.2e-5 *
 (|a| @ |b|) (the f32 accumulation, through GELU's slope <= 1.13) + 4e-3 * |want| (one bf16 rounding)
-+ 1e-6 (erff within 2 ulp). The tanh form instead of erf differs by up to ~1e-3 near |x| = 2,
-beyond the bound there for values of that size.
++ 1e-6 (erff within 2 ulp). (GELU's tanh form differs from the erf form by less than 5e-4, under
+one bf16 rounding: that the reference is the erf form is checked on the CPU, test_model_ops.py.)
 """
 
 from __future__ import annotations
@@ -72,15 +72,6 @@ def test_swiglu_matches_float64(modules, name, rows, n):
         poisoned = np.full((rows, n), np.nan, dtype)
         reports.append(_assert_within(getattr(modules[module], name)(gate, up, poisoned), want, bound))
     print(f"\n{name} {rows}x{n}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
-
-
-def test_gelu_erf_reference_is_exact_gelu():
-    """The reference is torch's gelu(x) (erf form): known values, and not the tanh form."""
-    a = np.eye(4, dtype=np.float32)
-    b = np.array([[-3.0, -1.0, 0.0, 1.0], [2.0, 0.5, -0.5, 3.0], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]], np.float32)
-    got = REFERENCES.gemm_bias_gelu_erf_bf16(a, b, np.zeros(4, np.float32))
-    np.testing.assert_allclose(got[0], [-0.00404969, -0.15865525, 0.0, 0.84134475], atol=1e-8)
-    assert abs(got[1, 0] - 1.9544997361) < 1e-9 and abs(got[1, 0] - REFERENCES.gemm_bias_gelu_bf16(a, b, np.zeros(4, np.float32))[1, 0]) > 5e-5
 
 
 @pytest.mark.parametrize("m, n, k", GEMM_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in GEMM_SIZES])

@@ -23,6 +23,7 @@ from iree_dispatch.models.ir_match import truncf_source  # noqa: E402
 from iree_dispatch.models.kinds import Candidate, Splat, find_candidates, find_unkinded  # noqa: E402
 
 from ..support.model_references import _compile_cpu, _random_args, _run, with_reference_kernels  # noqa: E402
+from ..support.references import load_references  # noqa: E402
 
 MODELS = Path(__file__).parent
 K = MODELS / "kernels"
@@ -288,3 +289,24 @@ def test_gpt2_layer_residual_adds_listed():
     """A GPT-2 layer's two residual adds, and nothing else (its bias adds, mask add and GELU's inner sum are no residual adds)."""
     r = _dry("gpt2_layer_bf16.torch.mlir", [K / "library.toml"])
     assert [(u.what, u.description) for u in r.unkinded] == [("residual add", "2x40x128 bf16")] * 2
+
+
+# ---- the new kernels' float64 references (kernels/references.py), which their GPU tests compare with ----
+
+_REFERENCES = load_references()
+
+
+def test_gelu_erf_reference_is_exact_gelu():
+    """The reference is torch's gelu(x) (erf form): known values, and not the tanh form."""
+    a = np.eye(4, dtype=np.float32)
+    b = np.array([[-3.0, -1.0, 0.0, 1.0], [2.0, 0.5, -0.5, 3.0], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]], np.float32)
+    got = _REFERENCES.gemm_bias_gelu_erf_bf16(a, b, np.zeros(4, np.float32))
+    np.testing.assert_allclose(got[0], [-0.00404969, -0.15865525, 0.0, 0.84134475], atol=1e-8)
+    assert abs(got[1, 0] - 1.9544997361) < 1e-9 and abs(got[1, 0] - _REFERENCES.gemm_bias_gelu_bf16(a, b, np.zeros(4, np.float32))[1, 0]) > 5e-5
+
+
+def test_swiglu_reference_is_silu_times_up():
+    gate = np.array([-100.0, -1.0, 0.0, 1.0, 2.0, 100.0])
+    got = _REFERENCES.swiglu_f32(gate, np.full(6, 2.0))
+    np.testing.assert_allclose(got[1:], 2.0 * gate[1:] / (1.0 + np.exp(-gate[1:])), rtol=1e-14)
+    assert abs(got[0]) < 1e-30 and got[-1] == 200.0  # silu(-100) = -3.7e-42: the GPU tests' absolute slack is 1e-30
