@@ -1,5 +1,5 @@
 // Tensor-core GEMM, c[M, N] (f32) = a[M, K] @ b[K, N], a and b row-major bf16 or f16, f32 accumulation;
-// and bf16 ones with fused epilogues for a transformer: h = bf16(gelu(a @ b + bias)),
+// and bf16 ones with fused epilogues for a transformer: h = bf16(gelu(a @ b + bias)) (GELU's tanh or erf form),
 // h = bf16(a @ b + bias) and c = (a @ b + bias) + residual; and a batched bf16 one,
 // c[z] = a[z] @ b[z] for z = blockIdx.z (attention's batch matmuls). The entry points are at the
 // end; the epilogues (PlainF32 ...) are what differs between them.
@@ -78,6 +78,7 @@ __device__ __forceinline__ bool vector_loads_ok(const void* a, const void* b, in
 // one 16- or 8-byte store) where vec_ok says every pointer is aligned for it.
 //   gemm_bf16/f16:          c = v                                     (f32)
 //   gemm_bias_gelu_bf16:    h = bf16(gelu_tanh(v + bias[col]))         (the fast GELU, as bias_gelu_f32_bf16)
+//   gemm_bias_gelu_erf_bf16: h = bf16(gelu_erf(v + bias[col]))         (exact GELU, erff)
 //   gemm_bias_bf16:         h = bf16(v + bias[col])                    (one rounding)
 //   gemm_bias_residual_f32: c = (v + bias[col]) + residual[row, col]  (residual must not alias c)
 __device__ __forceinline__ bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
@@ -91,22 +92,32 @@ struct PlainF32 {
     *reinterpret_cast<float4*>(out + size_t(row) * N + col) = v;
   }
 };
-struct BiasGeluBf16 {
+// The activations a bias epilogue applies before its one rounding to bf16.
+struct GeluTanh {  // the fast GELU, as bias_gelu_f32_bf16
+  static __device__ __forceinline__ float apply(float x) { return gelu_tanh<true>(x); }
+};
+struct GeluErf {  // exact GELU, 0.5 x (1 + erf(x / sqrt(2))): torch's default, BERT's
+  static __device__ __forceinline__ float apply(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+};
+template <typename Act>
+struct BiasActBf16 {
   using Out = __nv_bfloat16;
   const float* bias;
   __nv_bfloat16* out;
-  __device__ __forceinline__ float apply(int, int col, float v) const { return gelu_tanh<true>(v + bias[col]); }
+  __device__ __forceinline__ float apply(int, int col, float v) const { return Act::apply(v + bias[col]); }
   __device__ __forceinline__ bool vec_ok() const { return aligned(bias, 16) && aligned(out, 8); }
   __device__ __forceinline__ void store4(int row, int col, int N, float4 v) const {
     const float4 b = *reinterpret_cast<const float4*>(bias + col);
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(gelu_tanh<true>(v.x + b.x), gelu_tanh<true>(v.y + b.y));
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(gelu_tanh<true>(v.z + b.z), gelu_tanh<true>(v.w + b.w));
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(Act::apply(v.x + b.x), Act::apply(v.y + b.y));
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(Act::apply(v.z + b.z), Act::apply(v.w + b.w));
     uint2 packed;
     packed.x = *reinterpret_cast<const uint32_t*>(&lo);
     packed.y = *reinterpret_cast<const uint32_t*>(&hi);
     *reinterpret_cast<uint2*>(out + size_t(row) * N + col) = packed;
   }
 };
+using BiasGeluBf16 = BiasActBf16<GeluTanh>;
+using BiasGeluErfBf16 = BiasActBf16<GeluErf>;
 struct BiasBf16 {
   using Out = __nv_bfloat16;
   const float* bias;
@@ -657,6 +668,14 @@ extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
 gemm_bias_gelu_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
                     __nv_bfloat16* __restrict__ h, int M, int N, int K) {
   gemm_body(a, b, gemm::BiasGeluBf16{bias, h}, M, N, K);
+}
+
+// h = bf16(gelu_erf(a @ b + bias)): the same with GELU's exact form, 0.5 x (1 + erf(x / sqrt(2)))
+// (BERT's intermediate layer; bias: [N] f32).
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_bias_gelu_erf_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
+                        __nv_bfloat16* __restrict__ h, int M, int N, int K) {
+  gemm_body(a, b, gemm::BiasGeluErfBf16{bias, h}, M, N, K);
 }
 
 // h = bf16(a @ b + bias): a bf16 Linear (a transformer's qkv and output projections) with its bias

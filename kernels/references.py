@@ -209,3 +209,27 @@ def gemm_nt_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def gemm_batched_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """c[z] = a[z] @ b[z] in float64: a [B, M, K], b [B, K, N] -> [B, M, N]."""
     return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+# kernels/model_ops.toml: float64 from the kernel's (rounded) inputs.
+
+
+def _silu(v: np.ndarray) -> np.ndarray:
+    return v * 0.5 * (1.0 + np.tanh(0.5 * v))  # v * sigmoid(v), without exp's overflow
+
+
+def swiglu_f32(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    return _silu(gate.astype(np.float64)) * up.astype(np.float64)
+
+
+swiglu_bf16 = swiglu_f32  # the kernel rounds this to bf16
+
+
+def _gelu_erf(v: np.ndarray) -> np.ndarray:
+    from math import erf, sqrt
+
+    return 0.5 * v * (1.0 + np.vectorize(erf, otypes=[np.float64])(v / sqrt(2.0)))
+
+
+def gemm_bias_gelu_erf_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    return _gelu_erf(gemm_bf16(a, b) + bias.astype(np.float64))  # the kernel rounds this to bf16

@@ -17,13 +17,13 @@ import subprocess
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import CompileError, DispatchError
 from ..core.files import Staging, check_input_file, check_model_file, check_outputs, quoted_includes, spec_declares
 from .capability import KernelSet, load_kernels, spec_files
-from .kinds import find_candidates
+from .kinds import Unkinded, find_candidates, find_unkinded
 from .select import Decision, decide
 
 Progress = Callable[[str], None]
@@ -39,6 +39,8 @@ class ModelReport:
     decisions: list[Decision]
     output: Path | None = None
     program: Path | None = None
+    # Ops no kind covers (RoPE, residual adds), recognized so the report accounts for them
+    unkinded: list[Unkinded] = field(default_factory=list)
 
     @property
     def replaced(self) -> list[Decision]:
@@ -74,6 +76,9 @@ class ModelReport:
         for d in self.left:
             lines.append(f"  #{d.candidate.order} {d.candidate.kind} {d.candidate.description}{_loc(d)}")
             lines += [f"      {category}: {text}" for category, text in d.reasons]
+        if self.unkinded:
+            lines.append(f"left to IREE, no kernel kind: {len(self.unkinded)}")
+            lines += [f"  {u.what} {u.description}{f' at {u.location}' if u.location else ''}: {u.reason}" for u in self.unkinded]
         lines.append("counts:")
         for kind, c in self.counts().items():
             lines.append(f"  {kind}: {c['found']} found, {c['replaced']} replaced, {c['left']} left to IREE")
@@ -97,6 +102,7 @@ class ModelReport:
             "modules": [m.name for m in self.kernels.modules],
             "replaced": [entry(d) for d in self.replaced],
             "left": [entry(d) for d in self.left],
+            "no_kind": [{"what": u.what, "op": u.description, "location": u.location, "reason": u.reason} for u in self.unkinded],
             "counts": self.counts(),
             "kernels": self.kernel_counts(),
             "output": None if self.output is None else str(self.output),
@@ -252,8 +258,9 @@ def _rewrite(model: Path, kernel_set: KernelSet, allow_wider: bool, rewrite_it: 
                 module = ir.Module.parse(input_ir.read_text(encoding="utf-8"))
             except ir.MLIRError as exc:
                 raise CompileError(f"{model}: the input-level IR does not parse: {_mlir_error(exc)}") from None
-            decisions = decide(find_candidates(module), kernel_set, allow_wider_accumulation=allow_wider)
-            report = ModelReport(model, kernel_set, decisions)
+            candidates = find_candidates(module)
+            decisions = decide(candidates, kernel_set, allow_wider_accumulation=allow_wider)
+            report = ModelReport(model, kernel_set, decisions, unkinded=find_unkinded(module, candidates))
             if not rewrite_it:
                 return report, None
             from . import rewrite

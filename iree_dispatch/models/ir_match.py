@@ -321,6 +321,27 @@ def truncf_source(value: ir.Value) -> ir.Value:
     return value
 
 
+def inline_over(value: ir.Value, x: ir.Value, depth: int) -> Expr:
+    """`value` as one expression over `x` ("x") and constants, through elementwise generics (all
+    maps the identity); anything else is ("value", ...)."""
+    if value == x:
+        return ("x",)
+    g = as_generic(producer(value))
+    rank = len(g.iterators) if g is not None else 0
+    if depth == 0 or g is None or not g.parallel or len(g.exprs) != 1 or not identity_outputs(g) or not all(elementwise_input(g, i, rank) for i in range(len(g.inputs))):
+        return ("value",)
+    inputs = [inline_over(v, x, depth - 1) for v in g.inputs]
+
+    def sub(e):
+        if e[0] == "in":
+            return inputs[e[1]]
+        if e[0] in ("const", "value", "out"):
+            return e
+        return (e[0], *(sub(a) if isinstance(a, tuple) else a for a in e[1:]))
+
+    return sub(g.exprs[0])
+
+
 def reshaped_from(value: ir.Value, op_name: str, rank: int) -> ir.Value | None:
     """The [B, H, ...] value a [B*H, ...] `value` collapses (op_name tensor.collapse_shape), or the
     [B*H, ...] value a [B, H, ...] `value` expands (tensor.expand_shape): only the two leading

@@ -124,8 +124,9 @@ def _fits_types(form: Form, cap: Capability, allow_wider: bool):
                 why += f" (the model keeps it: its only use is not one rounding to {cap.output_dtype})"
             return ("dtype", why), None, [], {}
     if form.eps is not None and cap.eps is not None:
-        model_eps = round_to(form.eps, form.compute)
-        if abs(round_to(cap.eps, form.compute) - model_eps) > 1e-12 * max(1.0, abs(model_eps)):
+        eps_type = form.eps_type or form.compute
+        model_eps = round_to(form.eps, eps_type)
+        if abs(round_to(cap.eps, eps_type) - model_eps) > 1e-12 * max(1.0, abs(model_eps)):
             return ("numerics", f"its epsilon is {cap.eps:g}, the model's {form.eps:g}"), None, [], {}
     return None, narrow, notes, {"widen": widen} if widen else {}
 

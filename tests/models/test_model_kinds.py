@@ -24,8 +24,8 @@ from iree_dispatch.models.kinds.base import operand  # noqa: E402
 from iree_dispatch.models.select import decide  # noqa: E402
 
 MODELS = Path(__file__).parent
-ALL_KINDS = ("matmul", "matmul+bias", "matmul+bias+gelu", "matmul_nt", "batch_matmul", "softmax", "layernorm", "rmsnorm", "attention", "attention_qkv",
-             "sdpa", "sdpa_causal", "sdpa_mask")
+ALL_KINDS = ("matmul", "matmul+bias", "matmul+bias+gelu", "matmul+bias+gelu_erf", "matmul_nt", "batch_matmul", "softmax", "layernorm", "rmsnorm", "attention",
+             "attention_qkv", "sdpa", "sdpa_causal", "sdpa_mask", "swiglu")
 
 MATMUL_BIAS = """
 func.func @f(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %bias: tensor<16xf32>, %init: tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
@@ -89,7 +89,7 @@ def test_registry_lists_every_kind_once_in_order():
         REGISTRY.kind("conv")
     with_eps = [k.name for k in REGISTRY if k.epsilon]
     assert with_eps == ["layernorm", "rmsnorm"]
-    assert [k.name for k in REGISTRY if k.fused] == ["matmul+bias", "matmul+bias+gelu", "matmul_nt", "attention", "attention_qkv"]
+    assert [k.name for k in REGISTRY if k.fused] == ["matmul+bias", "matmul+bias+gelu", "matmul+bias+gelu_erf", "matmul_nt", "attention", "attention_qkv"]
 
 
 def test_matmul_matcher_forms_and_refusal():
@@ -192,7 +192,7 @@ def test_new_kind_through_the_registry(tmp_path):
     (tmp_path / "neg.cu").write_text(TOY_SOURCE)
     spec = tmp_path / "toy.toml"
     spec.write_text(TOY_SPEC)
-    with pytest.raises(SpecError, match=r"replaces.op must be one of 'matmul', .*'sdpa_mask', got 'negate'"):
+    with pytest.raises(SpecError, match=r"replaces.op must be one of 'matmul', .*'swiglu', got 'negate'"):
         load_kernels([spec])
     kernels = load_kernels([spec], registry)
     assert [c.op for c in kernels.capabilities] == ["negate"]

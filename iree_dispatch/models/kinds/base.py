@@ -1,5 +1,6 @@
-"""What an op kind module defines (OpKind, Matcher, Fusion, gathered in a Family) and what its
-matchers find (Candidate, Form, Operand): typed and frozen from the matcher to the rewrite."""
+"""What an op kind module defines (OpKind, Matcher, Fusion, Recognizer, gathered in a Family) and
+what its matchers find (Candidate, Form, Operand) or its recognizers account for (Unkinded): typed
+and frozen from the matcher to the rewrite."""
 
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ class Form:
     widen: tuple[int, ...] = ()
     # For the numerics refusal: what the model computes in `compute`, when it is more than one step
     steps: str = ""
+    # The type the model adds its epsilon in, where that is not `compute` (Llama's RMSNorm in bf16: in f32)
+    eps_type: str | None = None
     # attention: the factor the model scales the scores by (in its type)
     scale: float | None = None
     # The model's scalar the kernel takes as its float argument where it is no constant (an SDPA
@@ -117,6 +120,18 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Unkinded:
+    """Ops of the model that no op kind covers, recognized so that the report accounts for them
+    (a RoPE chain, a residual add): left to IREE, with the reason."""
+
+    what: str  # "rope", "residual add"
+    description: str  # shapes and dtypes, for the report
+    location: str
+    reason: str
+    root: ir.Value  # the value it was recognized at (its last op's first result)
+
+
+@dataclass(frozen=True)
 class Matcher:
     """Finds candidates at ops named one of `roots`: `match` returns one or None."""
 
@@ -136,9 +151,19 @@ class Fusion:
 
 
 @dataclass(frozen=True)
+class Recognizer:
+    """Finds ops no kind covers at ops named one of `roots`, where no matcher found a candidate:
+    `recognize` returns one or None."""
+
+    roots: frozenset[str]
+    recognize: Callable[[ir.Operation], Unkinded | None]
+
+
+@dataclass(frozen=True)
 class Family:
     """An op kind module's contribution to the registry (kinds/__init__.py)."""
 
     kinds: tuple[OpKind, ...]
     matchers: tuple[Matcher, ...] = ()
     fusions: tuple[Fusion, ...] = ()
+    recognizers: tuple[Recognizer, ...] = ()

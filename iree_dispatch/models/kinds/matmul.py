@@ -1,5 +1,5 @@
 """Matmuls: linalg.matmul and linalg.batch_matmul, with what follows them (a bias add, GELU's tanh
-form, the model's rounding of the result) and what precedes their rhs (a transpose of a stored
+or erf form, the model's rounding of the result) and what precedes their rhs (a transpose of a stored
 [N, K] matrix, a [K, N] matrix broadcast over the batch)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from ..ir_match import (
     elementwise_input,
     elementwise_truncf_user,
     identity_outputs,
+    inline_over,
     is_copy,
     is_zero_fill,
     last_dim_broadcast,
@@ -48,14 +49,19 @@ def _batch_matmul_shapes(ins: list[tuple[str, ...]]) -> tuple[tuple[str, ...], l
 
 _MATMUL_RULES = {"pads": True, "accumulates": True}
 # lhs [M, K], rhs [K, N] → [M, N]
+_ERF_LEFT = "its bias add and erf GELU are left to IREE (no kernel declares matmul+bias+gelu_erf for it)"
 MATMUL = OpKind("matmul", (2, 2), 2, _matmul_shapes, narrows=True, **_MATMUL_RULES,
-                left_when_undeclared=(("matmul+bias", "its bias add is left to IREE (no kernel declares matmul+bias for it)"),))
+                left_when_undeclared=(("matmul+bias", "its bias add is left to IREE (no kernel declares matmul+bias for it)"), ("matmul+bias+gelu_erf", _ERF_LEFT)))
 # lhs [M, K], rhs [K, N], bias [N] → lhs @ rhs + bias
-MATMUL_BIAS = OpKind("matmul+bias", (2, 2, 1), 2, _matmul_shapes, narrows=True, fused=True, **_MATMUL_RULES)
+MATMUL_BIAS = OpKind("matmul+bias", (2, 2, 1), 2, _matmul_shapes, narrows=True, fused=True, **_MATMUL_RULES,
+                     left_when_undeclared=(("matmul+bias+gelu_erf", "its erf GELU is left to IREE (no kernel declares matmul+bias+gelu_erf for it)"),))
 # lhs [M, K], rhs [K, N], bias [N] → gelu_tanh(lhs @ rhs + bias)
 MATMUL_BIAS_GELU = OpKind("matmul+bias+gelu", (2, 2, 1), 2, _matmul_shapes, narrows=True, fused=True, **_MATMUL_RULES)
+# lhs [M, K], rhs [K, N], bias [N] → gelu_erf(lhs @ rhs + bias), GELU's exact form 0.5 x (1 + erf(x / sqrt(2)))
+MATMUL_BIAS_GELU_ERF = OpKind("matmul+bias+gelu_erf", (2, 2, 1), 2, _matmul_shapes, narrows=True, fused=True, **_MATMUL_RULES)
 # lhs [M, K], rhs [N, K] (a Linear's weight as stored) → lhs @ rhs^T [M, N]
-MATMUL_NT = OpKind("matmul_nt", (2, 2), 2, _matmul_nt_shapes, narrows=True, fused=True, explains_kept_result=True, **_MATMUL_RULES)
+MATMUL_NT = OpKind("matmul_nt", (2, 2), 2, _matmul_nt_shapes, narrows=True, fused=True, explains_kept_result=True, **_MATMUL_RULES,
+                   left_when_undeclared=(("matmul+bias+gelu_erf", _ERF_LEFT),))
 # lhs [B, M, K], rhs [B, K, N] → [B, M, N]
 BATCH_MATMUL = OpKind("batch_matmul", (3, 3), 3, _batch_matmul_shapes, **_MATMUL_RULES)
 
@@ -191,10 +197,11 @@ def _bias_add(value: ir.Value, rank: int) -> tuple[Generic, ir.Value] | None:
 
 def _bias_gelu_forms(op: ir.Operation, lhs: Operand, rhs: Operand, shape: Shape, rank: int, result_dims, notes: tuple[str, ...] = ()) -> list[Form]:
     """The matmul `op` with what follows it, when that is [a truncf to a narrower type], + bias [N]
-    and GELU's tanh approximation (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as
-    transformers' gelu_new / NewGELU and torch's gelu(approximate="tanh") decomposition write it),
-    each step the only use of the one before: one form, matmul+bias+gelu, whose result is the
-    GELU's. Its compute type is the narrowest the model rounds to on the way."""
+    and a GELU, each step the only use of the one before: one form, whose result is the GELU's.
+    GELU's tanh approximation (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as transformers'
+    gelu_new / NewGELU and torch's gelu(approximate="tanh") decomposition write it) makes a
+    matmul+bias+gelu form; its exact form (0.5 x (1 + erf(x / sqrt(2))), torch's default GELU,
+    BERT's) a matmul+bias+gelu_erf form. Its compute type is the narrowest the model rounds to on the way."""
     value = op.results[0]
     acc = tensor_info(value)[1]
     types = [acc]
@@ -213,9 +220,10 @@ def _bias_gelu_forms(op: ir.Operation, lhs: Operand, rhs: Operand, shape: Shape,
         if ix is None or ie is None or None in ix[0] or None in ie[0] or ie[0][-1] != ix[0][-1]:
             return []
         x = us[0].results[0]
-    root = _gelu_root(x)
-    if root is None:
+    found = [(kind, root) for kind, is_gelu in _GELUS if (root := _gelu_root(x, is_gelu)) is not None]
+    if not found:
         return []
+    kind, root = found[0]
     gelu_dtype = tensor_info(root.op.results[0])[1]
     types.append(gelu_dtype)
     model_shape = tensor_info(root.op.results[0])[0]
@@ -227,7 +235,7 @@ def _bias_gelu_forms(op: ir.Operation, lhs: Operand, rhs: Operand, shape: Shape,
         after = "after the matmul, " if narrowed is not None else ""
         steps = f"rounds to {compute} {after}after the bias add and after each GELU step"
     dims = result_dims if len(model_shape) == len(shape) else tuple(result_dims[:1]) * (len(model_shape) - 1) + tuple(result_dims[-1:])
-    return [Form(MATMUL_BIAS_GELU, (lhs, rhs, operand(bias, tensor_info(bias))), root.op.results[0], shape, gelu_dtype, compute, root.op,
+    return [Form(kind, (lhs, rhs, operand(bias, tensor_info(bias))), root.op.results[0], shape, gelu_dtype, compute, root.op,
                  notes=notes, result_dims=dims, widen=(2,), steps=steps)]
 
 
@@ -252,10 +260,11 @@ def _narrowed_bias_forms(op: ir.Operation, lhs: Operand, rhs: Operand, shape: Sh
                  result_dims=result_dims, widen=(2,), steps=f"rounds to {compute} after the matmul and after the bias add")]
 
 
-# ---- GELU's tanh form, recognized as one expression over the bias add's result ----
+# ---- GELU's tanh and erf forms, recognized as one expression over the bias add's result ----
 
-def _gelu_root(x: ir.Value) -> Generic | None:
-    """The generic whose result is GELU-tanh of `x`, among the generics at most 8 uses away, or None."""
+def _gelu_root(x: ir.Value, is_gelu) -> Generic | None:
+    """The generic whose result is a GELU of `x` (is_gelu(expression, dtype)), among the generics
+    at most 8 uses away, or None."""
     frontier, seen = [x], set()
     for _ in range(8):
         nxt = []
@@ -266,32 +275,11 @@ def _gelu_root(x: ir.Value) -> Generic | None:
                 seen.add(u)
                 g = as_generic(u)
                 if g is not None:
-                    if _is_gelu(_inline(u.results[0], x, 12), tensor_info(u.results[0])[1]):
+                    if is_gelu(inline_over(u.results[0], x, 12), tensor_info(u.results[0])[1]):
                         return g
                     nxt.append(u.results[0])
         frontier = nxt
     return None
-
-
-def _inline(value: ir.Value, x: ir.Value, depth: int) -> Expr:
-    """`value` as one expression over `x` ("x") and constants, through elementwise generics (all
-    maps the identity); anything else is ("value", ...)."""
-    if value == x:
-        return ("x",)
-    g = as_generic(producer(value))
-    rank = len(g.iterators) if g is not None else 0
-    if depth == 0 or g is None or not g.parallel or len(g.exprs) != 1 or not identity_outputs(g) or not all(elementwise_input(g, i, rank) for i in range(len(g.inputs))):
-        return ("value",)
-    inputs = [_inline(v, x, depth - 1) for v in g.inputs]
-
-    def sub(e):
-        if e[0] == "in":
-            return inputs[e[1]]
-        if e[0] in ("const", "value", "out"):
-            return e
-        return (e[0], *(sub(a) if isinstance(a, tuple) else a for a in e[1:]))
-
-    return sub(g.exprs[0])
 
 
 def _factors(e: Expr) -> list:
@@ -340,4 +328,23 @@ def _is_gelu(e: Expr, dtype: str) -> bool:
     return sorted(cube) == [("x",)] * 3 or (len(cube) == 2 and ("x",) in cube and _factors(cube[1 - cube.index(("x",))]) == [("x",), ("x",)])
 
 
-FAMILY = Family(kinds=(MATMUL, MATMUL_BIAS, MATMUL_BIAS_GELU, MATMUL_NT, BATCH_MATMUL), matchers=(Matcher(_ROOTS, match),))
+def _is_gelu_erf(e: Expr, dtype: str) -> bool:
+    """e = x * 0.5 * (1 + erf(x / sqrt(2))), products and sums in any order and grouping, the
+    division by sqrt(2) as the model writes it (a division by sqrt(2.0) or by its value, or a
+    product with 1/sqrt(2)): torch's gelu (approximate="none"), BERT's default activation."""
+    rest = _split_const(_factors(e), dtype, 0.5)
+    if rest is None or len(rest) != 2 or ("x",) not in rest:
+        return False
+    rest = _split_const(_terms(rest[1 - rest.index(("x",))]), dtype, 1.0)
+    if rest is None or len(rest) != 1 or rest[0][0] != "erf":
+        return False
+    arg = rest[0][1]
+    if arg[0] == "divf" and arg[1] == ("x",):
+        d = arg[2]
+        return d == ("sqrt", ("const", 2.0)) or (d[0] == "const" and isinstance(d[1], float) and _close(d[1], 2.0**0.5, dtype))
+    return _split_const(_factors(arg), dtype, 0.5**0.5) == [("x",)]
+
+
+_GELUS = ((MATMUL_BIAS_GELU, _is_gelu), (MATMUL_BIAS_GELU_ERF, _is_gelu_erf))
+
+FAMILY = Family(kinds=(MATMUL, MATMUL_BIAS, MATMUL_BIAS_GELU, MATMUL_BIAS_GELU_ERF, MATMUL_NT, BATCH_MATMUL), matchers=(Matcher(_ROOTS, match),))

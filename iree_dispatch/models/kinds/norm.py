@@ -1,4 +1,6 @@
-"""LayerNorm and RMSNorm over a model's last dim, as torch's decompositions write them in generics."""
+"""LayerNorm and RMSNorm over a model's last dim, as torch's decompositions write them in generics
+(RMSNorm also as Llama writes it: the square as x.pow(2), f32 statistics on a narrower x, the
+normalized value rounded back to x's type before the weight multiply)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from ..ir_match import (
     single_op_generic,
     source,
     tensor_info,
+    truncf_source,
+    truncf_user,
     users,
 )
 from .base import Candidate, Family, Matcher, Operand, OpKind, Splat, operand
@@ -55,25 +59,29 @@ def match(op: ir.Operation) -> Candidate | None:
             value, weight = _split_vector(w, rank)
     else:
         split = _split_vector(g, rank)
-        if split is not None and _normalized(split[0], rank) is not None:
+        if split is not None and (_normalized(split[0], rank) is not None or _rounded_rms(split[0], rank) is not None):
             value, weight = split
         if _feeds_affine(op.results[0], rank, "addf"):
             return None  # the bias add that follows is the root
+    rounded = _rounded_rms(value, rank) if weight is not None else None
+    if rounded is not None:  # Llama: the weight multiplies the normalized value rounded to x's type
+        return _llama_rms_candidate(op, rounded, weight)
     norm = _normalized(value, rank)
     if norm is None:
         return None
     kind, x, eps, compute, divisor = norm
     if weight is None and bias is None and _feeds_affine(op.results[0], rank, "mulf", "addf"):
         return None  # the weight or bias that follows is the root
+    narrowed = truncf_user(op.results[0])
+    if kind == "rmsnorm" and weight is None and narrowed is not None and _feeds_affine(narrowed.op.results[0], rank, "mulf"):
+        return None  # Llama's weight multiply after the rounding is the root
     if kind == "rmsnorm" and bias is not None:
         return None  # not an RMSNorm the kernels compute
     ix = tensor_info(x)
     cols = ix[0][-1]
-    narrow = extf_source(x)
-    io = f"{tensor_info(narrow)[1]}, computed in {compute}" if narrow is not None else ix[1] if ix[1] == compute else f"{ix[1]}, computed in {compute}"
     missing = [name for v, name in ((weight, "weight"), (bias, "bias")) if v is None and (name == "weight" or kind == "layernorm")]
     affine = f" (no {', no '.join(missing)})" if missing else ""
-    description = f"{shape_text(ix[0])} {io} over dim {rank - 1}, eps {eps:.6g}{affine}"
+    description = f"{shape_text(ix[0])} {_io_text(x, compute)} over dim {rank - 1}, eps {eps:.6g}{affine}"
     vectors = [(weight, 1.0, "weight")] + ([(bias, 0.0, "bias")] if kind == "layernorm" else [])
     forms = []
     for form in row_forms(_KINDS[kind], x, op.results[0], op, compute, eps):
@@ -87,13 +95,65 @@ def match(op: ir.Operation) -> Candidate | None:
                 extra.append(Operand(Splat(fill), (cols,), dtype))
                 notes.append(f"the model has no {name}: the kernel gets {'ones' if fill else 'zeros'}")
         forms.append(replace(form, operands=(*form.operands, *extra), notes=(*form.notes, *notes)))
+    return Candidate(kind, description, location(op), op.results[0], tuple(forms), _divisor_refusal(kind, cols, divisor))
+
+
+def _io_text(x: ir.Value, compute: str) -> str:
+    """x's type as the description gives it: `bf16, computed in f32` where the model widens it (or computes in another type)."""
+    narrow = extf_source(x)
+    dtype = tensor_info(x)[1]
+    if narrow is not None:
+        return f"{tensor_info(narrow)[1]}, computed in {compute}"
+    return dtype if dtype == compute else f"{dtype}, computed in {compute}"
+
+
+def _divisor_refusal(kind: str, cols: int | None, divisor: float):
+    """Why no kernel can take a norm whose mean (or mean square) divides by `divisor`, or None."""
     what = "mean" if kind == "layernorm" else "mean square"
-    refusal = None
     if cols is None:
-        refusal = ("shape", f"the row length is dynamic, and the {what} divides by the constant {divisor:g}")
-    elif divisor != cols:
-        refusal = ("numerics", f"the {what} divides by {divisor:g}, not the row length {cols}")
-    return Candidate(kind, description, location(op), op.results[0], tuple(forms), refusal)
+        return ("shape", f"the row length is dynamic, and the {what} divides by the constant {divisor:g}")
+    if divisor != cols:
+        return ("numerics", f"the {what} divides by {divisor:g}, not the row length {cols}")
+    return None
+
+
+def _rounded_rms(value: ir.Value, rank: int):
+    """(normalized f32 value, its _normalized reading) when `value` is an RMSNorm's normalized
+    value rounded to a narrower type (an elementwise truncf, its only use), else None."""
+    wide = truncf_source(value)
+    if wide == value or len(users(wide)) != 1:
+        return None
+    norm = _normalized(wide, rank)
+    return (wide, norm) if norm is not None and norm[0] == "rmsnorm" else None
+
+
+def _llama_rms_candidate(op: ir.Operation, rounded, weight: ir.Value) -> Candidate:
+    """RMSNorm as Llama writes it (LlamaRMSNorm): h = x.to(f32); h * rsqrt(mean(h^2) + eps), rounded
+    to x's type, then weight * that in the weight's type, rooted at the weight multiply. Forms, best
+    first: x, weight → the weight multiply's result (a kernel computing in f32 and rounding once:
+    the model computes in the narrow type from its rounding on, so this is wider); then the
+    normalization alone, x → its rounding (the kernel gets ones for the weight: one rounding, as
+    the model's), the weight multiply left to IREE; then that in f32 (the f32 x, before the rounding)."""
+    wide, (_, x, eps, compute, divisor) = rounded
+    ix = tensor_info(x)
+    narrowed = op.operands[0] if op.operands[0] != weight else op.operands[1]
+    out = tensor_info(op.results[0])
+    rounding = tensor_info(narrowed)[1]
+    description = f"{shape_text(ix[0])} {_io_text(x, compute)} over dim {len(ix[0]) - 1}, eps {eps:.6g}, rounded to {rounding} before the weight multiply"
+    forms = []
+    weight_operand = operand(weight, tensor_info(weight))
+    plain = row_forms(RMSNORM, x, wide, producer(wide), compute, eps)
+    if extf_source(x) is not None and plain[0].result == narrowed:  # x narrow in, the weight multiply's result out
+        first = plain[0]
+        steps = f"rounds to {rounding} after the normalization and multiplies by the weight in {out[1]}"
+        forms.append(replace(first, operands=(*first.operands, weight_operand), result=op.results[0], result_dtype=out[1], anchor=op,
+                             compute=out[1], steps=steps, eps_type=compute))
+    left = f"the model multiplies by its weight after rounding to {rounding}: that multiply is left to IREE, the kernel gets ones"
+    cols = ix[0][-1]
+    for form in plain:
+        ones = Operand(Splat(1.0), (cols,), form.operands[0].dtype)
+        forms.append(replace(form, operands=(*form.operands, ones), notes=(*form.notes, left)))
+    return Candidate("rmsnorm", description, location(op), op.results[0], tuple(forms), _divisor_refusal("rmsnorm", cols, divisor))
 
 
 def _feeds_affine(value: ir.Value, rank: int, *heads: str) -> bool:
@@ -137,8 +197,8 @@ def _normalized(value: ir.Value, rank: int):
     sq, divisor = _row_mean(var)
     if sq is None:
         return None
-    square = single_op_generic(sq, "mulf")
-    if square is None or square.exprs[0] not in (("mulf", ("in", 0), ("in", 1)), ("mulf", ("in", 0), ("in", 0))):
+    square = as_generic(producer(sq))
+    if square is None or not square.parallel or not identity_outputs(square) or square.exprs not in _SQUARES:
         return None
     if not all(elementwise_input(square, i, rank) for i in range(len(square.inputs))):
         return None
@@ -156,6 +216,10 @@ def _normalized(value: ir.Value, rank: int):
     if not all(same(v, x) for v in square.inputs):
         return None
     return "rmsnorm", x, eps, compute, divisor
+
+
+# x * x (of one input or two), x.pow(2) (math.fpowi by an integer 2, math.powf by 2.0)
+_SQUARES = ((("mulf", ("in", 0), ("in", 1)),), (("mulf", ("in", 0), ("in", 0)),), (("fpowi", ("in", 0), ("const", 2)),), (("powf", ("in", 0), ("const", 2.0)),))
 
 
 def _row_mean(value: ir.Value):

@@ -1,0 +1,92 @@
+"""On a CUDA device: kernels/model_ops.toml's kernels (the op kinds swiglu and matmul+bias+gelu_erf)
+against their float64 references (kernels/references.py), through IREE (iree_dispatch.runtime), on
+fresh random data, every element checked.
+
+Each case runs three ways: the module as built (IREE allocates the output; an H100 runs the sm_90a
+cubin), the copy whose output is declared in place called with the output filled with NaN (an
+element the kernel fails to write stays NaN and fails), and the sm_80-PTX-only copy, poisoned the
+same way (tests/support/artifacts/model_ops.py).
+
+swiglu_f32 / swiglu_bf16: out = silu(gate) * up over [rows, n]. Sizes whose element count is not a
+multiple of the 16-byte vector (the tail taken element by element) and large ones (many blocks,
+the grid-stride loop); a few gates far out on both sides (silu saturating to -0 and to gate).
+Bounds per element, with want the float64 value from the (rounded) inputs:
+- f32: 1e-6 * |want| + 1e-30 (expf within 2 ulp, an IEEE division, two products: a few ulp of 2^-23);
+- bf16: 4e-3 * |want| + 1e-30 (one rounding to bf16, 2^-9 relative, plus __expf / __fdividef's
+  ~2^-21). A gate and up swapped, an element taken from a neighbour or a missing silu is far off.
+
+gemm_bias_gelu_erf_bf16: h = bf16(gelu_erf(a @ b + bias)), gemm.cu's GEMM with the exact-GELU
+epilogue, at sizes that take the TMA path, partial tiles and the element-by-element loads (N or K
+not multiples of 8). Bound, as gemm_bias_gelu_bf16's (tests/library/test_gpu_gemm.py): 1.2e-5 *
+(|a| @ |b|) (the f32 accumulation, through GELU's slope <= 1.13) + 4e-3 * |want| (one bf16 rounding)
++ 1e-6 (erff within 2 ulp). (GELU's tanh form differs from the erf form by less than 5e-4, under
+one bf16 rounding: that the reference is the erf form is checked on the CPU, test_model_ops.py.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ..support.artifacts.model_ops import LAYOUT, build_all
+from ..support.gpu_modules import loaded_modules
+from ..support.references import bfloat16, load_references
+
+pytestmark = pytest.mark.gpu
+
+REFERENCES = load_references()
+POISONABLE = ("model_ops_poisonable", "model_ops_sm80_ptx_poisonable")
+# (rows, n): 1 element; counts not multiples of 4 or 8 (the tail); Llama-like MLP rows.
+SWIGLU_SIZES = [(1, 1), (3, 5), (7, 33), (2, 4), (64, 1024), (129, 2752), (1024, 11008)]
+# (M, N, K) as in test_gpu_gemm.py: element loads where N or K is not a multiple of 8, partial tiles, clusters.
+GEMM_SIZES = [(1, 1, 1), (7, 33, 9), (130, 257, 72), (129, 264, 520), (300, 1000, 264), (1024, 3072, 768)]
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory) -> dict:
+    return loaded_modules(tmp_path_factory, "model_ops", LAYOUT, build_all)
+
+
+def _assert_within(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> str:
+    assert got.shape == want.shape, (got.shape, want.shape)
+    err = np.abs(np.asarray(got, np.float64) - want)
+    bad = ~(err <= bound)  # NaN fails
+    first = tuple(np.argwhere(bad)[0]) if bad.any() else ()
+    assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, first at {list(first)}: got {got[first]}, want {want[first]}"
+    return f"max err/bound {np.max(err / bound):.2f}"
+
+
+@pytest.mark.parametrize("rows, n", SWIGLU_SIZES, ids=[f"{r}x{n}" for r, n in SWIGLU_SIZES])
+@pytest.mark.parametrize("name", ["swiglu_f32", "swiglu_bf16"])
+def test_swiglu_matches_float64(modules, name, rows, n):
+    dtype = np.dtype(np.float32) if name == "swiglu_f32" else bfloat16()
+    rng = np.random.default_rng()
+    gate = rng.normal(0.0, 3.0, (rows, n))
+    gate.flat[: min(6, gate.size)] = [-100.0, -30.0, -0.5, 0.0, 30.0, 100.0][: min(6, gate.size)]  # saturating ends
+    gate = gate.astype(np.float32).astype(dtype)
+    up = rng.normal(0.5, 2.0, (rows, n)).astype(np.float32).astype(dtype)
+    want = getattr(REFERENCES, name)(gate, up)
+    bound = (1e-6 if name == "swiglu_f32" else 4e-3) * np.abs(want) + 1e-30
+    reports = [_assert_within(getattr(modules["model_ops"], name)(gate, up), want, bound)]
+    for module in POISONABLE:
+        poisoned = np.full((rows, n), np.nan, dtype)
+        reports.append(_assert_within(getattr(modules[module], name)(gate, up, poisoned), want, bound))
+    print(f"\n{name} {rows}x{n}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
+@pytest.mark.parametrize("m, n, k", GEMM_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in GEMM_SIZES])
+def test_gemm_bias_gelu_erf_matches_float64(modules, m, n, k):
+    bf16 = bfloat16()
+    rng = np.random.default_rng()
+    a = rng.normal(0.25, 1.0, (m, k)).astype(np.float32).astype(bf16)
+    b = rng.normal(-0.25, 1.0, (k, n)).astype(np.float32).astype(bf16)
+    bias = rng.normal(0.5, 2.0, n).astype(np.float32)
+    want = REFERENCES.gemm_bias_gelu_erf_bf16(a, b, bias)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    bound = 1.2e-5 * scale + 4e-3 * np.abs(want) + 1e-6
+    name = "gemm_bias_gelu_erf_bf16"
+    reports = [_assert_within(getattr(modules["model_ops"], name)(a, b, bias), want, bound)]
+    for module in POISONABLE:
+        poisoned = np.full((m, n), np.nan, bf16)
+        reports.append(_assert_within(getattr(modules[module], name)(a, b, bias, poisoned), want, bound))
+    print(f"\n{name} {m}x{n}x{k}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
