@@ -26,8 +26,8 @@ from ..support.model_references import _compile_cpu, _random_args, _run, with_re
 from ..support.references import load_references  # noqa: E402
 
 MODELS = Path(__file__).parent
-K = ROOT / "kernels"  # the kernel library
 ROOT = MODELS.parents[1]
+K = ROOT / "kernels"  # the kernel library
 MODEL_OPS = ROOT / "kernels" / "model_ops.toml"
 
 

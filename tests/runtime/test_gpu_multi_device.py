@@ -58,7 +58,8 @@ def test_the_program_runs_on_both_gpus(programs):
 # (hal.device.queue.alloca: INVALID_ARGUMENT, also with IREE's own iree-run-module) and leaves
 # the process's devices unusable for every later test; the samples build and run on IREE's CPU
 # devices (tests/runtime/test_multi_device.py).
-IREE_CUDA_REFUSES = pytest.mark.skip(reason="IREE 3.13's CUDA driver refuses a two-GPU program's elided transfer (hal.device.queue.alloca: INVALID_ARGUMENT) on 2 x H100; see docs/runtime.md")
+IREE_CUDA_REFUSES = pytest.mark.skip(reason="IREE 3.13's CUDA driver refuses a two-GPU program's elided transfer "
+                                     "(hal.device.queue.alloca: INVALID_ARGUMENT) on 2 x H100; see docs/runtime.md")
 
 
 @IREE_CUDA_REFUSES
