@@ -352,7 +352,8 @@ class DirectLaunch:
                 results = copies.read(results)
             elif copies is not None and copies.pending:
                 copies.wait()
-        if self.prepared_calls is not None and len(args) == self._arity:
+        # A signature holds no numpy array: a call with one is never prepared.
+        if self.prepared_calls is not None and not host_arrays and len(args) == self._arity:
             self._prepare(tuple(args), prepared, framework)
         return results
 
