@@ -73,12 +73,13 @@ class HostCopies:
         return bool(self._taken)
 
     def upload(self, array: np.ndarray) -> DeviceArray | None:
-        """A pooled device buffer that will hold a C-contiguous numpy array's contents once
+        """A pooled device buffer that will hold a numpy array's contents once
         `queue_uploads` has queued its copy; None where staging doesn't apply. The caller has
         waited for the streams our memory may be in use on (Device.before_call)."""
         element_type = map_dtype_to_element_type(array.dtype)
         if element_type is None or not staged(array.nbytes):
             return None
+        array = np.ascontiguousarray(array)  # as checked calls pass them already (no copy then)
         device = self._device
         target = device.allocate(array.nbytes)
         staging = self._take(array.nbytes, UPLOAD_STAGING)
