@@ -7,8 +7,10 @@ Rows (H100 class GPU; wall times are medians of synchronous calls after warm-up,
 durations come from torch.profiler):
 
   * simple_mul, N = 1024 (samples.vmfb): CuPy launch + synchronize of the same cubin; an
-    iree_dispatch call on device arrays (fresh output), on numpy arrays (copies both ways, and
-    the parts of such a call timed alone: the copies in, the launch, the read), on torch tensors (DLPack in, a torch tensor out), and a torch elementwise
+    iree_dispatch call on device arrays (fresh output), on numpy arrays (copies both ways,
+    queued on the kernel's stream with one wait; and the parts of such a call timed alone: the
+    copies in, the launch, the read, each a wait of its own, and the staged copies of one call
+    with no kernel), on torch tensors (DLPack in, a torch tensor out), and a torch elementwise
     multiply + synchronize; the host cost of calls on CuPy arrays and torch tensors (launched
     directly they are queued on the framework's stream and return at once), with a fresh output
     and in place (simple_mul_inplace), in rounds alternating with CuPy's launch of the same cubins
@@ -131,6 +133,17 @@ def worker(out: Path) -> None:
         rows["  numpy call: the direct launch on device copies (checked path)"] = summarize(wall_times_us(lambda: direct.call([da, db], [], {"n": N}), REPS, 50))
         # The same on our arrays, then the result read: a numpy call without its copies in.
         rows["  numpy call: the direct launch + result to the host"] = summarize(wall_times_us(lambda: direct.call([da, db], [], {"n": N})[0].to_host(), REPS, 50))
+        # What a numpy call queues on the launch stream besides its kernel: 2 copies in, 1 out, one wait.
+        from iree_dispatch.runtime.host_copies import HostCopies
+
+        def staged_copies():
+            with mod.gpu.bound(), HostCopies(mod.gpu) as copies:
+                staged_a, _ = copies.upload(a), copies.upload(b)
+                copies.queue_uploads()
+                return copies.read([staged_a])
+
+        np.testing.assert_array_equal(staged_copies()[0], a)
+        rows["  numpy call: 2 copies in + 1 out on the launch stream, one wait (no kernel)"] = summarize(wall_times_us(staged_copies, REPS, 50))
     invoker = mod.simple_mul._invoke
     rows["  of which invoke + result wrap"] = summarize(wall_times_us(lambda: invoker(da, db), REPS, 50))
 

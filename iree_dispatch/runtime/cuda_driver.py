@@ -282,6 +282,38 @@ class Launcher(_DeviceStream):
             rc = self._cuda.cuMemsetD8Async(ctypes.c_uint64(address), ctypes.c_ubyte(0), ctypes.c_size_t(nbytes), ctypes.c_void_p(handle))
         self._check(rc, f"cuMemsetD8Async ({nbytes} bytes at {address:#x})")
 
+    def copy_to_device(self, copies: Sequence[tuple[int, int, int]], stream: int | None) -> None:
+        """Queues copies from pinned host memory to the device on `stream` (None: the
+        launcher's own), in order: (device address, host address, bytes) each. The host memory
+        must stay as it is until the stream has passed them."""
+        handle = ctypes.c_void_p(self._stream.value if stream is None else stream)
+        with self._current():
+            for target, source, nbytes in copies:
+                rc = self._cuda.cuMemcpyHtoDAsync_v2(ctypes.c_uint64(target), ctypes.c_void_p(source), ctypes.c_size_t(nbytes), handle)
+                self._check(rc, f"cuMemcpyHtoDAsync ({nbytes} bytes to {target:#x})")
+
+    def copy_to_host(self, copies: Sequence[tuple[int, int, int]], stream: int | None) -> None:
+        """Queues copies from the device to pinned host memory on `stream` (None: the
+        launcher's own), in order: (host address, device address, bytes) each. The host memory
+        holds them once the stream has passed them (`synchronize`)."""
+        handle = ctypes.c_void_p(self._stream.value if stream is None else stream)
+        with self._current():
+            for target, source, nbytes in copies:
+                rc = self._cuda.cuMemcpyDtoHAsync_v2(ctypes.c_void_p(target), ctypes.c_uint64(source), ctypes.c_size_t(nbytes), handle)
+                self._check(rc, f"cuMemcpyDtoHAsync ({nbytes} bytes from {source:#x})")
+
+    def synchronize(self, stream: int | None) -> None:
+        """Waits on the host until the work queued on `stream` (None: the launcher's own) has
+        completed. The context is pushed without the launcher's lock: a wait must not hold up
+        other threads' launches (a thread's context stack is its own)."""
+        handle = ctypes.c_void_p(self._stream.value if stream is None else stream)
+        self._check(self._push(self._context), "cuCtxPushCurrent")
+        try:
+            rc = self._synchronize(handle)
+        finally:
+            self._pop(ctypes.byref(ctypes.c_void_p()))
+        self._check(rc, "cuStreamSynchronize (a kernel failed on the device)")
+
     def unload(self, module: ctypes.c_void_p) -> None:
         """Unloads a module `load` returned (errors are ignored: it runs from finalizers)."""
         with self._current():

@@ -56,13 +56,16 @@ KDL_CUDA = 2  # DLPack's device type for CUDA memory
 # that is also host-visible: CUDA managed memory (cuMemAllocManaged and a prefetch per copy,
 # cuMemFree when it is dropped), which the output pool (device-local memory only) never holds.
 # So a copy to the device is a pooled device-local buffer filled from a staging buffer.
-STAGING_BUFFERS = 16
+# A staging buffer is taken by one copy (or one call's copies) at a time and given back once
+# its copy has completed (Device.take_staging): a direct call queues its copies on its launch
+# stream and waits once (host_copies.py), so its buffers are in flight until then.
+STAGING_BUFFERS = 16  # free staging buffers a device keeps at most
 STAGING_LIMIT = 64 * 2**20  # larger arrays take IREE's path (a second copy costs more there)
 # Uploads: write-combined pinned memory, which the host writes in a stream and the device
 # reads fast. Readbacks: cached pinned memory (HOST_CACHED): the host reads write-combined
 # memory uncached, many times slower.
-_UPLOAD_STAGING = int(rt.MemoryType.HOST_LOCAL) | int(rt.MemoryType.DEVICE_VISIBLE)
-_READBACK_STAGING = _UPLOAD_STAGING | int(rt.MemoryType.HOST_CACHED)
+UPLOAD_STAGING = int(rt.MemoryType.HOST_LOCAL) | int(rt.MemoryType.DEVICE_VISIBLE)
+READBACK_STAGING = UPLOAD_STAGING | int(rt.MemoryType.HOST_CACHED)
 _STAGING_USAGE = int(rt.BufferUsage.TRANSFER) | int(rt.BufferUsage.MAPPING_SCOPED) | int(rt.BufferUsage.MAPPING_PERSISTENT)
 # What the pool holds: fresh outputs and copies to the device.
 _DEVICE_MEMORY = int(rt.MemoryType.DEVICE_LOCAL)
@@ -73,6 +76,26 @@ OUT_OF_MEMORY = ("RESOURCE_EXHAUSTED", "CUDA_ERROR_OUT_OF_MEMORY")
 _driver_flags_set = False
 _lock = threading.Lock()
 _devices: dict[int, Device] = {}
+
+
+def staged(nbytes: int) -> bool:
+    """Whether a copy of `nbytes` goes through a staging buffer (else IREE's own transfer)."""
+    return 0 < nbytes <= STAGING_LIMIT
+
+
+@dataclass(frozen=True)
+class StagingBuffer:
+    """A pinned host buffer of `size` bytes of one memory type (UPLOAD_STAGING or
+    READBACK_STAGING), mapped once: its IREE buffer (what IREE's queue copies take), the mapping
+    (kept: the view points into it), a numpy byte view of it, and the view's host address (what
+    the driver's asynchronous copies take)."""
+
+    buffer: rt.HalBuffer
+    mapping: object
+    view: np.ndarray
+    address: int
+    size: int
+    memory_type: int
 
 
 def driver_flags() -> tuple[str, ...]:
@@ -147,7 +170,9 @@ class Device:
     # Streams other than IREE's queue on which our memory may still be in use (see above).
     _foreign_streams: set[int] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _staging_buffers: dict[tuple[int, int], tuple] = field(default_factory=dict)  # (size, memory type) → buffer, mapping, view
+    # The free staging buffers, (size, memory type) → buffers, the key given back last at the end.
+    _staging_buffers: dict[tuple[int, int], list[StagingBuffer]] = field(default_factory=dict)
+    _staging_lock: threading.Lock = field(default_factory=threading.Lock)
     _transfers: rt.HalSemaphore | None = None
     _transfer_value: int = 0
     # The outputs a synchronous direct call made for its kernel's next call while the kernel
@@ -233,56 +258,82 @@ class Device:
             return allocator.allocate_buffer(_DEVICE_MEMORY, _DEVICE_USAGE, size)
 
     def upload(self, array: np.ndarray, element_type: int) -> rt.HalBufferView | None:
-        """A pooled device buffer view holding a C-contiguous numpy array's contents; None
-        where the staging path doesn't apply (an empty or a large array)."""
-        if array.nbytes == 0 or array.nbytes > STAGING_LIMIT:
+        """A pooled device buffer view holding a C-contiguous numpy array's contents, copied on
+        IREE's queue and waited for; None where the staging path doesn't apply (an empty or a
+        large array)."""
+        if not staged(array.nbytes):
             return None
         with self.bound():
             target = self.allocate(array.nbytes)
-            with self._lock:
-                staging, view = self._staging(array.nbytes, _UPLOAD_STAGING)
-                view[:] = array.reshape(-1).view(np.uint8)
-                self._copy(staging, target)
+            staging = self.take_staging(array.nbytes, UPLOAD_STAGING)
+            staging.view[:] = array.reshape(-1).view(np.uint8)
+            self._copy(staging.buffer, target)
+            self.give_back_staging([staging])
         return rt.HalBufferView(target, array.shape, element_type)
 
     def download(self, buffer_view: rt.HalBufferView, dtype: np.dtype) -> np.ndarray | None:
-        """A new numpy array holding a device buffer view's contents; None where the staging
-        path doesn't apply (a buffer of another size than the array, or a large one)."""
+        """A new numpy array holding a device buffer view's contents, copied on IREE's queue
+        and waited for; None where the staging path doesn't apply (a buffer of another size
+        than the array, or a large one)."""
         out = np.empty(tuple(buffer_view.shape), dtype)
         if out.nbytes == 0:
             return out
         source = buffer_view.get_buffer()
-        if source.byte_length() != out.nbytes or out.nbytes > STAGING_LIMIT:
+        if source.byte_length() != out.nbytes or not staged(out.nbytes):
             return None
-        with self._lock, self.bound():
-            staging, view = self._staging(out.nbytes, _READBACK_STAGING)
-            self._copy(source, staging)
-            out.reshape(-1).view(np.uint8)[:] = view
+        with self.bound():
+            staging = self.take_staging(out.nbytes, READBACK_STAGING)
+            self._copy(source, staging.buffer)
+            out.reshape(-1).view(np.uint8)[:] = staging.view
+            self.give_back_staging([staging])
         return out
 
-    def _staging(self, size: int, memory_type: int) -> tuple[rt.HalBuffer, np.ndarray]:
+    def take_staging(self, size: int, memory_type: int) -> StagingBuffer:
         """A pinned host buffer of exactly `size` bytes (IREE's queue copy moves a whole source
-        buffer) of `memory_type` (uploads' or readbacks') and a numpy view of it, kept for reuse
-        (a few of each, least recently used out)."""
+        buffer) of `memory_type` (UPLOAD_STAGING or READBACK_STAGING), the caller's alone until
+        it gives it back (`give_back_staging`) once no copy queued through it is pending: a
+        free one kept from earlier, else a new one. Buffers in flight are never handed out,
+        so two arguments of one call, or calls of two threads, never share one."""
         key = (size, memory_type)
-        found = self._staging_buffers.pop(key, None)
-        if found is None:
-            buffer = self.hal.allocator.allocate_buffer(memory_type=memory_type, allowed_usage=_STAGING_USAGE, allocation_size=size)
-            mapped = buffer.map()
-            found = (buffer, mapped, mapped.asarray([size], np.dtype(np.uint8)))
-            while len(self._staging_buffers) >= STAGING_BUFFERS:
-                self._staging_buffers.pop(next(iter(self._staging_buffers)))
-        self._staging_buffers[key] = found
-        return found[0], found[2]
+        with self._staging_lock:
+            free = self._staging_buffers.get(key)
+            if free:
+                found = free.pop()
+                if not free:
+                    del self._staging_buffers[key]
+                return found
+        buffer = self.hal.allocator.allocate_buffer(memory_type=memory_type, allowed_usage=_STAGING_USAGE, allocation_size=size)
+        mapping = buffer.map()
+        view = mapping.asarray([size], np.dtype(np.uint8))
+        return StagingBuffer(buffer, mapping, view, view.ctypes.data, size, memory_type)
+
+    def give_back_staging(self, buffers: list[StagingBuffer]) -> None:
+        """Keeps staging buffers whose copies have completed for reuse: at most STAGING_BUFFERS
+        free ones, those of the size given back least recently dropped first."""
+        with self._staging_lock:
+            for staging in buffers:
+                key = (staging.size, staging.memory_type)
+                free = self._staging_buffers.pop(key, [])
+                free.append(staging)
+                self._staging_buffers[key] = free  # last in the order: the most recent
+            count = sum(len(free) for free in self._staging_buffers.values())
+            while count > STAGING_BUFFERS:
+                oldest = next(iter(self._staging_buffers))
+                free = self._staging_buffers[oldest]
+                free.pop(0)
+                if not free:
+                    del self._staging_buffers[oldest]
+                count -= 1
 
     def _copy(self, source: rt.HalBuffer, target: rt.HalBuffer) -> None:
         """Copies on the device's queue (after the work queued so far) and waits for it."""
-        if self._transfers is None:
-            self._transfers = self.hal.create_semaphore(0)
-        value = self._transfer_value
-        self._transfer_value += 1
-        self.hal.queue_copy(source, target, rt.HalFence.create_at(self._transfers, value), rt.HalFence.create_at(self._transfers, value + 1))
-        rt.HalFence.create_at(self._transfers, value + 1).wait()
+        with self._lock:
+            if self._transfers is None:
+                self._transfers = self.hal.create_semaphore(0)
+            value = self._transfer_value
+            self._transfer_value += 1
+            self.hal.queue_copy(source, target, rt.HalFence.create_at(self._transfers, value), rt.HalFence.create_at(self._transfers, value + 1))
+            rt.HalFence.create_at(self._transfers, value + 1).wait()
 
 
 def default_uri() -> str:

@@ -270,11 +270,20 @@ class DeviceArray(rt.DeviceArray):
     def to_host(self) -> np.ndarray:
         """A numpy copy of the array (through a pinned staging buffer where that applies)."""
         self._dispatch_device.before_call()  # kernels queued on other streams may write it
-        raw = self._get_raw_dtype()
-        host = self._dispatch_device.download(self._buffer_view, raw)
+        host = self._dispatch_device.download(self._buffer_view, self.raw_dtype())
         if host is None:
             with self._dispatch_device.bound():
                 return super().to_host()
+        return self.as_result_dtype(host)
+
+    def raw_dtype(self) -> np.dtype:
+        """The numpy dtype of the buffer's HAL element type: what a copy of its bytes holds."""
+        return self._get_raw_dtype()
+
+    def as_result_dtype(self, host: np.ndarray) -> np.ndarray:
+        """A copy of the buffer's bytes (`host`, of `raw_dtype`) as the array's dtype, as IREE's
+        to_host gives it."""
+        raw = host.dtype
         return host if self._override_dtype is None or self._override_dtype == raw else host.astype(self._override_dtype)
 
     def __dlpack_device__(self) -> tuple[int, int]:

@@ -170,7 +170,9 @@ class KernelFunction:
         if not isinstance(self._invoke, FencedInvoker):
             # Synchronous functions (and direct launches) can't wait on fences: wait here for pending inputs.
             tensors = [v.wait() if isinstance(v, AsyncArray) else v for v in tensors]
-        results = self._direct.call(tensors, scalars, checked.env, args if not kwargs else (), checked.shared_memory) if self._direct is not None else None
+        # A call on numpy arrays only returns numpy arrays: launched directly, its results are read in the call.
+        results = self._direct.call(tensors, scalars, checked.env, args if not kwargs else (), checked.shared_memory, host_results=not on_device) \
+            if self._direct is not None else None
         if results is None:
             results = self._call_through_iree(tensors, scalars)
             framework = dlpack.framework_of(tensors)

@@ -26,6 +26,7 @@ launch="iree")`) sends every call through IREE.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -48,6 +49,7 @@ from ..core.variants import rule_holds
 from . import cuda_driver, dlpack
 from .compiled import CallsSetup
 from .devices import Device
+from .host_copies import HostCopies
 
 LAUNCH_ENV = "IREE_DISPATCH_LAUNCH"  # "direct" (the default) or "iree"
 LAUNCH_MODES = ("direct", "iree")
@@ -288,7 +290,8 @@ class DirectLaunch:
         except ZeroDivisionError:
             raise ValueError(f"{self.name}(): {label} divides by zero for these sizes") from None
 
-    def call(self, inputs: Sequence, scalars: Sequence[int | float], env: dict[str, int], args: Sequence = (), shared_memory: int | None = None) -> list | None:
+    def call(self, inputs: Sequence, scalars: Sequence[int | float], env: dict[str, int], args: Sequence = (), shared_memory: int | None = None,
+             host_results: bool = False) -> list | None:
         """Runs the kernel on checked inputs (numpy, IREE or other frameworks' arrays, in the
         description's order) and the call's converted scalars; the results in the description's
         order: fresh outputs as our DeviceArrays, in-place ones as the caller's own array. None
@@ -296,7 +299,11 @@ class DirectLaunch:
         torch tensors or CuPy arrays for a call on theirs (`_fresh_output`). args: the call's
         positional arguments as given, to prepare later calls with the same signature.
         shared_memory: for a kernel whose shared memory depends on sizes, the call's bytes as
-        its checks evaluated them (KernelFunction); evaluated here where not given."""
+        its checks evaluated them (KernelFunction); evaluated here where not given.
+        host_results: the results as numpy arrays (a call on numpy arrays only).
+
+        On the launch stream, numpy inputs are copied in and numpy results read out on the
+        kernel's stream, and the call waits once (host_copies.py)."""
         device = self._device
         grid = self.grid_for(env)
         shapes = [self.shape_of(out, env) for out in self.outputs.values()]
@@ -317,26 +324,36 @@ class DirectLaunch:
         stream = next((s for s in streams.values() if s is not None), None)
         if streams and stream is None:
             stream = device.launcher.stream
-        pointers: list[int] = []
-        arrays: list = []
-        if any(isinstance(v, np.ndarray) for v in inputs):
+        host_arrays = any(isinstance(v, np.ndarray) for v in inputs)
+        if host_arrays:
             device.before_call()  # their copies may land in pooled buffers other streams still read
-        for i, (name, value) in enumerate(zip(self._input_names, inputs)):
-            if isinstance(value, np.ndarray):
-                value = dlpack.upload(device, value)
-            if isinstance(value, rt.DeviceArray):
-                pointers.append(dlpack.device_pointer(device, value))
-                dlpack.remember(device, value)
-            else:
-                # Known frameworks' work is ordered by the stream choice: no ordering asked (-1).
-                _, described = dlpack.export(value, stream if streams[i] is None else -1, f"{self.name}(): argument {name!r}")
-                pointers.append(described.data)
-            arrays.append(value)
-        for other in set(streams.values()) - {None, stream}:
-            device.bridge.wait_for(other)
-        framework = dlpack.framework_of(inputs)
-        results = self._run(prepared, pointers, arrays, stream, framework)
-        if self.prepared_calls is not None and len(args) == self._arity:
+        # A call on the launch stream waits for it: its copies in and out are queued there too.
+        with HostCopies(device) if stream is None and (host_arrays or host_results) else contextlib.nullcontext() as copies:
+            pointers: list[int] = []
+            arrays: list = []
+            for i, (name, value) in enumerate(zip(self._input_names, inputs)):
+                if isinstance(value, np.ndarray):
+                    value = (copies.upload(value) if copies is not None else None) or dlpack.upload(device, value)
+                if isinstance(value, rt.DeviceArray):
+                    pointers.append(dlpack.device_pointer(device, value))
+                    dlpack.remember(device, value)
+                else:
+                    # Known frameworks' work is ordered by the stream choice: no ordering asked (-1).
+                    _, described = dlpack.export(value, stream if streams[i] is None else -1, f"{self.name}(): argument {name!r}")
+                    pointers.append(described.data)
+                arrays.append(value)
+            for other in set(streams.values()) - {None, stream}:
+                device.bridge.wait_for(other)
+            framework = dlpack.framework_of(inputs)
+            if copies is not None:
+                copies.queue_uploads()
+            results = self._run(prepared, pointers, arrays, stream, framework, wait=copies is None or not (copies.pending or host_results))
+            if host_results and copies is not None:
+                results = copies.read(results)
+            elif copies is not None and copies.pending:
+                copies.wait()
+        # A signature holds no numpy array: a call with one is never prepared.
+        if self.prepared_calls is not None and not host_arrays and len(args) == self._arity:
             self._prepare(tuple(args), prepared, framework)
         return results
 
@@ -362,9 +379,10 @@ class DirectLaunch:
         zeroed = tuple(size if out.zero else 0 for out, _, size in prepared.outputs)
         self.prepared_calls.prepare(args, prepared.grid, prepared.constants, tuple(factories), make_ahead, prepared.shared_memory, zeroed)
 
-    def _run(self, prepared: _Prepared, pointers: Sequence[int], arrays: Sequence, stream: int | None, framework: str | None) -> list:
+    def _run(self, prepared: _Prepared, pointers: Sequence[int], arrays: Sequence, stream: int | None, framework: str | None, wait: bool = True) -> list:
         """Allocates the fresh outputs (as `framework`'s arrays: "torch", "cupy", or None for
-        ours), launches, and waits unless the call is on a caller's stream."""
+        ours), launches, and waits unless the call is on a caller's stream or `wait` is False
+        (the call's copies to the host are queued behind the kernel first: host_copies.py)."""
         device = self._device
         if device.streams_in_use:
             device.before_call(on_stream=stream)
@@ -374,7 +392,7 @@ class DirectLaunch:
         for (out, _, size), (_, address) in zip(prepared.outputs, outputs):
             if out.zero:
                 device.launcher.zero(address, size, stream)  # on the kernel's stream, so before it
-        self.launch(bound, prepared.constants, prepared.grid, stream, wait=own_stream, shared_memory=prepared.shared_memory)
+        self.launch(bound, prepared.constants, prepared.grid, stream, wait=own_stream and wait, shared_memory=prepared.shared_memory)
         if not own_stream:
             # Our memory in use on the caller's stream: outputs of ours (a dtype the framework
             # lacks) are waited for; inputs' buffers are not reused before the stream is done.
