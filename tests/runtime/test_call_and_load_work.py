@@ -5,8 +5,6 @@ then launched with). On IREE's CPU device; the launch is a stand-in that records
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
 
@@ -16,7 +14,7 @@ from iree_dispatch.frontend.spec import KernelSpec
 from iree_dispatch.runtime import loading
 from iree_dispatch.runtime.invocation import KernelFunction
 
-from ..support.environment import have_compiler
+from ..support.cpu_programs import compile_for_cpu
 
 PROGRAM = """
 func.func public @scaled(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
@@ -29,15 +27,7 @@ MUL = 'extern "C" __global__ void mul(const float* a, const float* b, float* out
 
 @pytest.fixture(scope="module")
 def vmfb(tmp_path_factory):
-    if not have_compiler():
-        pytest.skip("needs iree-base-compiler")
-    from iree.compiler.tools.binaries import find_tool
-
-    folder = tmp_path_factory.mktemp("once")
-    (folder / "p.mlir").write_text(PROGRAM)
-    subprocess.run([find_tool("iree-compile"), "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-                    "--iree-llvmcpu-target-cpu=generic", "p.mlir", "-o", "p.vmfb"], cwd=folder, check=True, capture_output=True)
-    return folder / "p.vmfb"
+    return compile_for_cpu(tmp_path_factory.mktemp("once"), PROGRAM)
 
 
 def test_a_module_maps_its_vmfb_once(vmfb, monkeypatch):

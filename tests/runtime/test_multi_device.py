@@ -4,15 +4,13 @@ read back."""
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
 
 from iree_dispatch import runtime
 from iree_dispatch.runtime import loading, multi_device
 
-from ..support.environment import have_compiler
+from ..support.cpu_programs import compile_for_cpu
 
 # Like a linked program of the build: the devices recorded under DEVICES_REFLECTION_KEY.
 PROGRAM = """
@@ -30,16 +28,8 @@ func.func public @scaled_sum(%x: tensor<4xf32>, %y: tensor<4xf32> {iree.abi.affi
 
 @pytest.fixture(scope="module")
 def vmfb(tmp_path_factory):
-    if not have_compiler():
-        pytest.skip("needs iree-base-compiler")
-    from iree.compiler.tools.binaries import find_tool
-
-    folder = tmp_path_factory.mktemp("multi")
-    (folder / "p.mlir").write_text(PROGRAM)
-    subprocess.run([find_tool("iree-compile"), "--iree-hal-target-device=dev_a=local[0]", "--iree-hal-target-device=dev_b=local[1]",
-                    "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic", "p.mlir", "-o", "p.vmfb"],
-                   cwd=folder, check=True, capture_output=True)
-    return folder / "p.vmfb"
+    devices = ("--iree-hal-target-device=dev_a=local[0]", "--iree-hal-target-device=dev_b=local[1]")
+    return compile_for_cpu(tmp_path_factory.mktemp("multi"), PROGRAM, devices=devices)
 
 
 @pytest.fixture

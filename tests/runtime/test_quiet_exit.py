@@ -20,7 +20,8 @@ from iree_dispatch import runtime
 from iree_dispatch.runtime import asynchronous, devices, exiting, launch, loading
 
 from ..support.compiled_stand_ins import needs_compiler
-from ..support.environment import ROOT, have_compiler
+from ..support.cpu_programs import compile_for_cpu
+from ..support.environment import ROOT
 
 # The device table, the outputs made ahead and the frameworks registered: what a direct call
 # of ours leaves behind. The script checks its results against numpy before it ends.
@@ -127,16 +128,7 @@ func.func public @mul(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
 
 @pytest.fixture(scope="module")
 def async_vmfb(tmp_path_factory):
-    if not have_compiler():
-        pytest.skip("needs iree-base-compiler")
-    from iree.compiler.tools.binaries import find_tool
-
-    folder = tmp_path_factory.mktemp("async")
-    (folder / "p.mlir").write_text(ASYNC_PROGRAM)
-    subprocess.run([find_tool("iree-compile"), "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-                    "--iree-llvmcpu-target-cpu=generic", "--iree-execution-model=async-external", "p.mlir", "-o", "p.vmfb"],
-                   cwd=folder, check=True, capture_output=True)
-    return folder / "p.vmfb"
+    return compile_for_cpu(tmp_path_factory.mktemp("async"), ASYNC_PROGRAM, "--iree-execution-model=async-external")
 
 
 def test_chained_asynchronous_results_go_before_the_device_table_lets_go(async_vmfb, monkeypatch):
