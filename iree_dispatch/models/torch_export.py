@@ -13,6 +13,64 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
+def _diff(x, n: int = 1, dim: int = -1, prepend=None, append=None):
+    """aten.diff as slices and a subtraction (a not-equal for bool), as torch.diff defines it."""
+    import torch
+
+    parts = [t for t in (prepend, x, append) if t is not None]
+    x = torch.cat(parts, dim) if len(parts) > 1 else x
+    for _ in range(n):
+        later, earlier = x.narrow(dim, 1, x.shape[dim] - 1), x.narrow(dim, 0, x.shape[dim] - 1)
+        x = torch.ne(later, earlier) if x.dtype == torch.bool else later - earlier
+    return x
+
+
+def decompositions() -> dict:
+    """The decompositions export_mlir runs before import: only the ops transformers' mask builders
+    emit that IREE does not legalize. torch's default table is not run: it would decompose
+    scaled_dot_product_attention too (which IREE imports as one attention op, and the sdpa kinds
+    replace) and it breaks views of transposed tensors in GPT-2's attention."""
+    import torch
+    from torch._decomp import get_decompositions
+
+    aten = torch.ops.aten
+    return {
+        # torch's packed-sequence check (transformers' find_packed_sequence_indices): no IREE lowering, no torch decomposition
+        aten.diff.default: _diff,
+        # transformers' sdpa_mask: a 0-d bool new_ones, which IREE's importer makes a literal it cannot legalize; aten.full lowers
+        **get_decompositions([aten.new_ones, aten.new_zeros, aten.new_full]),
+        # transformers' and_masks/or_masks: `&` and `|` of bool masks, which IREE lowers only as bitwise ops
+        aten.__and__.Tensor: aten.bitwise_and.Tensor,
+        aten.__or__.Tensor: aten.bitwise_or.Tensor,
+    }
+
+
+def _drop_and_with_true(graph) -> None:
+    """`x & True` → `x` where the result is `x`'s own shape and type: transformers' and_masks starts
+    from a 0-d `new_ones(dtype=bool)`, which IREE's importer folds into a bool literal, and IREE
+    legalizes no bool literal."""
+    import torch
+
+    aten = torch.ops.aten
+    for node in list(graph.nodes):
+        if node.target not in (aten.bitwise_and.Tensor, aten.logical_and.default):
+            continue
+        result = node.meta.get("val")
+        for true, other in (node.args[:2], node.args[1::-1]):
+            if _is_true_fill(true) and getattr(other, "meta", {}).get("val") is not None and result is not None \
+                    and other.meta["val"].shape == result.shape and other.meta["val"].dtype == result.dtype == torch.bool:
+                node.replace_all_uses_with(other)
+                graph.erase_node(node)
+                break
+    graph.eliminate_dead_code()
+
+
+def _is_true_fill(node) -> bool:
+    import torch
+
+    return getattr(node, "target", None) is torch.ops.aten.full.default and node.args[1] in (True, 1) and node.kwargs.get("dtype") == torch.bool
+
+
 def parameter_names(module) -> list[str]:
     """The module's parameters, each once (tied weights under their first name)."""
     return [name for name, _ in module.named_parameters()]
@@ -78,6 +136,11 @@ def export_mlir(
 
             module = Output()
         prog = torch.export.export(module, tuple(args), kwargs)
+    prog = prog.run_decompositions(decompositions())
+    _drop_and_with_true(prog.graph)
+    # torch.export keeps a non-persistent buffer's value (Llama's rotary inv_freq, BERT's
+    # position_ids) in `constants`, IREE's importer looks for every buffer in `state_dict`.
+    prog.state_dict.update({name: prog.constants[name] for name in prog.graph_signature.non_persistent_buffers})
     importer = FxImporter(context=ir.Context())
     importer.import_frozen_program(prog, func_name=func_name)
     path = Path(path)
