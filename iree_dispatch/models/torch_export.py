@@ -25,6 +25,18 @@ def _diff(x, n: int = 1, dim: int = -1, prepend=None, append=None):
     return x
 
 
+def _sdpa_additive_mask(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """torch's SDPA with a bool mask (transformers' own masks: True where a query sees a key) as
+    SDPA with the additive mask torch computes from it (0 where True, -inf elsewhere), in the
+    query's type: the kernels take additive masks; other calls are left as they are."""
+    import torch
+
+    if attn_mask is None or attn_mask.dtype != torch.bool:
+        return NotImplemented
+    additive = torch.where(attn_mask, torch.zeros((), dtype=query.dtype), torch.full((), float("-inf"), dtype=query.dtype))
+    return torch.ops.aten.scaled_dot_product_attention.default(query, key, value, additive, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
 def decompositions() -> dict:
     """The decompositions export_mlir runs before import: only the ops transformers' mask builders
     emit that IREE does not legalize. torch's default table is not run: it would decompose
@@ -42,6 +54,7 @@ def decompositions() -> dict:
         # transformers' and_masks/or_masks: `&` and `|` of bool masks, which IREE lowers only as bitwise ops
         aten.__and__.Tensor: aten.bitwise_and.Tensor,
         aten.__or__.Tensor: aten.bitwise_or.Tensor,
+        aten.scaled_dot_product_attention.default: _sdpa_additive_mask,
     }
 
 
