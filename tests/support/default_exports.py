@@ -45,6 +45,19 @@ def models(torch, transformers) -> dict:
     return {"gpt2": (gpt2.eval(), logits, ("bf16",)), "llama": (llama.eval(), logits, ("bf16",)), "bert": (bert.eval(), hidden, ("bf16", "f32"))}
 
 
+def typed(torch, model, dtype: str):
+    """`model` in `dtype` as `from_pretrained(..., dtype=...)` leaves it: parameters in `dtype`, the
+    non-persistent float buffers (Llama's rotary frequencies, computed in f32 by transformers) in
+    f32. (`.to(dtype)` alone narrows them too, which IREE's CPU backend does not compile: a bf16
+    constant read as f32.)"""
+    model = model.to({"bf16": torch.bfloat16, "f32": torch.float32}[dtype])
+    for module in model.modules():
+        for name, buffer in module.named_buffers(recurse=False):
+            if name in module._non_persistent_buffers_set and buffer.is_floating_point():
+                setattr(module, name, buffer.float())
+    return model
+
+
 def inputs(torch) -> tuple:
     """Token ids [B, S] and a padding mask [B, S] (1: a token, 0: padding) as users pass them."""
     generator = torch.Generator().manual_seed(1)
@@ -65,10 +78,10 @@ def export_defaults(out: Path) -> list[Path]:
     written = []
     for family, (model, output, dtypes) in models(torch, transformers).items():
         for dtype in dtypes:
-            typed = model.to({"bf16": torch.bfloat16, "f32": torch.float32}[dtype])
+            model = typed(torch, model, dtype)
             variants = {"": {}} if family == "llama" else {"": {}, "_padded": {"attention_mask": padding}}
             for suffix, kwargs in variants.items():
-                path = export_mlir(typed, (ids,), out / f"{family}_default{suffix}_{dtype}.torch.mlir", kwargs=kwargs, params_as_inputs=True, output=output)
+                path = export_mlir(model, (ids,), out / f"{family}_default{suffix}_{dtype}.torch.mlir", kwargs=kwargs, params_as_inputs=True, output=output)
                 what = "token ids and a [2, 16] padding attention_mask" if kwargs else "token ids only"
                 path.write_text(f"// {type(model).__name__} ({versions}), {dtype}, {LAYERS} layers, {HEADS} heads of {HEAD_DIM}, SDPA attention, {what};\n"
                                 "// parameters as inputs. Made by: python -m tests.support.default_exports tests/models\n"
