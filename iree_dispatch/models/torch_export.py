@@ -5,6 +5,12 @@ module as constants. `export_mlir(..., params_as_inputs=True)`: the module's par
 the function's trailing arguments instead (in `parameter_names(module)` order), so the MLIR and
 the .vmfb hold no weights: a GPT-2 with inlined weights is a 250-500 MB vmfb, without them a few
 MB; the caller passes the weights at run time (`benchmarks/model.py`).
+
+Between the two, what transformers models do by default is made importable and compilable
+(docs/models.md, "Torch models"): every buffer, persistent or not, is given to the importer as a
+constant (in both modes: buffers are computed from the configuration, not trained); the ops
+transformers' mask builders emit that IREE does not legalize are decomposed (`decompositions()`)
+and an `x & True` they start from is dropped; SDPA's bool masks become additive masks.
 """
 
 from __future__ import annotations
@@ -27,13 +33,18 @@ def _diff(x, n: int = 1, dim: int = -1, prepend=None, append=None):
 
 def _sdpa_additive_mask(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """torch's SDPA with a bool mask (transformers' own masks: True where a query sees a key) as
-    SDPA with the additive mask torch computes from it (0 where True, -inf elsewhere), in the
-    query's type: the kernels take additive masks; other calls are left as they are."""
+    SDPA with an additive mask in the query's type, which the kernels take: 0 where True, half the
+    type's lowest value elsewhere. Not -inf, nor the lowest value (transformers' eager masks):
+    IREE's attention scales the masked scores by log2(e) (it computes exp as exp2), so either
+    becomes -inf, and a query that sees no key (left padding under a causal mask) gets NaN, which
+    reaches every position of its sequence through the next layer's keys. With half the lowest
+    value that query averages the values (torch gives zeros), at a position that is padding, and a
+    hidden key still weighs exactly 0. Other calls are left as they are."""
     import torch
 
     if attn_mask is None or attn_mask.dtype != torch.bool:
         return NotImplemented
-    additive = torch.where(attn_mask, torch.zeros((), dtype=query.dtype), torch.full((), float("-inf"), dtype=query.dtype))
+    additive = torch.where(attn_mask, torch.zeros((), dtype=query.dtype), torch.full((), torch.finfo(query.dtype).min / 2, dtype=query.dtype))
     return torch.ops.aten.scaled_dot_product_attention.default(query, key, value, additive, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
 
 
@@ -125,7 +136,8 @@ def export_mlir(
 ) -> Path:
     """Exports `module(*args, **kwargs)` with torch.export and imports it with IREE's FX importer
     into `path` (torch dialect MLIR). `output`: a function applied to the module's output (e.g.
-    `lambda o: o.logits`)."""
+    `lambda o: o.logits`). The exported program's decompositions, buffers and masks are prepared
+    for IREE first (the module docstring)."""
     import torch
     from iree.compiler import ir
     from iree.compiler.extras.fx_importer import FxImporter

@@ -23,7 +23,7 @@ from ..support.model_references import _compile_cpu, _random_args, _run, with_re
 
 MODELS = Path(__file__).parent
 FLASH = ROOT / "kernels" / "flash_attention.toml"
-CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf elsewhere): the kernel's causal masking, the mask not read"
+CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf or at most half the lowest value elsewhere): the kernel's causal masking, the mask not read"
 ZERO_NOTE = "the mask is 0 everywhere (every query sees every key): the kernel without a mask, the mask not read"
 BROADCAST_NOTE = "the mask is read as 2x1x16x16, broadcast over its dims of size 1"
 GQA_NOTE = "k and v repeat 2 heads 2 times each (grouped-query attention): the kernel reads them as stored (the repeat is not computed)"

@@ -102,13 +102,19 @@ def _repeated_heads(heads: _Heads) -> tuple[_Heads, int] | None:
 @dataclass(frozen=True)
 class _MaskContents:
     """What a mask computed inside the model holds, where its values are known (ir_match.evaluate):
-    `causal`: 0 where key j <= query i and -inf elsewhere, for every batch and head; `zero`: 0
+    `causal`: 0 where key j <= query i and elsewhere -inf or at most half the mask type's lowest
+    value (export_mlir's masks, transformers' eager ones: added to a finite score, its exponential
+    is 0 as -inf's), for every batch and head; `zero`: 0
     everywhere (every query sees every key). `unknown`: why the values are not known, when the
     mask is computed from constants by an op not evaluated (else empty: an argument's mask)."""
 
     causal: bool = False
     zero: bool = False
     unknown: str = ""
+
+
+# Each float type's lowest finite value: transformers' eager masks hide a key with it (torch.finfo(dtype).min), export_mlir's with half of it.
+_LOWEST = {"f16": -65504.0, "bf16": -3.3895313892515355e38, "f32": -3.4028234663852886e38}
 
 
 def _mask_contents(mask: ir.Value) -> _MaskContents:
@@ -121,8 +127,10 @@ def _mask_contents(mask: ir.Value) -> _MaskContents:
     except NotEvaluated as e:
         return _MaskContents(unknown="" if "arguments" in str(e) else str(e))
     sq, sk = values.shape[-2:]
-    causal = np.where(np.tril(np.ones((sq, sk), dtype=bool)), 0.0, -np.inf)
-    return _MaskContents(causal=sq == sk and bool(np.all(values == causal)), zero=bool(np.all(values == 0)))
+    seen = np.tril(np.ones((sq, sk), dtype=bool))
+    lowest = _LOWEST.get(tensor_info(mask)[1], -np.inf)
+    causal = sq == sk and bool(np.all(np.where(seen, values == 0, values <= lowest / 2)))
+    return _MaskContents(causal=causal, zero=bool(np.all(values == 0)))
 
 
 def _broadcast_mask(heads: _Heads) -> _Heads:
@@ -192,7 +200,7 @@ def match_sdpa(op: ir.Operation) -> Candidate | None:
     contents = _mask_contents(mask.value)
     forms = []
     if contents.causal:
-        note = "the mask is the causal triangle (0 where key j <= query i, -inf elsewhere): the kernel's causal masking, the mask not read"
+        note = "the mask is the causal triangle (0 where key j <= query i, -inf or at most half the lowest value elsewhere): the kernel's causal masking, the mask not read"
         forms.append(Form(SDPA_CAUSAL, qkv, notes=(*notes, note), **common))
     if contents.zero:
         forms.append(Form(SDPA, qkv, notes=(*notes, "the mask is 0 everywhere (every query sees every key): the kernel without a mask, the mask not read"), **common))
