@@ -3,7 +3,8 @@
 What every matcher needs: walking a module, a value's producer and users, a tensor's shape and
 element type, constants, a linalg.generic read as indexing maps and one expression per result
 (`Generic`), and the small structural predicates torch's decompositions call for (broadcasts,
-unit-dim reshapes, zero fills, elementwise casts).
+unit-dim reshapes, zero fills, elementwise casts), and `evaluate`: the contents of a value
+computed from constants alone (a mask built inside the model), with numpy.
 """
 
 from __future__ import annotations
