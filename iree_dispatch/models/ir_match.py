@@ -338,8 +338,12 @@ def reshaped_from(value: ir.Value, op_name: str, rank: int) -> ir.Value | None:
 
 
 class NotEvaluated(Exception):
-    """Why `evaluate` cannot give a value's contents: it depends on a function argument, or on an
-    op it does not evaluate."""
+    """Why `evaluate` cannot give a value's contents: it depends on a function argument
+    (`argument`), or on an op it does not evaluate."""
+
+    def __init__(self, reason: str, argument: bool = False):
+        super().__init__(reason)
+        self.argument = argument
 
 
 # Tensors larger than this are not evaluated (a [8, 1, 2048, 2048] mask has 2^25 elements).
@@ -396,7 +400,7 @@ class _Evaluation:
     def _compute(self, value: ir.Value) -> np.ndarray:
         op = producer(value)
         if op is None or op.name == "hal.tensor.import":  # an argument, as such or as IREE's ABI imports it
-            raise NotEvaluated("it depends on the function's arguments")
+            raise NotEvaluated("it depends on the function's arguments", argument=True)
         info = tensor_info(value)
         if info is not None and (None in info[0] or int(np.prod(info[0])) > MAX_EVALUATED_ELEMENTS):
             raise NotEvaluated(f"{shape_text(info[0])} is dynamic or larger than {MAX_EVALUATED_ELEMENTS} elements")

@@ -107,3 +107,54 @@ def test_default_exports_compile(tmp_path, name):
     report = compile_model(_model(name), [FLASH], tmp_path / "flash.vmfb")
     assert (tmp_path / "flash.vmfb").stat().st_size > 0
     assert len(report.replaced) == (0 if name.endswith("f32") else 2)
+
+
+def _mask_model(body: str) -> str:
+    """An SDPA (4 heads, 16 tokens of 64) whose [4, 16, 16] bf16 mask a generic over the key and
+    query indices computes from `body` (which yields %m from %i, the query, and %j, the key, as i64)."""
+    maps = "[affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d3)>, " \
+           "affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d2)>, affine_map<(d0, d1, d2, d3, d4) -> ()>, " \
+           "affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>]"
+    return f"""
+func.func @main(%q: tensor<4x16x64xbf16>, %k: tensor<4x16x64xbf16>, %v: tensor<4x16x64xbf16>) -> tensor<4x16x64xbf16> {{
+  %scale = arith.constant 0.125 : f32
+  %em = tensor.empty() : tensor<4x16x16xbf16>
+  %mask = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]}}
+      outs(%em : tensor<4x16x16xbf16>) {{
+    ^bb0(%out: bf16):
+      %ii = linalg.index 1 : index
+      %jj = linalg.index 2 : index
+      %i = arith.index_cast %ii : index to i64
+      %j = arith.index_cast %jj : index to i64
+      {body}
+      linalg.yield %m : bf16
+  }} -> tensor<4x16x16xbf16>
+  %e = tensor.empty() : tensor<4x16x64xbf16>
+  %r = iree_linalg_ext.attention <indexing_maps = {maps}>
+      ins(%q, %k, %v, %scale, %mask : tensor<4x16x64xbf16>, tensor<4x16x64xbf16>, tensor<4x16x64xbf16>, f32, tensor<4x16x16xbf16>)
+      outs(%e : tensor<4x16x64xbf16>) {{
+    ^bb0(%s: f32):
+      iree_linalg_ext.yield %s : f32
+  }} -> tensor<4x16x64xbf16>
+  return %r : tensor<4x16x64xbf16>
+}}
+"""
+
+
+HIDDEN = "%zero = arith.constant 0.0 : bf16\n      %low = arith.constant -1.6947656946257677e38 : bf16\n      %c = arith.cmpi {predicate}, %j, %i : i64\n      " \
+         "%m = arith.select %c, %zero, %low : bf16"
+
+
+@pytest.mark.parametrize("body, kind, note", [
+    (HIDDEN.format(predicate="sle"), "sdpa_causal", CAUSAL_NOTE),   # exactly causal, with half the lowest value where hidden
+    (HIDDEN.format(predicate="slt"), "sdpa_mask", None),  # the diagonal hidden too: not causal
+    ("%f = arith.sitofp %j : i64 to bf16\n      %m = math.absf %f : bf16", "sdpa_mask",
+     "the mask is computed in the model, but not checked for the causal triangle: math.absf in a linalg.generic is not evaluated"),
+], ids=["causal", "not_causal", "not_evaluated"])
+def test_computed_mask(tmp_path, body, kind, note):
+    """A mask computed in the model: evaluated, it takes the kernel its values allow; where it cannot be, the report says why."""
+    model = tmp_path / "mask.mlir"
+    model.write_text(_mask_model(body))
+    (d,) = compile_model(model, [FLASH], dry_run=True).decisions
+    assert d.replaced and d.form.kind == kind
+    assert (note in d.notes) if note else d.notes == []

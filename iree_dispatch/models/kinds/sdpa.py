@@ -101,12 +101,12 @@ def _repeated_heads(heads: _Heads) -> tuple[_Heads, int] | None:
 
 @dataclass(frozen=True)
 class _MaskContents:
-    """What a mask computed inside the model holds, where its values are known (ir_match.evaluate):
+    """What a mask computed inside the model holds, where its values are known (ir_match.evaluate).
     `causal`: 0 where key j <= query i and elsewhere -inf or at most half the mask type's lowest
-    value (export_mlir's masks, transformers' eager ones: added to a finite score, its exponential
-    is 0 as -inf's), for every batch and head; `zero`: 0
-    everywhere (every query sees every key). `unknown`: why the values are not known, when the
-    mask is computed from constants by an op not evaluated (else empty: an argument's mask)."""
+    value (export_mlir's masks, transformers' eager ones: added to a finite score, either makes
+    its exponential 0), for every batch and head; `zero`: 0 everywhere (every query sees every
+    key). `unknown`: why the values are not known, when the mask is computed from constants by an
+    op not evaluated (empty for a mask that depends on the model's inputs)."""
 
     causal: bool = False
     zero: bool = False
@@ -118,14 +118,14 @@ _LOWEST = {"f16": -65504.0, "bf16": -3.3895313892515355e38, "f32": -3.4028234663
 
 
 def _mask_contents(mask: ir.Value) -> _MaskContents:
-    """transformers builds its masks from iotas in the model (bool masks, which export_mlir makes
-    additive as torch does), however they are computed (packed-sequence checks, gathers, cumulative
-    sums): their values are evaluated, so that one that is exactly causal, or exactly zero, takes
-    the kernel that does not read it."""
+    """transformers builds its masks inside the model from iotas (bool masks, which export_mlir
+    makes additive), however they are computed (packed-sequence checks, gathers, cumulative sums):
+    their values are evaluated, so that one that is exactly causal, or exactly zero, takes the
+    kernel that does not read it."""
     try:
         values = evaluate(mask)
     except NotEvaluated as e:
-        return _MaskContents(unknown="" if "arguments" in str(e) else str(e))
+        return _MaskContents(unknown="" if e.argument else str(e))
     sq, sk = values.shape[-2:]
     seen = np.tril(np.ones((sq, sk), dtype=bool))
     lowest = _LOWEST.get(tensor_info(mask)[1], -np.inf)
