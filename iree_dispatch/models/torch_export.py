@@ -35,11 +35,12 @@ def _sdpa_additive_mask(query, key, value, attn_mask=None, dropout_p=0.0, is_cau
     """torch's SDPA with a bool mask (transformers' own masks: True where a query sees a key) as
     SDPA with an additive mask in the query's type, which the kernels take: 0 where True, half the
     type's lowest value elsewhere. Not -inf, nor the lowest value (transformers' eager masks):
-    IREE's attention scales the masked scores by log2(e) (it computes exp as exp2), so either
-    becomes -inf, and a query that sees no key (left padding under a causal mask) gets NaN, which
-    reaches every position of its sequence through the next layer's keys. With half the lowest
-    value that query averages the values (torch gives zeros), at a position that is padding, and a
-    hidden key still weighs exactly 0. Other calls are left as they are."""
+    IREE's attention scales the masked scores (by log2(e), computing exp as exp2), so either
+    becomes -inf and a query that sees no key (left padding under a causal mask) gets NaN
+    (measured: with the lowest value it does, with half of it not), which reaches every position
+    of its sequence through the next layer's keys. With half the lowest value that query averages
+    the values (torch gives zeros), at a position that is padding, and a hidden key still weighs
+    exactly 0. Other calls are left as they are."""
     import torch
 
     if attn_mask is None or attn_mask.dtype != torch.bool:
