@@ -3,7 +3,8 @@
 What every matcher needs: walking a module, a value's producer and users, a tensor's shape and
 element type, constants, a linalg.generic read as indexing maps and one expression per result
 (`Generic`), and the small structural predicates torch's decompositions call for (broadcasts,
-unit-dim reshapes, zero fills, elementwise casts).
+unit-dim reshapes, zero fills, elementwise casts), and `evaluate`: the contents of a value
+computed from constants alone (a mask built inside the model), with numpy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 from iree.compiler import ir
 
 Shape = tuple[int | None, ...]  # None: a dynamic dim
@@ -354,3 +356,168 @@ def reshaped_from(value: ir.Value, op_name: str, rank: int) -> ir.Value | None:
     else:
         want = [[0, 1]] + [[i] for i in range(2, rank)]
     return op.operands[0] if reassociation(op) == want else None
+
+
+class NotEvaluated(Exception):
+    """Why `evaluate` cannot give a value's contents: it depends on a function argument
+    (`argument`), or on an op it does not evaluate."""
+
+    def __init__(self, reason: str, argument: bool = False):
+        super().__init__(reason)
+        self.argument = argument
+
+
+# Tensors larger than this are not evaluated (a [8, 1, 2048, 2048] mask has 2^25 elements).
+MAX_EVALUATED_ELEMENTS = 1 << 25
+
+
+def evaluate(value: ir.Value) -> np.ndarray:
+    """The contents of `value` when it is computed from constants alone, with numpy: what a mask
+    built inside the model (from iotas, fills, reshapes, slices, concatenations, gathers and
+    cumulative sums: transformers' mask builders) holds. Raises NotEvaluated, with the reason,
+    when it depends on a function argument or on an op not evaluated here."""
+    return _Evaluation().of(value)
+
+
+_NUMPY = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "index": np.int64,
+          "f16": np.float16, "bf16": np.float32, "f32": np.float32, "f64": np.float64}
+_INT_PREDICATES = {0: np.equal, 1: np.not_equal, 2: np.less, 3: np.less_equal, 4: np.greater, 5: np.greater_equal,
+                   6: np.less, 7: np.less_equal, 8: np.greater, 9: np.greater_equal}  # unsigned compared as signed: sizes and indices
+_FLOAT_PREDICATES = {1: np.equal, 2: np.greater, 3: np.greater_equal, 4: np.less, 5: np.less_equal, 6: np.not_equal}  # the ordered ones
+_BINARY = {"arith.addi": np.add, "arith.subi": np.subtract, "arith.muli": np.multiply, "arith.addf": np.add, "arith.subf": np.subtract,
+           "arith.mulf": np.multiply, "arith.divf": np.divide, "arith.andi": np.bitwise_and, "arith.ori": np.bitwise_or,
+           "arith.xori": np.bitwise_xor, "arith.maximumf": np.maximum, "arith.minimumf": np.minimum}
+_CASTS = {"arith.index_cast", "arith.extsi", "arith.extui", "arith.trunci", "arith.sitofp", "arith.uitofp", "arith.fptosi", "arith.extf", "arith.truncf"}
+
+
+def _element_type(t: ir.Type) -> str:
+    try:
+        return str(ir.ShapedType(t).element_type)
+    except ValueError:
+        return str(t)
+
+
+def _as_type(array, t: ir.Type) -> np.ndarray:
+    """`array` converted to the MLIR type `t` (its element type), rounded as that type rounds."""
+    name = _element_type(t)
+    if name not in _NUMPY:
+        raise NotEvaluated(f"the type {name} is not evaluated")
+    out = np.asarray(array).astype(_NUMPY[name])
+    if name == "bf16":  # float32 rounded to nearest even bf16, kept in float32
+        bits = out.view(np.uint32).astype(np.uint64)
+        out = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+    return out
+
+
+class _Evaluation:
+    def __init__(self):
+        self.known: dict[ir.Value, np.ndarray] = {}
+
+    def of(self, value: ir.Value) -> np.ndarray:
+        if value not in self.known:
+            self.known[value] = self._compute(value)
+        return self.known[value]
+
+    def _compute(self, value: ir.Value) -> np.ndarray:
+        op = producer(value)
+        if op is None or op.name == "hal.tensor.import":  # an argument, as such or as IREE's ABI imports it
+            raise NotEvaluated("it depends on the function's arguments", argument=True)
+        info = tensor_info(value)
+        if info is not None and (None in info[0] or int(np.prod(info[0])) > MAX_EVALUATED_ELEMENTS):
+            raise NotEvaluated(f"{shape_text(info[0])} is dynamic or larger than {MAX_EVALUATED_ELEMENTS} elements")
+        name = op.name
+        if name == "arith.constant":
+            attr = op.attributes["value"]
+            for kind in (ir.IntegerAttr, ir.FloatAttr):
+                try:
+                    return _as_type(kind(attr).value, value.type)
+                except ValueError:
+                    pass
+            try:
+                dense = ir.DenseElementsAttr(attr)
+                contents = ir.FloatAttr(dense.get_splat_value()).value if dense.is_splat and "f" in info[1] else np.array(dense)
+                return _as_type(np.broadcast_to(contents, info[0]), value.type)
+            except (ValueError, TypeError) as e:
+                raise NotEvaluated(f"the constant {str(attr)[:40]} is not read") from e
+        if name == "tensor.empty":
+            return np.zeros(info[0], _NUMPY.get(info[1], np.float64))  # only ever written: a generic's init
+        if name == "linalg.fill":
+            return np.full(info[0], self.of(op.operands[0]), _NUMPY[info[1]])
+        if name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            return self.of(op.operands[0]).reshape(info[0])
+        if name == "tensor.extract_slice" and len(op.operands) == 1:
+            offsets, sizes, strides = (list(ir.DenseI64ArrayAttr(op.attributes[k])) for k in ("static_offsets", "static_sizes", "static_strides"))
+            part = self.of(op.operands[0])[tuple(slice(o, o + n * s, s) for o, n, s in zip(offsets, sizes, strides))]
+            return part.reshape(info[0])
+        if name == "tensor.concat":
+            return np.concatenate([self.of(v) for v in op.operands], axis=ir.IntegerAttr(op.attributes["dim"]).value)
+        if name == "linalg.transpose":
+            return np.transpose(self.of(op.operands[0]), list(ir.DenseI64ArrayAttr(op.attributes["permutation"])))
+        if name == "linalg.generic":
+            return self._generic(op)[ir.OpResult(value).result_number]
+        if name == "iree_linalg_ext.scan":
+            return self._scan(op)[ir.OpResult(value).result_number]
+        raise NotEvaluated(f"{name} is not evaluated")
+
+    def _generic(self, op: ir.Operation) -> list[np.ndarray]:
+        g = as_generic(op)
+        if not g.parallel:
+            raise NotEvaluated("a linalg.generic with a reduction is not evaluated")
+        shape = tensor_info(g.outputs[0])[0]
+        grid = np.ogrid[tuple(slice(0, n) for n in shape)]
+        block = op.regions[0].blocks[0]
+        env: dict[ir.Value, np.ndarray] = {}
+        for arg, operand, (_, results) in zip(block.arguments, (*g.inputs, *g.outputs), g.maps):
+            index = []
+            for r in results:
+                if r.startswith("d") and r[1:].isdigit():
+                    index.append(grid[int(r[1:])])
+                elif r.isdigit():
+                    index.append(int(r))
+                else:
+                    raise NotEvaluated(f"an indexing map with {r} is not evaluated")
+            env[arg] = np.broadcast_to(self.of(operand)[tuple(index)] if index else self.of(operand), shape)
+        for inner in block.operations:
+            inner = inner.operation
+            if inner.name == "linalg.yield":
+                return [np.broadcast_to(env[v] if v in env else self.of(v), shape) for v in inner.operands]
+            env[inner.results[0]] = self._body_op(inner, env, grid)
+        raise NotEvaluated("a linalg.generic without a yield")
+
+    def _body_op(self, inner: ir.Operation, env: dict, grid) -> np.ndarray:
+        name = inner.name
+        args = [env[v] if v in env else self.of(v) for v in inner.operands]
+        if name == "linalg.index":
+            return grid[ir.IntegerAttr(inner.attributes["dim"]).value]
+        if name == "arith.constant":
+            return self.of(inner.results[0])
+        if name in _BINARY:
+            return _as_type(_BINARY[name](args[0], args[1]), inner.results[0].type)
+        if name in _CASTS:
+            return _as_type(args[0], inner.results[0].type)
+        if name == "arith.negf":
+            return -args[0]
+        if name == "arith.select":
+            return np.where(args[0], args[1], args[2])
+        if name in ("arith.cmpi", "arith.cmpf"):
+            predicates = _INT_PREDICATES if name == "arith.cmpi" else _FLOAT_PREDICATES
+            predicate = ir.IntegerAttr(inner.attributes["predicate"]).value
+            if predicate not in predicates:
+                raise NotEvaluated(f"{name} predicate {predicate} is not evaluated")
+            return predicates[predicate](args[0], args[1])
+        if name == "tensor.extract":
+            source, indices = args[0], args[1:]
+            if any(np.any((i < 0) | (i >= n)) for i, n in zip(indices, source.shape)):
+                raise NotEvaluated("a tensor.extract out of bounds")
+            return source[tuple(indices)]
+        raise NotEvaluated(f"{name} in a linalg.generic is not evaluated")
+
+    def _scan(self, op: ir.Operation) -> list[np.ndarray]:
+        """An inclusive sum scan from zero (torch's cumsum): the sums and the last ones."""
+        body = [o.operation.name for o in op.regions[0].blocks[0].operations]
+        dim = ir.IntegerAttr(op.attributes["dimension"]).value
+        source, init, accumulator = (self.of(v) for v in op.operands)
+        if body[0] not in ("arith.addi", "arith.addf") or not ir.BoolAttr(op.attributes["inclusive"]).value or np.any(accumulator != 0):
+            raise NotEvaluated("an iree_linalg_ext.scan other than an inclusive sum from zero is not evaluated")
+        sums = np.cumsum(source, axis=dim).astype(init.dtype)
+        return [sums, np.take(sums, -1, axis=dim)]

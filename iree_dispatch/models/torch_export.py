@@ -5,12 +5,94 @@ module as constants. `export_mlir(..., params_as_inputs=True)`: the module's par
 the function's trailing arguments instead (in `parameter_names(module)` order), so the MLIR and
 the .vmfb hold no weights: a GPT-2 with inlined weights is a 250-500 MB vmfb, without them a few
 MB; the caller passes the weights at run time (`benchmarks/model.py`).
+
+Between the two, what transformers models do by default is made importable and compilable
+(docs/models.md, "Torch models"): every buffer, persistent or not, is given to the importer as a
+constant (in both modes: buffers are computed from the configuration, not trained); the ops
+transformers' mask builders emit that IREE does not legalize are decomposed (`decompositions()`)
+and an `x & True` they start from is dropped; SDPA's bool masks become additive masks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+
+
+def _diff(x, n: int = 1, dim: int = -1, prepend=None, append=None):
+    """aten.diff as slices and a subtraction (a not-equal for bool), as torch.diff defines it."""
+    import torch
+
+    parts = [t for t in (prepend, x, append) if t is not None]
+    x = torch.cat(parts, dim) if len(parts) > 1 else x
+    for _ in range(n):
+        later, earlier = x.narrow(dim, 1, x.shape[dim] - 1), x.narrow(dim, 0, x.shape[dim] - 1)
+        x = torch.ne(later, earlier) if x.dtype == torch.bool else later - earlier
+    return x
+
+
+def _sdpa_additive_mask(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """torch's SDPA with a bool mask (transformers' own masks: True where a query sees a key) as
+    SDPA with an additive mask in the query's type, which the kernels take: 0 where True, half the
+    type's lowest value elsewhere. Not -inf, nor the lowest value (transformers' eager masks):
+    IREE's attention scales the masked scores by log2(e) (it computes exp as exp2), so either
+    becomes -inf, and a query that sees no key (left padding under a causal mask) gets NaN, which
+    reaches every position of its sequence through the next layer's keys. With half the lowest
+    value that query averages the values (torch gives zeros), at a position that is padding, and a
+    hidden key still weighs exactly 0. Other calls are left as they are."""
+    import torch
+
+    if attn_mask is None or attn_mask.dtype != torch.bool:
+        return NotImplemented
+    additive = torch.where(attn_mask, torch.zeros((), dtype=query.dtype), torch.full((), torch.finfo(query.dtype).min / 2, dtype=query.dtype))
+    return torch.ops.aten.scaled_dot_product_attention.default(query, key, value, additive, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def decompositions() -> dict:
+    """The decompositions export_mlir runs before import: only the ops transformers' mask builders
+    emit that IREE does not legalize. torch's default table is not run: it would decompose
+    scaled_dot_product_attention too (which IREE imports as one attention op, and the sdpa kinds
+    replace) and it breaks views of transposed tensors in GPT-2's attention."""
+    import torch
+    from torch._decomp import get_decompositions
+
+    aten = torch.ops.aten
+    return {
+        # torch's packed-sequence check (transformers' find_packed_sequence_indices): no IREE lowering, no torch decomposition
+        aten.diff.default: _diff,
+        # transformers' sdpa_mask: a 0-d bool new_ones, which IREE's importer makes a literal it cannot legalize; aten.full lowers
+        **get_decompositions([aten.new_ones, aten.new_zeros, aten.new_full]),
+        # transformers' and_masks/or_masks: `&` and `|` of bool masks, which IREE lowers only as bitwise ops
+        aten.__and__.Tensor: aten.bitwise_and.Tensor,
+        aten.__or__.Tensor: aten.bitwise_or.Tensor,
+        aten.scaled_dot_product_attention.default: _sdpa_additive_mask,
+    }
+
+
+def _drop_and_with_true(graph) -> None:
+    """`x & True` → `x` where the result is `x`'s own shape and type: transformers' and_masks starts
+    from a 0-d `new_ones(dtype=bool)`, which IREE's importer folds into a bool literal, and IREE
+    legalizes no bool literal."""
+    import torch
+
+    aten = torch.ops.aten
+    for node in list(graph.nodes):
+        if node.target not in (aten.bitwise_and.Tensor, aten.logical_and.default):
+            continue
+        result = node.meta.get("val")
+        for true, other in (node.args[:2], node.args[1::-1]):
+            if _is_true_fill(true) and getattr(other, "meta", {}).get("val") is not None and result is not None \
+                    and other.meta["val"].shape == result.shape and other.meta["val"].dtype == result.dtype == torch.bool:
+                node.replace_all_uses_with(other)
+                graph.erase_node(node)
+                break
+    graph.eliminate_dead_code()
+
+
+def _is_true_fill(node) -> bool:
+    import torch
+
+    return getattr(node, "target", None) is torch.ops.aten.full.default and node.args[1] in (True, 1) and node.kwargs.get("dtype") == torch.bool
 
 
 def parameter_names(module) -> list[str]:
@@ -54,7 +136,8 @@ def export_mlir(
 ) -> Path:
     """Exports `module(*args, **kwargs)` with torch.export and imports it with IREE's FX importer
     into `path` (torch dialect MLIR). `output`: a function applied to the module's output (e.g.
-    `lambda o: o.logits`)."""
+    `lambda o: o.logits`). The exported program's decompositions, buffers and masks are prepared
+    for IREE first (the module docstring)."""
     import torch
     from iree.compiler import ir
     from iree.compiler.extras.fx_importer import FxImporter
@@ -78,6 +161,11 @@ def export_mlir(
 
             module = Output()
         prog = torch.export.export(module, tuple(args), kwargs)
+    prog = prog.run_decompositions(decompositions())
+    _drop_and_with_true(prog.graph)
+    # torch.export keeps a non-persistent buffer's value (Llama's rotary inv_freq, BERT's
+    # position_ids) in `constants`, IREE's importer looks for every buffer in `state_dict`.
+    prog.state_dict.update({name: prog.constants[name] for name in prog.graph_signature.non_persistent_buffers})
     importer = FxImporter(context=ir.Context())
     importer.import_frozen_program(prog, func_name=func_name)
     path = Path(path)

@@ -24,7 +24,7 @@ MODELS = Path(__file__).parent
 FLASH = ROOT / "kernels" / "flash_attention.toml"
 SDPA_BF16, SDPA_F32 = MODELS / "sdpa_bf16.torch.mlir", MODELS / "sdpa_f32.torch.mlir"
 GPT2, LLAMA = MODELS / "gpt2_sdpa_bf16.torch.mlir", MODELS / "llama_sdpa_bf16.torch.mlir"
-CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf elsewhere): the kernel's causal masking, the mask not read"
+CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf or at most half the lowest value elsewhere): the kernel's causal masking, the mask not read"
 GQA_NOTE = "k and v repeat 2 heads 2 times each (grouped-query attention): the kernel reads them as stored (the repeat is not computed)"
 BROADCAST_NOTE = "the mask is read as 1x1x16x16, broadcast over its dims of size 1"
 

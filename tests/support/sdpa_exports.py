@@ -93,6 +93,8 @@ def _export_transformers(out: Path) -> None:
 
     from iree_dispatch.models.torch_export import export_mlir
 
+    from .default_exports import typed
+
     dtype, batch, seq = torch.bfloat16, 1, 16
     torch.manual_seed(0)
     ids = torch.randint(0, 64, (batch, seq))
@@ -107,14 +109,8 @@ def _export_transformers(out: Path) -> None:
                     + path.read_text(encoding="utf-8"), encoding="utf-8")
     llama = LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, hidden_size=256, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
                                          head_dim=64, vocab_size=64, max_position_embeddings=32, use_cache=False, attn_implementation="sdpa",
-                                         bos_token_id=0, eos_token_id=0, pad_token_id=0)).eval().to(dtype)
-    # The rotary embedding's buffers are not persistent: IREE's importer finds no state for them
-    # ("Could not find state mapping for buffer"); persistent, they are constants of the program.
-    # (In f32, as transformers keeps them: IREE's CPU backend miscompiles the bf16 ones.)
-    for module in llama.modules():
-        module._non_persistent_buffers_set.clear()
-        for name, buffer in module.named_buffers(recurse=False):
-            setattr(module, name, buffer.float())
+                                         bos_token_id=0, eos_token_id=0, pad_token_id=0)).eval()
+    llama = typed(torch, llama, "bf16")  # the rotary frequencies in f32, as transformers keeps them
     path = export_mlir(llama, (ids,), out / "llama_sdpa_bf16.torch.mlir", kwargs={"attention_mask": mask}, params_as_inputs=True, output=lambda o: o.logits)
     path.write_text(f"// LlamaForCausalLM ({versions}) with 1 layer, bf16, hidden 256, 4 query heads and 2 key/value heads of 64, vocabulary 64,\n"
                     "// SDPA attention, an explicit [1, 1, 16, 16] additive causal mask, parameters as inputs, 1 x 16 tokens.\n"

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from iree.compiler import ir
 
-from ..ir_match import Shape, as_generic, float_constant, is_copy, location, producer, reassociation, shape_text, tensor_info
+from ..ir_match import NotEvaluated, Shape, as_generic, evaluate, float_constant, is_copy, location, producer, reassociation, shape_text, tensor_info
 from .base import Candidate, Family, Form, Matcher, Operand, OpKind, Reason
 
 ROOT = "iree_linalg_ext.attention"
@@ -98,53 +99,38 @@ def _repeated_heads(heads: _Heads) -> tuple[_Heads, int] | None:
     return (_Heads(source, tensor_info(source)[0]), repeat) if repeat is not None else None
 
 
-_CMPI = {0: lambda a, b: a == b, 1: lambda a, b: a != b, 2: lambda a, b: a < b, 3: lambda a, b: a <= b, 4: lambda a, b: a > b,
-         5: lambda a, b: a >= b, 6: lambda a, b: a < b, 7: lambda a, b: a <= b, 8: lambda a, b: a > b, 9: lambda a, b: a >= b}
+@dataclass(frozen=True)
+class _MaskContents:
+    """What a mask computed inside the model holds, where its values are known (ir_match.evaluate).
+    `causal`: 0 where key j <= query i and elsewhere -inf or at most half the mask type's lowest
+    value (export_mlir's masks, transformers' eager ones: added to a finite score, either makes
+    its exponential 0), for every batch and head; `zero`: 0 everywhere (every query sees every
+    key). `unknown`: why the values are not known, when the mask is computed from constants by an
+    op not evaluated (empty for a mask that depends on the model's inputs)."""
+
+    causal: bool = False
+    zero: bool = False
+    unknown: str = ""
 
 
-def _is_causal_generic(value: ir.Value) -> bool:
-    """`value` [B, H, Sq, Sk] (or [B*H, Sq, Sk]) is computed as 0 where key j <= query i and -inf
-    elsewhere (the importer's is_causal mask: a generic over iotas, compare and select); checked by
-    evaluating its body at every (i, j) of a small grid."""
-    op = producer(value)
-    g = as_generic(op)
-    info = tensor_info(value)
-    if g is None or g.inputs or len(g.outputs) != 1 or not g.parallel or info is None:
-        return False
-    rank = len(info[0])
-    fill = producer(g.outputs[0])
-    init = float_constant(fill.operands[0]) if fill is not None and fill.name == "linalg.fill" else None
-    block = op.regions[0].blocks[0]
+# Each float type's lowest finite value: transformers' eager masks hide a key with it (torch.finfo(dtype).min), export_mlir's with half of it.
+_LOWEST = {"f16": -65504.0, "bf16": -3.3895313892515355e38, "f32": -3.4028234663852886e38}
 
-    def evaluate(i: int, j: int) -> float | None:
-        values = {block.arguments[0]: init}
-        for inner in block.operations:
-            inner = inner.operation
-            if inner.name == "linalg.index":
-                dim = ir.IntegerAttr(inner.attributes["dim"]).value
-                values[inner.results[0]] = {rank - 2: i, rank - 1: j}.get(dim, 0)
-            elif inner.name == "arith.constant":
-                attr = inner.attributes["value"]
-                try:
-                    values[inner.results[0]] = ir.FloatAttr(attr).value
-                except ValueError:
-                    values[inner.results[0]] = ir.IntegerAttr(attr).value
-            elif inner.name == "arith.cmpi":
-                a, b = (values.get(v, float_constant(v)) for v in inner.operands)
-                values[inner.results[0]] = _CMPI[ir.IntegerAttr(inner.attributes["predicate"]).value](a, b)
-            elif inner.name == "arith.select":
-                c, a, b = (values.get(v, float_constant(v)) for v in inner.operands)
-                values[inner.results[0]] = a if c else b
-            elif inner.name == "linalg.yield":
-                return values.get(inner.operands[0], float_constant(inner.operands[0]))
-            else:
-                return None
-        return None
 
+def _mask_contents(mask: ir.Value) -> _MaskContents:
+    """transformers builds its masks inside the model from iotas (bool masks, which export_mlir
+    makes additive), however they are computed (packed-sequence checks, gathers, cumulative sums):
+    their values are evaluated, so that one that is exactly causal, or exactly zero, takes the
+    kernel that does not read it."""
     try:
-        return all(evaluate(i, j) == (0.0 if j <= i else float("-inf")) for i in range(4) for j in range(4))
-    except (KeyError, TypeError, ValueError):
-        return False
+        values = evaluate(mask)
+    except NotEvaluated as e:
+        return _MaskContents(unknown="" if e.argument else str(e))
+    sq, sk = values.shape[-2:]
+    seen = np.tril(np.ones((sq, sk), dtype=bool))
+    lowest = _LOWEST.get(tensor_info(mask)[1], -np.inf)
+    causal = sq == sk and bool(np.all(np.where(seen, values == 0, values <= lowest / 2)))
+    return _MaskContents(causal=causal, zero=bool(np.all(values == 0)))
 
 
 def _broadcast_mask(heads: _Heads) -> _Heads:
@@ -208,15 +194,19 @@ def match_sdpa(op: ir.Operation) -> Candidate | None:
     if not has_mask:
         return Candidate("sdpa", description, loc, result, forms=(Form(SDPA, qkv, notes=tuple(notes), **common),))
     mask = _heads(ins[4])
-    forms = []
-    causal = mask is not None and _is_causal_generic(mask.value)
-    if causal:
-        note = "the mask is the causal triangle (0 where key j <= query i, -inf elsewhere): the kernel's causal masking, the mask not read"
-        forms.append(Form(SDPA_CAUSAL, qkv, notes=(*notes, note), **common))
     if mask is None:
         return refused(("shape", "the mask [B*H, Sq, Sk] with a dynamic size is not collapsed from a [B, H, Sq, Sk] tensor"))
     full, mask = mask, _broadcast_mask(mask)
+    contents = _mask_contents(mask.value)
+    forms = []
+    if contents.causal:
+        note = "the mask is the causal triangle (0 where key j <= query i, -inf or at most half the lowest value elsewhere): the kernel's causal masking, the mask not read"
+        forms.append(Form(SDPA_CAUSAL, qkv, notes=(*notes, note), **common))
+    if contents.zero:
+        forms.append(Form(SDPA, qkv, notes=(*notes, "the mask is 0 everywhere (every query sees every key): the kernel without a mask, the mask not read"), **common))
     mask_notes = notes + ([f"the mask is read as {shape_text(mask.shape)}, broadcast over its dims of size 1"] if mask is not full else [])
+    if contents.unknown:
+        mask_notes.append(f"the mask is computed in the model, but not checked for the causal triangle: {contents.unknown}")
     wanted = (*q.shape[:3], k.shape[2])
     bad = [f"{name} = {shape_text([m])}" for name, m, full in zip(("MB", "MH", "MQ"), mask.shape, wanted) if m not in (1, full)]
     mask_form = Form(SDPA_MASK, (*qkv, Operand(mask.value, mask.shape, infos["mask"][1])), notes=tuple(mask_notes), **common)

@@ -1,0 +1,160 @@
+"""Tiny GPT-2, Llama and BERT exported as users export them (transformers' default SDPA attention,
+no hand-built mask; tests/support/default_exports.py): every attention op is found by the sdpa
+kinds and takes the kernel its mask allows (the causal mask transformers builds inside GPT-2 and
+Llama: sdpa_causal; BERT without a mask: sdpa; a [B, S] padding mask: sdpa_mask), the rewritten
+model computes what the original computes on the CPU (the kernels given reference bodies), and
+the models compile for CUDA with and without the kernels. No torch needed: the exports are committed."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("iree.compiler")  # the model compiler: not in a runtime-only install
+
+from iree_dispatch.models import compile_model  # noqa: E402
+from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
+
+from ..support.environment import ROOT, needs_build_tools  # noqa: E402
+from ..support.model_references import _compile_cpu, _random_args, _run, with_reference_kernels  # noqa: E402
+
+MODELS = Path(__file__).parent
+FLASH = ROOT / "kernels" / "flash_attention.toml"
+CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf or at most half the lowest value elsewhere): the kernel's causal masking, the mask not read"
+ZERO_NOTE = "the mask is 0 everywhere (every query sees every key): the kernel without a mask, the mask not read"
+BROADCAST_NOTE = "the mask is read as 2x1x16x16, broadcast over its dims of size 1"
+GQA_NOTE = "k and v repeat 2 heads 2 times each (grouped-query attention): the kernel reads them as stored (the repeat is not computed)"
+
+# Each bf16 export: the kernel both layers' attention takes, and its notes.
+TAKEN = {
+    "gpt2_default_bf16": ("flash_attn_bf16_d64_causal", [CAUSAL_NOTE]),
+    "gpt2_default_padded_bf16": ("flash_attn_bf16_d64_mask", [BROADCAST_NOTE]),
+    "llama_default_bf16": ("flash_attn_bf16_d64_causal", [GQA_NOTE, CAUSAL_NOTE]),
+    "bert_default_bf16": ("flash_attn_bf16_d64", [ZERO_NOTE]),
+    "bert_default_padded_bf16": ("flash_attn_bf16_d64_mask", [BROADCAST_NOTE]),
+}
+F32 = ["bert_default_f32", "bert_default_padded_f32"]
+
+
+def _model(name: str) -> Path:
+    return MODELS / f"{name}.torch.mlir"
+
+
+@pytest.mark.parametrize("name", list(TAKEN))
+def test_default_attention_taken(name):
+    """Both layers' SDPA, with the mask transformers built inside the model, by the kernel its mask allows."""
+    report = compile_model(_model(name), [FLASH], dry_run=True)
+    assert report.counts()["sdpa"] == {"found": 2, "replaced": 2, "left": 0}
+    kernel, notes = TAKEN[name]
+    for d in (d for d in report.replaced if d.candidate.kind == "sdpa"):
+        assert (d.capability.label, d.notes) == (f"flash_attention.{kernel}", notes)
+        assert [o.shape for o in d.form.operands[:3]] == ([(2, 4, 16, 64), (2, 2, 16, 64), (2, 2, 16, 64)] if "llama" in name else [(2, 4, 16, 64)] * 3)
+
+
+@pytest.mark.parametrize("name", F32)
+def test_f32_attention_left_with_reasons(name):
+    """f32 BERT: the kernels are bf16 and f16 only: each attention op left to IREE, with a dtype reason per kernel."""
+    report = compile_model(_model(name), [FLASH], dry_run=True)
+    assert report.counts()["sdpa"] == {"found": 2, "replaced": 0, "left": 2}
+    suffix, mask = ("_mask", ", bf16") if "padded" in name else ("", "")
+    expected = f"flash_attention.flash_attn_bf16_d64{suffix}: takes bf16, bf16, bf16{mask}, the model has f32, f32, f32{mask.replace('bf16', 'f32')}"
+    for d in (d for d in report.left if d.candidate.kind == "sdpa"):
+        assert {c for c, _ in d.reasons} == {"dtype"} and ("dtype", expected) in d.reasons
+
+
+def _padding(shape) -> np.ndarray:
+    """A [B, S] padding mask as users pass it: the last quarter of the second sequence is padding."""
+    mask = np.ones(shape, np.int64)
+    mask[1, -shape[1] // 4:] = 0
+    return mask
+
+
+@pytest.mark.parametrize("name", ["gpt2_default_bf16", "gpt2_default_padded_bf16", "llama_default_bf16", "bert_default_bf16", "bert_default_padded_bf16"])
+def test_rewritten_computes_the_same(tmp_path, name):
+    """The rewritten model (each attention a kernel with a reference body in plain linalg) against
+    IREE's own attention on the CPU, on fresh random parameters at a trained model's scale."""
+    model = _model(name)
+    report, program = rewrite_model(model, [FLASH])
+    original = model.read_text()
+    expected_vmfb = _compile_cpu(original, tmp_path / "original.vmfb")
+    got_vmfb = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
+    rng = np.random.default_rng()
+    args = _random_args(original, "main", rng)
+    args[0] = rng.integers(0, 1000, args[0].shape)
+    start = 2 if "padded" in name else 1
+    if "padded" in name:
+        args[1] = _padding(args[1].shape)
+    args = args[:start] + [(a.astype(np.float32) * 0.1).astype(a.dtype) for a in args[start:]]
+    (expected,), (got,) = _run(expected_vmfb, "main", args), _run(got_vmfb, "main", args)
+    expected, got = np.asarray(expected, np.float32), np.asarray(got, np.float32)
+    assert expected.shape == got.shape and np.all(np.isfinite(expected))
+    assert np.max(np.abs(expected - got)) <= 3e-2 * max(1.0, float(np.max(np.abs(expected))))
+
+
+@needs_build_tools
+@pytest.mark.parametrize("name", ["gpt2_default_bf16", "llama_default_bf16", "bert_default_padded_bf16", "bert_default_f32"])
+def test_default_exports_compile(tmp_path, name):
+    """The export compiles for CUDA as it is (IREE alone) and with the attention kernels linked in."""
+    from iree.compiler.tools.binaries import find_tool
+
+    alone = tmp_path / "alone.vmfb"
+    flags = ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80", "--iree-input-demote-f64-to-f32=false"]
+    proc = subprocess.run([find_tool("iree-compile"), str(_model(name)), *flags, "-o", str(alone)], capture_output=True, text=True)
+    assert proc.returncode == 0 and alone.stat().st_size > 0, proc.stderr[-3000:]
+    report = compile_model(_model(name), [FLASH], tmp_path / "flash.vmfb")
+    assert (tmp_path / "flash.vmfb").stat().st_size > 0
+    assert len(report.replaced) == (0 if name.endswith("f32") else 2)
+
+
+def _mask_model(body: str) -> str:
+    """An SDPA (4 heads, 16 tokens of 64) whose [4, 16, 16] bf16 mask a generic over the key and
+    query indices computes from `body` (which yields %m from %i, the query, and %j, the key, as i64)."""
+    maps = "[affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d3)>, " \
+           "affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d2)>, affine_map<(d0, d1, d2, d3, d4) -> ()>, " \
+           "affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>]"
+    return f"""
+func.func @main(%q: tensor<4x16x64xbf16>, %k: tensor<4x16x64xbf16>, %v: tensor<4x16x64xbf16>) -> tensor<4x16x64xbf16> {{
+  %scale = arith.constant 0.125 : f32
+  %em = tensor.empty() : tensor<4x16x16xbf16>
+  %mask = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]}}
+      outs(%em : tensor<4x16x16xbf16>) {{
+    ^bb0(%out: bf16):
+      %ii = linalg.index 1 : index
+      %jj = linalg.index 2 : index
+      %i = arith.index_cast %ii : index to i64
+      %j = arith.index_cast %jj : index to i64
+      {body}
+      linalg.yield %m : bf16
+  }} -> tensor<4x16x16xbf16>
+  %e = tensor.empty() : tensor<4x16x64xbf16>
+  %r = iree_linalg_ext.attention <indexing_maps = {maps}>
+      ins(%q, %k, %v, %scale, %mask : tensor<4x16x64xbf16>, tensor<4x16x64xbf16>, tensor<4x16x64xbf16>, f32, tensor<4x16x16xbf16>)
+      outs(%e : tensor<4x16x64xbf16>) {{
+    ^bb0(%s: f32):
+      iree_linalg_ext.yield %s : f32
+  }} -> tensor<4x16x64xbf16>
+  return %r : tensor<4x16x64xbf16>
+}}
+"""
+
+
+HIDDEN = "%zero = arith.constant 0.0 : bf16\n      %low = arith.constant -1.6947656946257677e38 : bf16\n      %c = arith.cmpi {predicate}, %j, %i : i64\n      " \
+         "%m = arith.select %c, %zero, %low : bf16"
+
+
+@pytest.mark.parametrize("body, kind, note", [
+    (HIDDEN.format(predicate="sle"), "sdpa_causal", CAUSAL_NOTE),   # exactly causal, with half the lowest value where hidden
+    (HIDDEN.format(predicate="slt"), "sdpa_mask", None),  # the diagonal hidden too: not causal
+    ("%f = arith.sitofp %j : i64 to bf16\n      %m = math.absf %f : bf16", "sdpa_mask",
+     "the mask is computed in the model, but not checked for the causal triangle: math.absf in a linalg.generic is not evaluated"),
+], ids=["causal", "not_causal", "not_evaluated"])
+def test_computed_mask(tmp_path, body, kind, note):
+    """A mask computed in the model: evaluated, it takes the kernel its values allow; where it cannot be, the report says why."""
+    model = tmp_path / "mask.mlir"
+    model.write_text(_mask_model(body))
+    (d,) = compile_model(model, [FLASH], dry_run=True).decisions
+    assert d.replaced and d.form.kind == kind
+    assert (note in d.notes) if note else d.notes == []
