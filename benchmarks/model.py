@@ -307,7 +307,7 @@ def run(args) -> int:
         if wanted_models is not None and name not in wanted_models:
             continue
         family = FAMILIES[name]
-        done: dict = {"title": family.title, "batch": entry["batch"], "seq": entry["seq"], "dtypes": {}}
+        done: dict = {"title": family.title + (" (--tiny)" if meta.get("tiny") else ""), "batch": entry["batch"], "seq": entry["seq"], "dtypes": {}}
         results["models"][name] = done
         deadline = time.monotonic() + args.time_limit
         for dtype, prepared in entry["dtypes"].items():
@@ -536,8 +536,8 @@ def _timeline(events: list) -> dict:
     }
 
 
-SUMMARY = {"torch_eager": "PyTorch eager", "torch_compile": "torch.compile", "iree": "IREE alone", "subst": "ours", "subst_wide": "ours, wider"}
-SHORT = {**SUMMARY, "iree_cpu": "IREE alone, CPU"}
+SHORT = {"torch_eager": "PyTorch eager", "torch_compile": "torch.compile", "iree": "IREE alone", "subst": "ours", "subst_wide": "ours, wider",
+         "iree_cpu": "IREE alone, CPU"}
 
 
 def _error_cell(r: dict) -> str:
@@ -558,15 +558,16 @@ def table(results: dict) -> str:
     (errors against the float32 reference, the GPU time split, the kernels each build calls)."""
     m = results["meta"]
     lines = [f"On {results['device']}, seed {m['seed']}, median of {m.get('iters')} forwards; torch {m.get('run_torch')}", ""]
-    head = " | ".join(f"{v} ms" for v in SUMMARY.values())
-    lines += [f"| model | dtype | {head} | torch.compile / ours | torch.compile / ours, wider |", "|---|---|" + "---:|" * (len(SUMMARY) + 2)]
+    columns = [k for k in SHORT if any(k in runs for *_, runs in _cases(results))]  # the CPU check's column only where it ran
+    head = " | ".join(f"{SHORT[k]} ms" for k in columns)
+    lines += [f"| model | dtype | {head} | torch.compile / ours | torch.compile / ours, wider |", "|---|---|" + "---:|" * (len(columns) + 2)]
     for _name, model, dtype, runs in _cases(results):
         shape = f"{model['title']}, {model['batch']} x {model['seq']}"
         if "error" in runs:
-            lines.append(f"| {shape} | {dtype} | failed: {runs['error'][:100]} |" + " |" * (len(SUMMARY) + 1))
+            lines.append(f"| {shape} | {dtype} | failed: {runs['error'][:100]} |" + " |" * (len(columns) + 1))
             continue
-        ms = {k: runs[k]["ms"] for k in SUMMARY if "ms" in runs.get(k, {})}
-        cells = [f"{ms[k]:.2f}" if k in ms else _state(runs.get(k)) for k in SUMMARY]
+        ms = {k: runs[k]["ms"] for k in columns if "ms" in runs.get(k, {})}
+        cells = [f"{ms[k]:.2f}" if k in ms else _state(runs.get(k)) for k in columns]
         ratios = [f"{ms['torch_compile'] / ms[k]:.2f}x" if "torch_compile" in ms and k in ms else "" for k in ("subst", "subst_wide")]
         lines.append(f"| {shape} | {dtype} | {' | '.join(cells)} | {' | '.join(ratios)} |")
     lines += ["", "| model | dtype | implementation | forward ms | error against float32 PyTorch | GPU ms: ours + IREE's | replaced |", "|---|---|---|---:|---|---:|---|"]
@@ -633,15 +634,18 @@ def plot(results: dict, path: Path) -> None:
         ax.set_yticks(range(len(names)), [SHORT.get(n, n) for n in names], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("forward, ms (median)", fontsize=8)
-        ax.set_title(f"{model['title']} {dtype}, {model['batch']} x {model['seq']} tokens, {results['device']}", fontsize=9)
-    fig.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
+        ax.set_title(f"{model['title']}, {dtype}, {model['batch']} x {model['seq']} tokens, {results['device']}", fontsize=9)
+    fig.legend(fontsize=7, loc="lower center", ncol=4)
+    fig.tight_layout(rect=(0, 0.35 / (2.6 * len(cases)), 1, 1))  # room for the legend below the panels
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def replot(args) -> int:
     results = json.loads(Path(args.json).read_text())
+    if "runs" in results:  # the GPT-2-only benchmark's results (docs/model.json): one model, its dtypes under "runs"
+        m = results["meta"]
+        results["models"] = {"gpt2": {"title": "GPT-2 small, eager attention", "batch": m["batch"], "seq": m["seq"], "dtypes": results.pop("runs")}}
     plot(results, Path(args.out))
     return 0
 
