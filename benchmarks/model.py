@@ -283,61 +283,105 @@ def _median(samples) -> float:
 
 
 def run(args) -> int:
-    """Every prepared family and dtype (or those --models/--dtypes name); a failure, or a model
-    over --time-limit, is reported in its place and the others run."""
-    import torch
+    """Every prepared family (or those --models name), each in a process of its own: a failure,
+    even one that leaves the GPU unusable, or a model over --time-limit, is reported in its place
+    and the next model runs on a fresh CUDA context. Each child writes what it has measured after
+    every implementation, so a child killed at the time limit loses only the one it was running."""
+    import multiprocessing
 
     folder = Path(args.dir)
     meta = json.loads((folder / "meta.json").read_text())
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    results: dict = {"meta": {k: v for k, v in meta.items() if k != "models"}, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
-                     "models": {}}
-    results["meta"].update({"run_torch": torch.__version__, "iters": args.iters, "time_limit_s": args.time_limit})
-    if args.iree_flags:
-        import iree.runtime as ireert
-
-        ireert.flags.parse_flags(*args.iree_flags.split())
-        results["meta"]["iree_flags"] = args.iree_flags
-    results["meta"]["iree_device"] = "IREE's defaults" if args.iree_device else "iree_dispatch's (runtime/devices.py)"
+    results: dict = {"meta": {k: v for k, v in meta.items() if k != "models"}, "device": None, "models": {}}
+    results["meta"].update({"iters": args.iters, "time_limit_s": args.time_limit, "iree_flags": args.iree_flags,
+                            "iree_device": "IREE's defaults" if args.iree_device else "iree_dispatch's (runtime/devices.py)"})
     wanted_models = set(args.models.split(",")) if args.models else None
     wanted_dtypes = set(args.dtypes.split(",")) if args.dtypes else None
     dest = Path(args.out)
     dest.mkdir(parents=True, exist_ok=True)
+    child_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "func"})
     for name, entry in meta["models"].items():
         if wanted_models is not None and name not in wanted_models:
             continue
-        family = FAMILIES[name]
-        done: dict = {"title": family.title + (" (--tiny)" if meta.get("tiny") else ""), "batch": entry["batch"], "seq": entry["seq"], "dtypes": {}}
+        partial = dest / f".{name}.partial.json"
+        partial.unlink(missing_ok=True)
+        child = multiprocessing.get_context("spawn").Process(target=_run_model, args=(child_args, name, partial))
+        child.start()
+        child.join(args.time_limit + 60)  # the child's own deadline, checked between implementations, plus a minute
+        ended = None
+        if child.is_alive():
+            child.kill()
+            child.join()
+            ended = f"killed after the time limit of {args.time_limit:.0f} s"
+        elif child.exitcode != 0:
+            ended = f"its process exited with status {child.exitcode}"
+        got = json.loads(partial.read_text()) if partial.exists() else {}
+        partial.unlink(missing_ok=True)
+        results["device"] = got.get("device", results["device"])
+        results["meta"]["run_torch"] = got.get("torch", results["meta"].get("run_torch"))
+        done = got.get("model") or {"title": FAMILIES[name].title, "batch": entry["batch"], "seq": entry["seq"], "dtypes": {}}
+        for dtype in entry["dtypes"]:
+            if (wanted_dtypes is None or dtype in wanted_dtypes) and ended:
+                runs = done["dtypes"].setdefault(dtype, {})
+                if not any(isinstance(r, dict) and "ms" in r for r in runs.values()):
+                    runs["error"] = ended
+        if ended:
+            done["ended"] = ended
+            print(f"[{name}] {ended}", flush=True)
         results["models"][name] = done
-        deadline = time.monotonic() + args.time_limit
-        for dtype, prepared in entry["dtypes"].items():
-            if wanted_dtypes is not None and dtype not in wanted_dtypes:
-                continue
-            if "error" in prepared:
-                done["dtypes"][dtype] = {"error": f"prepare: {prepared['error']}"}
-                continue
-            runs: dict = {}
-            done["dtypes"][dtype] = runs
-            try:
-                _run_one(family, dtype, entry, prepared, meta, folder / name / dtype, runs, deadline, dev, args)
-            except Exception as exc:  # noqa: BLE001 - one model failing must not stop the others
-                traceback.print_exc()
-                runs["error"] = _error_text(exc)
-            finally:
-                if dev == "cuda":
-                    torch._dynamo.reset()
-                    torch.cuda.empty_cache()
-            (dest / "model.json").write_text(json.dumps(results, indent=2) + "\n")  # what is measured so far
-    (dest / "model.json").write_text(json.dumps(results, indent=2) + "\n")
+        (dest / "model.json").write_text(json.dumps(results, indent=2) + "\n")  # what is measured so far
     (dest / "model.md").write_text(table(results))
     plot(results, dest / "model.png")
     print(table(results))
     return 0
 
 
-def _run_one(family: Family, dtype: str, entry: dict, prepared: dict, meta: dict, folder: Path, runs: dict, deadline: float, dev: str, args) -> None:
-    """Times and checks one family in one dtype into `runs`: PyTorch eager, torch.compile, then
-    the prepared IREE variants the device runs; what the deadline leaves no time for is marked skipped."""
+def _run_model(args, name: str, partial: Path) -> None:
+    """One family, every prepared dtype (or those --dtypes name), in the child process `run`
+    starts: its results go to `partial` (JSON) after every implementation."""
+    import torch
+
+    folder = Path(args.dir)
+    meta = json.loads((folder / "meta.json").read_text())
+    entry, family = meta["models"][name], FAMILIES[name]
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.iree_flags:
+        import iree.runtime as ireert
+
+        ireert.flags.parse_flags(*args.iree_flags.split())
+    done: dict = {"title": family.title + (" (--tiny)" if meta.get("tiny") else ""), "batch": entry["batch"], "seq": entry["seq"], "dtypes": {}}
+    out = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__, "model": done}
+
+    def save() -> None:
+        partial.write_text(json.dumps(out, indent=1))
+
+    deadline = time.monotonic() + args.time_limit
+    wanted_dtypes = set(args.dtypes.split(",")) if args.dtypes else None
+    for dtype, prepared in entry["dtypes"].items():
+        if wanted_dtypes is not None and dtype not in wanted_dtypes:
+            continue
+        if "error" in prepared:
+            done["dtypes"][dtype] = {"error": f"prepare: {prepared['error']}"}
+            continue
+        runs: dict = {}
+        done["dtypes"][dtype] = runs
+        try:
+            _run_one(family, dtype, entry, prepared, meta, folder / name / dtype, runs, deadline, dev, args, save)
+        except Exception as exc:  # noqa: BLE001 - the other dtype still runs
+            traceback.print_exc()
+            runs["error"] = _error_text(exc)
+        finally:
+            if dev == "cuda":
+                torch._dynamo.reset()
+                torch.cuda.empty_cache()
+        save()
+    save()
+
+
+def _run_one(family: Family, dtype: str, entry: dict, prepared: dict, meta: dict, folder: Path, runs: dict, deadline: float, dev: str, args,
+             save: Callable[[], None]) -> None:
+    """Times and checks one family in one dtype into `runs` (`save` after each): PyTorch eager,
+    torch.compile, then the prepared IREE variants the device runs; what the deadline leaves no
+    time for is marked skipped."""
     import torch
 
     tag = f"[{family.name} {dtype}]"
@@ -374,6 +418,7 @@ def _run_one(family: Family, dtype: str, entry: dict, prepared: dict, meta: dict
                 runs[name] = {"error": _error_text(exc)}
             runs[name]["what"] = what
             print(f"{tag} {name}: {runs[name]}", flush=True)
+            save()
     model = None  # the IREE variants take the host copies
     if dev == "cuda":
         torch.cuda.empty_cache()
@@ -397,6 +442,7 @@ def _run_one(family: Family, dtype: str, entry: dict, prepared: dict, meta: dict
         if "kernels" in variant:
             runs[name]["kernels"], runs[name]["counts"] = variant["kernels"], variant["counts"]
         print(f"{tag} {name}: {runs[name]}", flush=True)
+        save()
 
 
 def _time_torch(fn, check, iters: int, dev: str) -> dict:
@@ -570,6 +616,7 @@ def table(results: dict) -> str:
         cells = [f"{ms[k]:.2f}" if k in ms else _state(runs.get(k)) for k in columns]
         ratios = [f"{ms['torch_compile'] / ms[k]:.2f}x" if "torch_compile" in ms and k in ms else "" for k in ("subst", "subst_wide")]
         lines.append(f"| {shape} | {dtype} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+    lines += [f"\n{model['title']}: {model['ended']}" for model in results["models"].values() if "ended" in model]
     lines += ["", "| model | dtype | implementation | forward ms | error against float32 PyTorch | GPU ms: ours + IREE's | replaced |", "|---|---|---|---:|---|---:|---|"]
     for name, _model, dtype, runs in _cases(results):
         for key, r in runs.items():
