@@ -589,7 +589,7 @@ SHORT = {"torch_eager": "PyTorch eager", "torch_compile": "torch.compile", "iree
 def _error_cell(r: dict) -> str:
     if "top1_agree" in r:
         return f"max rel {r['max_rel']:.1e}, top-1 {r['top1_agree'] * 100:.2f}%"
-    return f"cos {r['cosine']:.6f} (min {r['cosine_min']:.4f}), max rel {r['max_rel']:.1e}"
+    return f"cos {r['cosine']:.6f} (min {r['cosine_min']:.6f}), max rel {r['max_rel']:.1e}"
 
 
 def _cases(results: dict):
