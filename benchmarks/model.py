@@ -150,6 +150,7 @@ def _error_text(exc: BaseException) -> str:
 def prepare(args) -> int:
     """Every selected family in every dtype it is exported in (and --dtypes allows), each one's
     failure recorded in meta.json and printed, the others prepared all the same."""
+    families = _selected(args.models)  # a misspelt name fails before the slow imports
     import torch
     import transformers
 
@@ -158,7 +159,7 @@ def prepare(args) -> int:
     meta = {"seed": args.seed, "tiny": args.tiny, "torch": torch.__version__, "transformers": transformers.__version__, "models": {}}
     kernels = [Path(k) for k in args.kernels] if args.kernels else KERNELS
     wanted = set(args.dtypes.split(","))
-    for family in _selected(args.models):
+    for family in families:
         batch, seq = _sizes(family, args.tiny)
         entry: dict = {"batch": batch, "seq": seq, "dtypes": {}}
         meta["models"][family.name] = entry
@@ -295,9 +296,13 @@ def run(args) -> int:
     results["meta"].update({"iters": args.iters, "time_limit_s": args.time_limit, "iree_flags": args.iree_flags,
                             "iree_device": "IREE's defaults" if args.iree_device else "iree_dispatch's (runtime/devices.py)"})
     wanted_models = set(args.models.split(",")) if args.models else None
+    if wanted_models is not None and not wanted_models <= set(meta["models"]):
+        raise SystemExit(f"not prepared in {folder}: {', '.join(sorted(wanted_models - set(meta['models'])))}; prepared: {', '.join(meta['models'])}")
     wanted_dtypes = set(args.dtypes.split(",")) if args.dtypes else None
     dest = Path(args.out)
     dest.mkdir(parents=True, exist_ok=True)
+    if args.keep_others and (dest / "model.json").exists():  # one table over several calls: this call's models replace theirs
+        results["models"] = json.loads((dest / "model.json").read_text())["models"]
     child_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "func"})
     for name, entry in meta["models"].items():
         if wanted_models is not None and name not in wanted_models:
@@ -319,6 +324,7 @@ def run(args) -> int:
         results["device"] = got.get("device", results["device"])
         results["meta"]["run_torch"] = got.get("torch", results["meta"].get("run_torch"))
         done = got.get("model") or {"title": FAMILIES[name].title, "batch": entry["batch"], "seq": entry["seq"], "dtypes": {}}
+        done["device"] = got.get("device")
         for dtype in entry["dtypes"]:
             if (wanted_dtypes is None or dtype in wanted_dtypes) and ended:
                 runs = done["dtypes"].setdefault(dtype, {})
@@ -603,7 +609,8 @@ def table(results: dict) -> str:
     """A summary (each implementation's forward ms, torch.compile's time over ours) and the details
     (errors against the float32 reference, the GPU time split, the kernels each build calls)."""
     m = results["meta"]
-    lines = [f"On {results['device']}, seed {m['seed']}, median of {m.get('iters')} forwards; torch {m.get('run_torch')}", ""]
+    devices = sorted({model["device"] for model in results["models"].values() if model.get("device")}) or [results["device"]]
+    lines = [f"On {' and '.join(map(str, devices))}, seed {m['seed']}, median of {m.get('iters')} forwards; torch {m.get('run_torch')}", ""]
     columns = [k for k in SHORT if any(k in runs for *_, runs in _cases(results))]  # the CPU check's column only where it ran
     head = " | ".join(f"{SHORT[k]} ms" for k in columns)
     lines += [f"| model | dtype | {head} | torch.compile / ours | torch.compile / ours, wider |", "|---|---|" + "---:|" * (len(columns) + 2)]
@@ -675,13 +682,15 @@ def plot(results: dict, path: Path) -> None:
                 ax.barh(i, k["ours_ms"], color="tab:green", label=once("our kernels (GPU)"))
                 ax.barh(i, k["iree_ms"], left=k["ours_ms"], color="tab:blue", label=once("IREE's kernels (GPU)"))
                 ax.barh(i, rest, left=k["total_ms"], color="lightgray", label=once("rest of the call"))
-            else:
+            elif n.startswith("torch"):
                 ax.barh(i, r["ms"], color="tab:orange", label=once("PyTorch (CUDA events)"))
+            else:  # an IREE build without the breakdown (--no-profile, or the CPU check)
+                ax.barh(i, r["ms"], color="tab:cyan", label=once("IREE (wall time of the call)"))
             ax.text(r["ms"], i, f" {r['ms']:.1f}", va="center", fontsize=8)
         ax.set_yticks(range(len(names)), [SHORT.get(n, n) for n in names], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("forward, ms (median)", fontsize=8)
-        ax.set_title(f"{model['title']}, {dtype}, {model['batch']} x {model['seq']} tokens, {results['device']}", fontsize=9)
+        ax.set_title(f"{model['title']}, {dtype}, {model['batch']} x {model['seq']} tokens, {model.get('device') or results['device']}", fontsize=9)
     fig.legend(fontsize=7, loc="lower center", ncol=4)
     fig.tight_layout(rect=(0, 0.35 / (2.6 * len(cases)), 1, 1))  # room for the legend below the panels
     fig.savefig(path, dpi=120)
@@ -719,6 +728,8 @@ def main(argv=None) -> int:
     r.add_argument("--iters", type=int, default=20)
     r.add_argument("--time-limit", type=float, default=900.0,
                    help="seconds per model; checked before each implementation, whatever is left then is reported as skipped")
+    r.add_argument("--keep-others", action="store_true",
+                   help="keep the models of an earlier OUT/model.json that this call does not run: one table over several calls")
     r.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     r.add_argument("--no-profile", action="store_true", help="skip the per-kernel GPU time breakdown of the IREE variants (CUPTI)")
     r.add_argument("--traces", action="store_true",
