@@ -112,3 +112,9 @@ def test_errors_against_numpy(bench, torch):
     per_token = np.sum(xs * rs, -1) / (np.linalg.norm(xs, axis=-1) * np.linalg.norm(rs, axis=-1))
     assert enc["cosine_min"] == pytest.approx(per_token.min())
     assert enc["max_rel"] == pytest.approx(np.abs(xs - rs).max() / np.abs(rs).max())
+
+
+def test_run_refuses_a_model_not_prepared(bench, tmp_path):
+    (tmp_path / "meta.json").write_text('{"seed": 0, "models": {"gpt2": {"batch": 2, "seq": 16, "dtypes": {}}}}')
+    with pytest.raises(SystemExit, match="not prepared in .*: llama; prepared: gpt2"):
+        bench.main(["run", "--dir", str(tmp_path), "--out", str(tmp_path / "out"), "--models", "gpt2,llama"])
