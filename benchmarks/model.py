@@ -1,24 +1,32 @@
-"""GPT-2 small through IREE alone, through IREE with our kernels substituted, and in PyTorch.
+"""Three model families through IREE alone, through IREE with our kernels substituted, and in PyTorch.
 
-Two sides, as the other benchmarks (docs/models.md, "GPT-2"):
+Two sides, as the other benchmarks (docs/models.md, "Model benchmark"):
 
     # CPU side (torch, transformers, iree-base-compiler, nvcc): export, substitute, compile
-    python benchmarks/model.py prepare --out build/model-gpu [--batch 8 --seq 1024 --dtypes f32,bf16]
+    python benchmarks/model.py prepare --out build/model-gpu [--models gpt2,llama,bert --dtypes bf16,f32 --wheels]
     # GPU side (torch, transformers, numpy, ml_dtypes, iree-base-runtime; no compiler):
     python3 benchmarks/model.py run --dir build/model-gpu --out RESULTS
 
-The model is GPT2LMHeadModel(GPT2Config(use_cache=False)) with eager attention and random
-weights from a seed, fed an explicit additive causal mask ([B, 1, T, T]; transformers' own mask
-construction does not legalize in IREE). Its parameters are the exported function's trailing
-arguments (iree_dispatch.models.torch_export, params_as_inputs): the vmfbs hold no weights (a
-few MB instead of 250-500), and the GPU side rebuilds the same weights from the seed and passes
-the same tensors to every implementation. Logits are returned as float32.
+The families (`FAMILIES`), configurations in code, random weights from a seed, no downloads:
+GPT-2 small (GPT2LMHeadModel, its default configuration, batch 8 x 1024), a Llama-style decoder
+(LlamaForCausalLM: 8 layers, hidden 1024, 16 query heads over 4 key/value heads of 64, SwiGLU of
+2816, RMSNorm, rotary embeddings; batch 4 x 1024) and BERT-base (BertModel, its default
+configuration without the pooler, batch 16 x 512 with a [B, S] padding `attention_mask`). Each is
+exported as users export them: transformers' default attention (SDPA), the masks transformers
+builds inside the model (the LMs from the token ids alone, BERT from its padding mask), and
+`export_mlir(..., params_as_inputs=True)`: the parameters are the exported function's trailing
+arguments, so the vmfbs hold no weights, and the GPU side rebuilds the same weights from the seed
+and passes the same tensors to every implementation. The outputs (the LMs' logits, BERT's
+last_hidden_state) are returned as float32.
 
-`run` compares, per dtype: PyTorch eager, torch.compile (unless --no-compile), IREE alone, and
-IREE with our kernels (strict numerics; for bf16 also --allow-wider-accumulation): forward time
-(median of --iters, after warm-up; CUDA events for torch, a synchronous call for IREE) and the
-logits' error against a float32 PyTorch reference run with the same (rounded) weights: max
-|diff| / max |ref|, mean |diff|, and the fraction of positions whose top-1 token agrees.
+`run` compares, per model and dtype: PyTorch eager and torch.compile (default mode), both with
+SDPA attention, IREE alone, and IREE with the kernel library (strict numerics; for bf16 also
+--allow-wider-accumulation): forward time (median of --iters, after warm-up; CUDA events for
+torch, a synchronous call for IREE) and the error against a float32 PyTorch run with the same
+(rounded) weights: for the LMs max |diff| / max |ref| of the logits and the share of positions
+whose top-1 token agrees; for BERT the cosine similarity of the tokens' hidden states (of all
+of them, and the lowest of one token) and max |diff| / max |ref|, over the tokens that are not
+padding.
 """
 
 from __future__ import annotations
@@ -28,35 +36,110 @@ import json
 import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = [ROOT / "kernels"]  # the kernel library: every spec in it that declares what its kernels replace
 TORCH_DTYPES = {"f32": "float32", "bf16": "bfloat16"}
+TINY_BATCH, TINY_SEQ = 2, 16  # --tiny: a few layers of small width, to check both sides on a CPU
 
 
-def make_model(dtype: str, seed: int):
-    import torch
+@dataclass(frozen=True)
+class Family:
+    """One model family: how to build it (f32, from the caller's seed), its input and output."""
+
+    name: str
+    title: str
+    batch: int
+    seq: int
+    dtypes: tuple[str, ...]  # exported in these
+    padded: bool  # takes a [B, S] padding attention_mask (1: a token, 0: padding) after the ids
+    output: str  # "logits" (an LM: top-1 agreement) or "hidden" (an encoder: cosine similarity)
+    build: Callable[[bool], object]  # tiny -> the model, f32, in eval mode
+
+    def output_of(self, out):
+        return (out.logits if self.output == "logits" else out.last_hidden_state).float()
+
+
+def _gpt2(tiny: bool):
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    size = {"n_layer": 2, "n_head": 4, "n_embd": 256, "n_positions": 64, "vocab_size": 1000,
+            "bos_token_id": 0, "eos_token_id": 0} if tiny else {}
+    return GPT2LMHeadModel(GPT2Config(use_cache=False, **size)).eval()
+
+
+def _llama(tiny: bool):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    size = ({"num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
+             "max_position_embeddings": 64, "vocab_size": 1000} if tiny else
+            {"num_hidden_layers": 8, "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 2816,
+             "max_position_embeddings": 2048, "vocab_size": 32000})
+    return LlamaForCausalLM(LlamaConfig(head_dim=64, use_cache=False, **size)).eval()
+
+
+def _bert(tiny: bool):
+    from transformers import BertConfig, BertModel
+
+    size = {"num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 512, "max_position_embeddings": 64,
+            "vocab_size": 1000} if tiny else {}
+    # The pooler is left out: last_hidden_state is the output, and its weights would be unused arguments
+    return BertModel(BertConfig(**size), add_pooling_layer=False).eval()
+
+
+FAMILIES = {f.name: f for f in (
+    Family("gpt2", "GPT-2 small", 8, 1024, ("bf16",), False, "logits", _gpt2),
+    Family("llama", "Llama-style, 8 layers, hidden 1024, GQA 16/4", 4, 1024, ("bf16",), False, "logits", _llama),
+    Family("bert", "BERT-base, padded", 16, 512, ("bf16", "f32"), True, "hidden", _bert),
+)}
+
+
+def make_model(family: Family, dtype: str, seed: int, tiny: bool = False):
+    """The family's model with weights from `seed`, in `dtype` as `from_pretrained(..., dtype=...)`
+    leaves it: parameters in `dtype`, non-persistent float buffers (Llama's rotary frequencies,
+    computed in f32 by transformers) in f32. Built on the CPU, so both sides draw the same weights."""
+    import torch
+
     torch.manual_seed(seed)
-    config = GPT2Config(use_cache=False, attn_implementation="eager")
-    return GPT2LMHeadModel(config).eval().to(getattr(torch, TORCH_DTYPES[dtype]))
+    model = family.build(tiny).to(getattr(torch, TORCH_DTYPES[dtype]))
+    for module in model.modules():
+        for name, buffer in module.named_buffers(recurse=False):
+            if name in module._non_persistent_buffers_set and buffer.is_floating_point():
+                setattr(module, name, buffer.float())
+    return model
 
 
-def make_inputs(batch: int, seq: int, seed: int, dtype: str, vocab: int = 50257):
+def make_inputs(family: Family, batch: int, seq: int, seed: int, vocab: int):
+    """Token ids [B, S], and for a padded family a padding mask [B, S]: the first sequence full,
+    the others of a random length between S/2 and S (right padding, as tokenizers pad BERT)."""
     import torch
 
     g = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(0, vocab, (batch, seq), generator=g)
-    tdtype = getattr(torch, TORCH_DTYPES[dtype])
-    causal = torch.tril(torch.ones(seq, seq, dtype=torch.bool))
-    mask = torch.zeros(batch, 1, seq, seq, dtype=tdtype).masked_fill(~causal, torch.finfo(tdtype).min)
-    return ids, mask
+    if not family.padded:
+        return ids, None
+    lengths = torch.randint(seq // 2, seq + 1, (batch,), generator=g)
+    lengths[0] = seq
+    return ids, (torch.arange(seq)[None, :] < lengths[:, None]).long()
 
 
-def _logits(output):
-    return output.logits.float()
+def _sizes(family: Family, tiny: bool) -> tuple[int, int]:
+    return (TINY_BATCH, TINY_SEQ) if tiny else (family.batch, family.seq)
+
+
+def _selected(names: str) -> list[Family]:
+    unknown = [n for n in names.split(",") if n not in FAMILIES]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; the families are {', '.join(FAMILIES)}")
+    return [FAMILIES[n] for n in names.split(",")]
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:500]}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -65,53 +148,88 @@ def _logits(output):
 
 
 def prepare(args) -> int:
+    """Every selected family in every dtype it is exported in (and --dtypes allows), each one's
+    failure recorded in meta.json and printed, the others prepared all the same."""
+    families = _selected(args.models)  # a misspelt name fails before the slow imports
     import torch
-
-    from iree_dispatch.models.compiler import INPUT_FLAGS, compile_model, report_json
-    from iree_dispatch.models.torch_export import export_mlir, parameter_names
+    import transformers
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"batch": args.batch, "seq": args.seq, "seed": args.seed, "torch": torch.__version__, "dtypes": {}}
+    meta = {"seed": args.seed, "tiny": args.tiny, "torch": torch.__version__, "transformers": transformers.__version__, "models": {}}
     kernels = [Path(k) for k in args.kernels] if args.kernels else KERNELS
-    for dtype in args.dtypes.split(","):
-        d = out / dtype
-        d.mkdir(exist_ok=True)
-        model = make_model(dtype, args.seed)
-        ids, mask = make_inputs(args.batch, args.seq, args.seed, dtype)
-        started = time.perf_counter()
-        mlir = export_mlir(model, (ids,), d / "model.mlir", kwargs={"attention_mask": mask}, params_as_inputs=True, output=_logits)
-        print(f"[{dtype}] export + import: {time.perf_counter() - started:.1f} s -> {mlir}", flush=True)
-        params = [(n, list(p.shape), str(p.dtype)) for n, p in zip(parameter_names(model), (p for _, p in model.named_parameters()))]
-        entry = {"parameters": params, "variants": {}}
-        from iree.compiler.tools.binaries import find_tool
-
-        started = time.perf_counter()
-        flags = [*INPUT_FLAGS, "--iree-cuda-target=sm_80"]
-        subprocess.run([find_tool("iree-compile"), *flags, str(mlir), "-o", str(d / "iree.vmfb")], check=True)
-        print(f"[{dtype}] IREE alone: {time.perf_counter() - started:.1f} s", flush=True)
-        entry["variants"]["iree"] = {"vmfb": "iree.vmfb", "device": "cuda", "what": "IREE alone"}
-        variants = [("subst", False)] + ([("subst_wide", True)] if dtype != "f32" else [])
-        for name, wide in variants:
+    wanted = set(args.dtypes.split(","))
+    for family in families:
+        batch, seq = _sizes(family, args.tiny)
+        entry: dict = {"batch": batch, "seq": seq, "dtypes": {}}
+        meta["models"][family.name] = entry
+        for dtype in (d for d in family.dtypes if d in wanted):
             started = time.perf_counter()
-            report = compile_model(mlir, kernels, d / f"{name}.vmfb", allow_wider_accumulation=wide, program=d / f"{name}.program.mlir")
-            (d / f"{name}.report.txt").write_text(report.text())
-            (d / f"{name}.report.json").write_text(report_json(report))
-            print(f"[{dtype}] {name}: {time.perf_counter() - started:.1f} s; {report.kernel_counts()}; {report.counts()}", flush=True)
-            what = "IREE + our kernels" + (" (--allow-wider-accumulation)" if wide else "")
-            entry["variants"][name] = {"vmfb": f"{name}.vmfb", "device": "cuda", "what": what, "counts": report.counts(), "kernels": report.kernel_counts()}
-        if args.cpu_check:  # the run side's code path, checked on this machine (IREE alone on the CPU)
-            cpu = [find_tool("iree-compile"), "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
-            subprocess.run([*cpu, str(mlir), "-o", str(d / "iree_cpu.vmfb")], check=True)
-            entry["variants"]["iree_cpu"] = {"vmfb": "iree_cpu.vmfb", "device": "local-task", "what": "IREE alone on the CPU (check)"}
-        (d / "model.mlir").unlink() if not args.keep_mlir else None
-        meta["dtypes"][dtype] = entry
+            try:
+                entry["dtypes"][dtype] = _prepare_one(family, dtype, batch, seq, args, kernels, out / family.name / dtype)
+            except Exception as exc:  # noqa: BLE001 - one model failing must not stop the others
+                traceback.print_exc()
+                entry["dtypes"][dtype] = {"error": _error_text(exc)}
+            print(f"[{family.name} {dtype}] {time.perf_counter() - started:.0f} s", flush=True)
+            (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")  # what is done so far, should a later model hang
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     if args.wheels:
         _copy_wheels(out / "whl")
-    total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    print(f"{out}: {total / 2**20:.1f} MiB")
+    for sub in sorted(p for p in out.iterdir() if p.is_dir()):
+        print(f"{sub}: {_mib(sub):.1f} MiB")
+    print(f"{out}: {_mib(out):.1f} MiB")
     return 0
+
+
+def _mib(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
+
+
+def _prepare_one(family: Family, dtype: str, batch: int, seq: int, args, kernels: list[Path], d: Path) -> dict:
+    """Exports one family in one dtype into `d` and compiles it: IREE alone, with the kernel
+    library strict and (below f32) with --allow-wider-accumulation; with --cpu-check also IREE
+    alone for the CPU. Returns its meta.json entry."""
+    from iree.compiler.tools.binaries import find_tool
+
+    from iree_dispatch.models.compiler import INPUT_FLAGS, compile_model, report_json
+    from iree_dispatch.models.torch_export import export_mlir
+
+    tag = f"[{family.name} {dtype}]"
+    d.mkdir(parents=True, exist_ok=True)
+    model = make_model(family, dtype, args.seed, args.tiny)
+    ids, padding = make_inputs(family, batch, seq, args.seed, model.config.vocab_size)
+    started = time.perf_counter()
+    kwargs = {"attention_mask": padding} if family.padded else {}
+    mlir = export_mlir(model, (ids,), d / "model.mlir", kwargs=kwargs, params_as_inputs=True, output=family.output_of)
+    print(f"{tag} export + import: {time.perf_counter() - started:.1f} s -> {mlir} ({mlir.stat().st_size / 2**20:.1f} MiB)", flush=True)
+    entry: dict = {"parameters": [(n, list(p.shape), str(p.dtype)) for n, p in model.named_parameters()], "variants": {}}
+    del model
+
+    started = time.perf_counter()
+    subprocess.run([find_tool("iree-compile"), *INPUT_FLAGS, "--iree-cuda-target=sm_80", str(mlir), "-o", str(d / "iree.vmfb")], check=True)
+    print(f"{tag} IREE alone: {time.perf_counter() - started:.1f} s", flush=True)
+    entry["variants"]["iree"] = {"vmfb": "iree.vmfb", "device": "cuda", "what": "IREE alone"}
+    for name, wide in [("subst", False)] + ([("subst_wide", True)] if dtype != "f32" else []):
+        started = time.perf_counter()
+        try:
+            program = d / f"{name}.program.mlir" if args.keep_mlir else None
+            report = compile_model(mlir, kernels, d / f"{name}.vmfb", allow_wider_accumulation=wide, program=program)
+        except Exception as exc:  # noqa: BLE001 - IREE alone and the other variant still run
+            traceback.print_exc()
+            entry["variants"][name] = {"error": _error_text(exc)}
+            continue
+        (d / f"{name}.report.txt").write_text(report.text())
+        (d / f"{name}.report.json").write_text(report_json(report))
+        print(f"{tag} {name}: {time.perf_counter() - started:.1f} s; {report.kernel_counts()}; {report.counts()}", flush=True)
+        what = "IREE + our kernels" + (" (--allow-wider-accumulation)" if wide else "")
+        entry["variants"][name] = {"vmfb": f"{name}.vmfb", "device": "cuda", "what": what, "counts": report.counts(), "kernels": report.kernel_counts()}
+    if args.cpu_check:  # the run side's code path, checked on this machine (IREE alone on the CPU)
+        cpu = [find_tool("iree-compile"), "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
+        subprocess.run([*cpu, str(mlir), "-o", str(d / "iree_cpu.vmfb")], check=True)
+        entry["variants"]["iree_cpu"] = {"vmfb": "iree_cpu.vmfb", "device": "local-task", "what": "IREE alone on the CPU (check)"}
+    if not args.keep_mlir:
+        mlir.unlink()
+    return entry
 
 
 def _copy_wheels(folder: Path) -> None:
@@ -138,16 +256,26 @@ def _to_numpy(t):
     return t.numpy()
 
 
-def _errors(x, ref) -> dict:
+def _errors(family: Family, x, ref, padding) -> dict:
+    """x against the float32 reference ref: the LMs' logits by max relative error and top-1
+    agreement; an encoder's hidden states, of the tokens that are not padding, by cosine
+    similarity (of them all as one vector, and the lowest of one token) and max relative error."""
     import torch
 
+    finite = bool(torch.isfinite(x).all())
+    if family.output == "hidden" and padding is not None:
+        keep = padding.bool()
+        x, ref = x[keep], ref[keep]  # [tokens, hidden]: a padded position's output is whatever an implementation makes of it
+    x, ref = x.double(), ref.double()
     diff = (x - ref).abs()
-    return {
-        "max_rel": float(diff.max() / ref.abs().max()),
-        "mean_abs": float(diff.mean()),
-        "top1_agree": float((x.argmax(-1) == ref.argmax(-1)).float().mean()),
-        "finite": bool(torch.isfinite(x).all()),
-    }
+    errors = {"max_rel": float(diff.max() / ref.abs().max()), "mean_abs": float(diff.mean()), "finite": finite}
+    if family.output == "logits":
+        errors["top1_agree"] = float((x.argmax(-1) == ref.argmax(-1)).float().mean())
+    else:
+        flat = torch.nn.functional.cosine_similarity(x.flatten(), ref.flatten(), dim=0)
+        errors["cosine"] = float(flat)
+        errors["cosine_min"] = float(torch.nn.functional.cosine_similarity(x, ref, dim=-1).min())
+    return errors
 
 
 def _median(samples) -> float:
@@ -156,89 +284,178 @@ def _median(samples) -> float:
 
 
 def run(args) -> int:
-    import torch
+    """Every prepared family (or those --models name), each in a process of its own: a failure,
+    even one that leaves the GPU unusable, or a model over --time-limit, is reported in its place
+    and the next model runs on a fresh CUDA context. Each child writes what it has measured after
+    every implementation, so a child killed at the time limit loses only the one it was running."""
+    import multiprocessing
 
     folder = Path(args.dir)
     meta = json.loads((folder / "meta.json").read_text())
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    results = {"meta": {k: v for k, v in meta.items() if k != "dtypes"}, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "runs": {}}
-    results["meta"]["run_torch"] = torch.__version__
-    if args.iree_flags:
-        import iree.runtime as ireert
-
-        ireert.flags.parse_flags(*args.iree_flags.split())
-        results["meta"]["iree_flags"] = args.iree_flags
-    results["meta"]["iree_device"] = "IREE's defaults" if args.iree_device else "iree_dispatch's (runtime/devices.py)"
-    wanted = set(args.dtypes.split(",")) if args.dtypes else None
-    for dtype, entry in meta["dtypes"].items():
-        if wanted is not None and dtype not in wanted:
-            continue
-        model = make_model(dtype, meta["seed"]).to(dev)
-        names = [n for n, _ in model.named_parameters()]
-        shapes = [(n, list(p.shape), str(p.dtype)) for n, p in model.named_parameters()]
-        if [tuple(p) for p in entry["parameters"]] != [tuple(p) for p in shapes]:
-            raise SystemExit(f"[{dtype}] the model's parameters differ from the exported ones (transformers version?): {len(names)} vs {len(entry['parameters'])}")
-        ids, mask = make_inputs(meta["batch"], meta["seq"], meta["seed"], dtype)
-        ids, mask = ids.to(dev), mask.to(dev)
-        out: dict = {}
-        results["runs"][dtype] = out
-        with torch.no_grad():
-            reference = make_model("f32", meta["seed"]).to(dev)
-            reference.load_state_dict({k: v.float() for k, v in model.state_dict().items()})  # the same (rounded) weights in f32
-            ref_mask = mask.float().clamp(min=torch.finfo(torch.float32).min)
-            ref = _logits(reference(ids))  # transformers' own causal mask: what the explicit one says
-            # PyTorch gets the explicit mask too where this transformers version takes a 4-D mask as
-            # given (the same logits as its own causal mask); otherwise none (its own causal mask).
-            try:
-                torch_mask = mask if torch.allclose(_logits(reference(ids, attention_mask=ref_mask)), ref, rtol=1e-4, atol=1e-4) else None
-            except Exception:  # noqa: BLE001 - an older transformers that refuses 4-D masks
-                torch_mask = None
-            results["meta"][f"torch_mask_{dtype}"] = "explicit 4-D" if torch_mask is not None else "transformers' causal mask (the explicit one is not taken as given here)"
-            del reference
-
-            def eager():
-                return _logits(model(ids, attention_mask=torch_mask))
-
-            out["torch_eager"] = _time_torch(eager, ref, args.iters, dev)
-            print(f"[{dtype}] torch eager: {out['torch_eager']}", flush=True)
-            if not args.no_compile:
-                try:
-                    compiled = torch.compile(model)
-                    out["torch_compile"] = _time_torch(lambda: _logits(compiled(ids, attention_mask=torch_mask)), ref, args.iters, dev)
-                except Exception as exc:  # noqa: BLE001 - a peer we report, not depend on
-                    out["torch_compile"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-                print(f"[{dtype}] torch.compile: {out['torch_compile']}", flush=True)
-        host_args = [_to_numpy(ids), _to_numpy(mask), *(_to_numpy(p) for p in model.parameters())]
-        for name, variant in entry["variants"].items():
-            if (variant["device"] == "cuda") != (dev == "cuda"):
-                continue
-            try:
-                ours = [k.split(".", 1)[1] for k in variant.get("kernels", {})]
-                trace = Path(args.out) / f"trace_{dtype}_{name}.json.gz" if args.traces else None
-                out[name] = _time_iree(folder / dtype / variant["vmfb"], variant["device"], host_args, ref, args.iters, not args.no_profile, ours, trace, args.iree_device)
-            except Exception as exc:  # noqa: BLE001 - one variant failing must not hide the others
-                out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
-            out[name]["what"] = variant["what"]
-            if "kernels" in variant:
-                out[name]["kernels"], out[name]["counts"] = variant["kernels"], variant["counts"]
-            print(f"[{dtype}] {name}: {out[name]}", flush=True)
-        model = ref = None  # free them before the next dtype
-        if dev == "cuda":
-            torch.cuda.empty_cache()
+    results: dict = {"meta": {k: v for k, v in meta.items() if k != "models"}, "device": None, "models": {}}
+    results["meta"].update({"iters": args.iters, "time_limit_s": args.time_limit, "iree_flags": args.iree_flags,
+                            "iree_device": "IREE's defaults" if args.iree_device else "iree_dispatch's (runtime/devices.py)"})
+    wanted_models = set(args.models.split(",")) if args.models else None
+    if wanted_models is not None and not wanted_models <= set(meta["models"]):
+        raise SystemExit(f"not prepared in {folder}: {', '.join(sorted(wanted_models - set(meta['models'])))}; prepared: {', '.join(meta['models'])}")
+    wanted_dtypes = set(args.dtypes.split(",")) if args.dtypes else None
     dest = Path(args.out)
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "model.json").write_text(json.dumps(results, indent=2) + "\n")
+    if args.keep_others and (dest / "model.json").exists():  # one table over several calls: this call's models replace theirs
+        results["models"] = json.loads((dest / "model.json").read_text())["models"]
+    child_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "func"})
+    for name, entry in meta["models"].items():
+        if wanted_models is not None and name not in wanted_models:
+            continue
+        partial = dest / f".{name}.partial.json"
+        partial.unlink(missing_ok=True)
+        child = multiprocessing.get_context("spawn").Process(target=_run_model, args=(child_args, name, partial))
+        child.start()
+        child.join(args.time_limit + 60)  # the child's own deadline, checked between implementations, plus a minute
+        ended = None
+        if child.is_alive():
+            child.kill()
+            child.join()
+            ended = f"killed after the time limit of {args.time_limit:.0f} s"
+        elif child.exitcode != 0:
+            ended = f"its process exited with status {child.exitcode}"
+        got = json.loads(partial.read_text()) if partial.exists() else {}
+        partial.unlink(missing_ok=True)
+        results["device"] = got.get("device", results["device"])
+        results["meta"]["run_torch"] = got.get("torch", results["meta"].get("run_torch"))
+        done = got.get("model") or {"title": FAMILIES[name].title, "batch": entry["batch"], "seq": entry["seq"], "dtypes": {}}
+        done["device"] = got.get("device")
+        for dtype in entry["dtypes"]:
+            if (wanted_dtypes is None or dtype in wanted_dtypes) and ended:
+                runs = done["dtypes"].setdefault(dtype, {})
+                if not any(isinstance(r, dict) and "ms" in r for r in runs.values()):
+                    runs["error"] = ended
+        if ended:
+            done["ended"] = ended
+            print(f"[{name}] {ended}", flush=True)
+        results["models"][name] = done
+        (dest / "model.json").write_text(json.dumps(results, indent=2) + "\n")  # what is measured so far
     (dest / "model.md").write_text(table(results))
     plot(results, dest / "model.png")
     print(table(results))
     return 0
 
 
-def _time_torch(fn, ref, iters: int, dev: str) -> dict:
+def _run_model(args, name: str, partial: Path) -> None:
+    """One family, every prepared dtype (or those --dtypes name), in the child process `run`
+    starts: its results go to `partial` (JSON) after every implementation."""
+    import torch
+
+    folder = Path(args.dir)
+    meta = json.loads((folder / "meta.json").read_text())
+    entry, family = meta["models"][name], FAMILIES[name]
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.iree_flags:
+        import iree.runtime as ireert
+
+        ireert.flags.parse_flags(*args.iree_flags.split())
+    done: dict = {"title": family.title + (" (--tiny)" if meta.get("tiny") else ""), "batch": entry["batch"], "seq": entry["seq"], "dtypes": {}}
+    out = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__, "model": done}
+
+    def save() -> None:
+        partial.write_text(json.dumps(out, indent=1))
+
+    deadline = time.monotonic() + args.time_limit
+    wanted_dtypes = set(args.dtypes.split(",")) if args.dtypes else None
+    for dtype, prepared in entry["dtypes"].items():
+        if wanted_dtypes is not None and dtype not in wanted_dtypes:
+            continue
+        if "error" in prepared:
+            done["dtypes"][dtype] = {"error": f"prepare: {prepared['error']}"}
+            continue
+        runs: dict = {}
+        done["dtypes"][dtype] = runs
+        try:
+            _run_one(family, dtype, entry, prepared, meta, folder / name / dtype, runs, deadline, dev, args, save)
+        except Exception as exc:  # noqa: BLE001 - the other dtype still runs
+            traceback.print_exc()
+            runs["error"] = _error_text(exc)
+        finally:
+            if dev == "cuda":
+                torch._dynamo.reset()
+                torch.cuda.empty_cache()
+        save()
+    save()
+
+
+def _run_one(family: Family, dtype: str, entry: dict, prepared: dict, meta: dict, folder: Path, runs: dict, deadline: float, dev: str, args,
+             save: Callable[[], None]) -> None:
+    """Times and checks one family in one dtype into `runs` (`save` after each): PyTorch eager,
+    torch.compile, then the prepared IREE variants the device runs; what the deadline leaves no
+    time for is marked skipped."""
+    import torch
+
+    tag = f"[{family.name} {dtype}]"
+    model = make_model(family, dtype, meta["seed"], meta.get("tiny", False))
+    shapes = [(n, list(p.shape), str(p.dtype)) for n, p in model.named_parameters()]
+    if [tuple(p) for p in prepared["parameters"]] != [tuple(p) for p in shapes]:
+        raise RuntimeError(f"the model's parameters differ from the exported ones (transformers version?): {len(shapes)} vs {len(prepared['parameters'])}")
+    ids, padding = make_inputs(family, entry["batch"], entry["seq"], meta["seed"], model.config.vocab_size)
+    host_args = [_to_numpy(ids), *([_to_numpy(padding)] if padding is not None else []), *(_to_numpy(p) for p in model.parameters())]
+    model = model.to(dev)
+    ids = ids.to(dev)
+    padding = padding.to(dev) if padding is not None else None
+    kwargs = {"attention_mask": padding} if padding is not None else {}
+    with torch.no_grad():
+        reference = make_model(family, "f32", meta["seed"], meta.get("tiny", False)).to(dev)
+        reference.load_state_dict({k: v.float() for k, v in model.state_dict().items()})  # the same (rounded) weights in f32
+        ref = family.output_of(reference(ids, **kwargs))
+        del reference
+
+        def check(x):
+            return _errors(family, x, ref, padding)
+
+        torch_runs = {"torch_eager": ("PyTorch eager (SDPA)", lambda: model)}
+        if not args.no_compile:
+            torch_runs["torch_compile"] = ("torch.compile (SDPA)", lambda: torch.compile(model))
+        for name, (what, make) in torch_runs.items():
+            if time.monotonic() > deadline:
+                runs[name] = {"what": what, "skipped": f"over the time limit of {args.time_limit} s"}
+                continue
+            try:
+                forward = make()
+                runs[name] = _time_torch(lambda: family.output_of(forward(ids, **kwargs)), check, args.iters, dev)
+            except Exception as exc:  # noqa: BLE001 - a peer we report, not depend on
+                runs[name] = {"error": _error_text(exc)}
+            runs[name]["what"] = what
+            print(f"{tag} {name}: {runs[name]}", flush=True)
+            save()
+    model = None  # the IREE variants take the host copies
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+    for name, variant in prepared["variants"].items():
+        if "error" in variant:
+            runs[name] = {"error": f"prepare: {variant['error']}", "what": name}
+            continue
+        if (variant["device"] == "cuda") != (dev == "cuda"):
+            continue
+        if time.monotonic() > deadline:
+            runs[name] = {"what": variant["what"], "skipped": f"over the time limit of {args.time_limit} s"}
+            continue
+        try:
+            ours = [k.split(".", 1)[1] for k in variant.get("kernels", {})]
+            trace = Path(args.out) / f"trace_{family.name}_{dtype}_{name}.json.gz" if args.traces else None
+            runs[name] = _time_iree(folder / variant["vmfb"], variant["device"], host_args, check, ref.device, args.iters, not args.no_profile, ours, trace,
+                                    args.iree_device)
+        except Exception as exc:  # noqa: BLE001 - one variant failing must not hide the others
+            runs[name] = {"error": _error_text(exc)}
+        runs[name]["what"] = variant["what"]
+        if "kernels" in variant:
+            runs[name]["kernels"], runs[name]["counts"] = variant["kernels"], variant["counts"]
+        print(f"{tag} {name}: {runs[name]}", flush=True)
+        save()
+
+
+def _time_torch(fn, check, iters: int, dev: str) -> dict:
     import torch
 
     x = fn()
-    errors = _errors(x, ref)
+    errors = check(x)
     del x
     for _ in range(2):
         fn()
@@ -258,8 +475,8 @@ def _time_torch(fn, ref, iters: int, dev: str) -> dict:
     return {"ms": _median(times), "ms_min": min(times), **errors}
 
 
-def _time_iree(vmfb: Path, device: str, host_args, ref, iters: int, profile: bool = False, ours: list[str] = (), trace: Path | None = None,
-               iree_device: bool = False) -> dict:
+def _time_iree(vmfb: Path, device: str, host_args, check, ref_device, iters: int, profile: bool = False, ours: list[str] = (),
+               trace: Path | None = None, iree_device: bool = False) -> dict:
     """One IREE variant's forward. On CUDA the module runs on iree_dispatch's device (its driver
     flags and output pool, docs/runtime.md), or with iree_device on one IREE creates with its
     own defaults."""
@@ -277,9 +494,9 @@ def _time_iree(vmfb: Path, device: str, host_args, ref, iters: int, profile: boo
     started = time.perf_counter()
     result = module.main(*args)
     first = time.perf_counter() - started
-    logits = torch.from_numpy(result.to_host()).to(ref.device)
-    errors = _errors(logits, ref)
-    del logits, result
+    output = torch.from_numpy(result.to_host()).to(ref_device)
+    errors = check(output)
+    del output, result
     for _ in range(2):
         module.main(*args)
     times = []
@@ -371,28 +588,70 @@ def _timeline(events: list) -> dict:
     }
 
 
+SHORT = {"torch_eager": "PyTorch eager", "torch_compile": "torch.compile", "iree": "IREE alone", "subst": "ours", "subst_wide": "ours, wider",
+         "iree_cpu": "IREE alone, CPU"}
+
+
+def _error_cell(r: dict) -> str:
+    if "top1_agree" in r:
+        return f"max rel {r['max_rel']:.1e}, top-1 {r['top1_agree'] * 100:.2f}%"
+    return f"cos {r['cosine']:.6f} (min {r['cosine_min']:.6f}), max rel {r['max_rel']:.1e}"
+
+
+def _cases(results: dict):
+    """(model name, its results, dtype, that dtype's runs) of every prepared case, in order."""
+    for name, model in results["models"].items():
+        for dtype, runs in model["dtypes"].items():
+            yield name, model, dtype, runs
+
+
 def table(results: dict) -> str:
+    """A summary (each implementation's forward ms, torch.compile's time over ours) and the details
+    (errors against the float32 reference, the GPU time split, the kernels each build calls)."""
     m = results["meta"]
-    lines = [f"GPT-2 small, batch {m['batch']} x {m['seq']} tokens, seed {m['seed']}, on {results['device']}", ""]
-    lines.append("| dtype | implementation | forward ms (median) | vs eager | max err / max ref | top-1 agree | GPU ms: ours + IREE's | replaced |")
-    lines.append("|---|---|---:|---:|---:|---:|---:|---|")
-    for dtype, runs in results["runs"].items():
-        eager = runs.get("torch_eager", {}).get("ms")
-        for name, r in runs.items():
-            if "error" in r:
-                lines.append(f"| {dtype} | {r.get('what', name)} | failed: {r['error'][:80]} | | | | | |")
+    devices = sorted({model["device"] for model in results["models"].values() if model.get("device")}) or [results["device"]]
+    lines = [f"On {' and '.join(map(str, devices))}, seed {m['seed']}, median of {m.get('iters')} forwards; torch {m.get('run_torch')}", ""]
+    columns = [k for k in SHORT if any(k in runs for *_, runs in _cases(results))]  # the CPU check's column only where it ran
+    head = " | ".join(f"{SHORT[k]} ms" for k in columns)
+    lines += [f"| model | dtype | {head} | torch.compile / ours | torch.compile / ours, wider |", "|---|---|" + "---:|" * (len(columns) + 2)]
+    for _name, model, dtype, runs in _cases(results):
+        shape = f"{model['title']}, {model['batch']} x {model['seq']}"
+        if "error" in runs:
+            lines.append(f"| {shape} | {dtype} | failed: {runs['error'][:100]} |" + " |" * (len(columns) + 1))
+            continue
+        ms = {k: runs[k]["ms"] for k in columns if "ms" in runs.get(k, {})}
+        cells = [f"{ms[k]:.2f}" if k in ms else _state(runs.get(k)) for k in columns]
+        ratios = [f"{ms['torch_compile'] / ms[k]:.2f}x" if "torch_compile" in ms and k in ms else "" for k in ("subst", "subst_wide")]
+        lines.append(f"| {shape} | {dtype} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+    lines += [f"\n{model['title']}: {model['ended']}" for model in results["models"].values() if "ended" in model]
+    lines += ["", "| model | dtype | implementation | forward ms | error against float32 PyTorch | GPU ms: ours + IREE's | replaced |", "|---|---|---|---:|---|---:|---|"]
+    for name, _model, dtype, runs in _cases(results):
+        for key, r in runs.items():
+            if not isinstance(r, dict):
                 continue
-            speed = f"{eager / r['ms']:.2f}x" if eager else ""
-            kernels = ", ".join(f"{k.split('.')[-1]} x{n}" for k, n in r.get("kernels", {}).items())
+            what = r.get("what", key)
+            if "ms" not in r:
+                lines.append(f"| {name} | {dtype} | {what} | {_state(r)} | | | |")
+                continue
             k = r.get("gpu_kernels")
             split = f"{k['ours_ms']:.2f} + {k['iree_ms']:.2f}" if k else ""
-            lines.append(f"| {dtype} | {r.get('what', name)} | {r['ms']:.2f} | {speed} | {r['max_rel']:.2e} | {r['top1_agree'] * 100:.2f}% | {split} | {kernels} |")
+            kernels = ", ".join(f"{kernel.split('.')[-1]} x{n}" for kernel, n in r.get("kernels", {}).items())
+            lines.append(f"| {name} | {dtype} | {what} | {r['ms']:.2f} | {_error_cell(r)} | {split} | {kernels} |")
     return "\n".join(lines) + "\n"
 
 
+def _state(r: dict | None) -> str:
+    if r is None:
+        return ""
+    if "skipped" in r:
+        return "skipped"
+    return f"failed: {r.get('error', '?')[:80]}"
+
+
 def plot(results: dict, path: Path) -> None:
-    """Forward time per implementation and dtype, bars; the IREE variants' bars split into the
-    GPU time of our kernels, of IREE's own, and the rest of the call. Skipped without matplotlib."""
+    """Forward time per implementation, one panel per model and dtype; the IREE variants' bars
+    split into the GPU time of our kernels, of IREE's own, and the rest of the call. Skipped
+    without matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -401,44 +660,48 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = results["runs"]
-    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 4.2), squeeze=False)
-    for ax, (dtype, variants) in zip(axes[0], runs.items()):
-        names = [n for n, r in variants.items() if "ms" in r]
-        labels = [variants[n].get("what", n).replace("IREE + our kernels (--allow-wider-accumulation)", "IREE + ours, wider")
-                  .replace("IREE + our kernels", "IREE + ours").replace("torch_eager", "PyTorch eager").replace("torch_compile", "torch.compile") for n in names]
-        labelled: set[str] = set()
+    cases = [c for c in _cases(results) if any("ms" in r for r in c[3].values() if isinstance(r, dict))]
+    if not cases:
+        return
+    fig, axes = plt.subplots(len(cases), 1, figsize=(8, 2.6 * len(cases)), squeeze=False)
+    labelled: set[str] = set()
 
-        def once(label: str) -> str | None:  # each legend entry once
-            if label in labelled:
-                return None
-            labelled.add(label)
-            return label
+    def once(label: str) -> str | None:  # each legend entry once
+        if label in labelled:
+            return None
+        labelled.add(label)
+        return label
 
+    for ax, (_name, model, dtype, runs) in zip(axes[:, 0], cases):
+        names = [n for n, r in runs.items() if isinstance(r, dict) and "ms" in r]
         for i, n in enumerate(names):
-            r = variants[n]
+            r = runs[n]
             k = r.get("gpu_kernels")
             if k:
                 rest = max(r["ms"] - k["total_ms"], 0.0)
                 ax.barh(i, k["ours_ms"], color="tab:green", label=once("our kernels (GPU)"))
                 ax.barh(i, k["iree_ms"], left=k["ours_ms"], color="tab:blue", label=once("IREE's kernels (GPU)"))
                 ax.barh(i, rest, left=k["total_ms"], color="lightgray", label=once("rest of the call"))
-            else:
+            elif n.startswith("torch"):
                 ax.barh(i, r["ms"], color="tab:orange", label=once("PyTorch (CUDA events)"))
+            else:  # an IREE build without the breakdown (--no-profile, or the CPU check)
+                ax.barh(i, r["ms"], color="tab:cyan", label=once("IREE (wall time of the call)"))
             ax.text(r["ms"], i, f" {r['ms']:.1f}", va="center", fontsize=8)
-        ax.set_yticks(range(len(names)), labels, fontsize=8)
+        ax.set_yticks(range(len(names)), [SHORT.get(n, n) for n in names], fontsize=8)
         ax.invert_yaxis()
-        ax.set_xlabel("forward, ms (median)")
-        m = results["meta"]
-        ax.set_title(f"GPT-2 small {dtype}, {m['batch']} x {m['seq']} tokens, {results['device']}", fontsize=9)
-        ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
+        ax.set_xlabel("forward, ms (median)", fontsize=8)
+        ax.set_title(f"{model['title']}, {dtype}, {model['batch']} x {model['seq']} tokens, {model.get('device') or results['device']}", fontsize=9)
+    fig.legend(fontsize=7, loc="lower center", ncol=4)
+    fig.tight_layout(rect=(0, 0.35 / (2.6 * len(cases)), 1, 1))  # room for the legend below the panels
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def replot(args) -> int:
     results = json.loads(Path(args.json).read_text())
+    if "runs" in results:  # the GPT-2-only benchmark's results (docs/model.json): one model, its dtypes under "runs"
+        m = results["meta"]
+        results["models"] = {"gpt2": {"title": "GPT-2 small, eager attention", "batch": m["batch"], "seq": m["seq"], "dtypes": results.pop("runs")}}
     plot(results, Path(args.out))
     return 0
 
@@ -448,23 +711,29 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("prepare", help="CPU side: export, substitute, compile")
     a.add_argument("--out", default="build/model-gpu")
-    a.add_argument("--batch", type=int, default=8)
-    a.add_argument("--seq", type=int, default=1024)
+    a.add_argument("--models", default=",".join(FAMILIES), help=f"comma-separated, of {', '.join(FAMILIES)}")
+    a.add_argument("--dtypes", default="bf16,f32", help="of each family's dtypes (bf16 for all, f32 for BERT), these")
     a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--dtypes", default="f32,bf16")
+    a.add_argument("--tiny", action="store_true", help=f"2-layer models of width 256, batch {TINY_BATCH} x {TINY_SEQ}: to check both sides on a CPU")
     a.add_argument("--kernels", action="append", help="kernel specs or folders of them (default: kernels/, the kernel library)")
     a.add_argument("--cpu-check", action="store_true", help="also compile IREE alone for the CPU, to check the run side here")
-    a.add_argument("--keep-mlir", action="store_true", help="keep the exported model.mlir")
+    a.add_argument("--keep-mlir", action="store_true", help="keep the exported model.mlir and the rewritten programs")
     a.add_argument("--wheels", action="store_true", help="also download the runtime and ml_dtypes wheels for the GPU machine into OUT/whl")
     a.set_defaults(func=prepare)
     r = sub.add_parser("run", help="GPU side: time and compare")
     r.add_argument("--dir", default="build/model-gpu")
     r.add_argument("--out", default="build/model-results")
+    r.add_argument("--models", help="only these of the prepared models (e.g. gpt2,bert)")
+    r.add_argument("--dtypes", help="only these of the prepared dtypes (e.g. bf16)")
     r.add_argument("--iters", type=int, default=20)
+    r.add_argument("--time-limit", type=float, default=900.0,
+                   help="seconds per model; checked before each implementation, whatever is left then is reported as skipped")
+    r.add_argument("--keep-others", action="store_true",
+                   help="keep the models of an earlier OUT/model.json that this call does not run: one table over several calls")
     r.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     r.add_argument("--no-profile", action="store_true", help="skip the per-kernel GPU time breakdown of the IREE variants (CUPTI)")
-    r.add_argument("--dtypes", help="only these of the prepared dtypes (e.g. bf16)")
-    r.add_argument("--traces", action="store_true", help="also write each IREE variant's profiled forward as a chrome trace (OUT/trace_DTYPE_VARIANT.json.gz)")
+    r.add_argument("--traces", action="store_true",
+                   help="also write each IREE variant's profiled forward as a chrome trace (OUT/trace_MODEL_DTYPE_VARIANT.json.gz)")
     r.add_argument("--iree-device", action="store_true",
                    help="run the IREE variants on a device IREE creates with its defaults instead of iree_dispatch's (its driver flags and output pool)")
     r.add_argument("--iree-flags", default="", help="IREE runtime flags for every IREE variant, e.g. '--cuda_use_streams=false'")
