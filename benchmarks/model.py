@@ -699,7 +699,7 @@ def plot(results: dict, path: Path) -> None:
 
 def replot(args) -> int:
     results = json.loads(Path(args.json).read_text())
-    if "runs" in results:  # the GPT-2-only benchmark's results (docs/model.json): one model, its dtypes under "runs"
+    if "runs" in results:  # the GPT-2-only benchmark's results (docs/model_gpt2_eager.json): one model, its dtypes under "runs"
         m = results["meta"]
         results["models"] = {"gpt2": {"title": "GPT-2 small, eager attention", "batch": m["batch"], "seq": m["seq"], "dtypes": results.pop("runs")}}
     plot(results, Path(args.out))
