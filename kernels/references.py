@@ -215,7 +215,10 @@ def gemm_batched_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _silu(v: np.ndarray) -> np.ndarray:
-    return v * 0.5 * (1.0 + np.tanh(0.5 * v))  # v * sigmoid(v), without exp's overflow
+    """v * sigmoid(v), each side of 0 in the form that neither overflows nor cancels (1 + tanh(v / 2)
+    loses all but a few digits for v below about -20)."""
+    e = np.exp(-np.abs(v))  # in (0, 1]
+    return np.where(v >= 0, v / (1.0 + e), v * e / (1.0 + e))
 
 
 def swiglu_f32(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
