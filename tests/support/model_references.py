@@ -308,6 +308,13 @@ def _flow_dispatches(linked: Path) -> list[str]:
     return re.findall(r"flow\.dispatch (\{[^}]*\}|@\S+)", out.read_text())
 
 
+def _as_f32(value: str, dtype: str) -> tuple[str, str]:
+    """(the line widening `value` of `dtype` to f32, the f32 value's name); f32 needs no line."""
+    if dtype == "f32":
+        return "", value
+    return f"{value}f = arith.extf {value} : {dtype} to f32\n", f"{value}f"
+
+
 def sdpa_reference(symbol: str, op: str, kernel) -> str:
     """softmax(q @ k^T * scale + mask) @ v over q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (query head
     h reads head h / (Hq / Hkv)): iree_linalg_ext.attention's semantics, f32 scores, softmax and
@@ -324,6 +331,7 @@ def sdpa_reference(symbol: str, op: str, kernel) -> str:
               f"%hkv = tensor.dim %a1, %c1 : {k}", f"%sk = tensor.dim %a1, %c2 : {k}", "%g = arith.divui %hq, %hkv : index",
               "%zero = arith.constant 0.0 : f32", "%ninf = arith.constant 0xFF800000 : f32",
               f"%es = tensor.empty(%b, %hq, %sq, %sk) : {f4}", f"%fs = linalg.fill ins(%zero : f32) outs(%es : {f4}) -> {f4}"]
+    (widen_x, xf), (widen_y, yf) = _as_f32("%x", dtype), _as_f32("%y", dtype)
     red5 = ('{indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>], '
             'iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}')
     # scores[b, h, i, j] = sum_d q[b, h, i, d] * k[b, h / G, j, d]
@@ -331,15 +339,16 @@ def sdpa_reference(symbol: str, op: str, kernel) -> str:
         f"%sc = linalg.generic {red5} ins(%a0 : {q}) outs(%fs : {f4}) {{\n^bb0(%x: {dtype}, %acc: f32):\n"
         "%i0 = linalg.index 0 : index\n%i1 = linalg.index 1 : index\n%i3 = linalg.index 3 : index\n%i4 = linalg.index 4 : index\n"
         f"%hk = arith.divui %i1, %g : index\n%y = tensor.extract %a1[%i0, %hk, %i3, %i4] : {k}\n"
-        f"%xf = arith.extf %x : {dtype} to f32\n%yf = arith.extf %y : {dtype} to f32\n%p = arith.mulf %xf, %yf : f32\n%s = arith.addf %acc, %p : f32\n"
+        f"{widen_x}{widen_y}%p = arith.mulf {xf}, {yf} : f32\n%s = arith.addf %acc, %p : f32\n"
         f"linalg.yield %s : f32\n}} -> {f4}"
     )
     if op == "sdpa_mask":
         mask = ins[3]
         lines += [f"%mb = tensor.dim %a3, %c0 : {mask}", f"%mh = tensor.dim %a3, %c1 : {mask}", f"%mq = tensor.dim %a3, %c2 : {mask}",
                   "%mq1 = arith.subi %mq, %c1 : index"]
+        widen_m, mf = _as_f32("%m", dtype)
         extra = (f"%mbi = arith.remui %i0, %mb : index\n%mhi = arith.remui %i1, %mh : index\n%mqi = arith.minui %i2, %mq1 : index\n"
-                 f"%m = tensor.extract %a3[%mbi, %mhi, %mqi, %i3] : {mask}\n%mf = arith.extf %m : {dtype} to f32\n%r = arith.addf %t, %mf : f32\n")
+                 f"%m = tensor.extract %a3[%mbi, %mhi, %mqi, %i3] : {mask}\n{widen_m}%r = arith.addf %t, {mf} : f32\n")
     elif op == "sdpa_causal":
         extra = "%above = arith.cmpi ugt, %i3, %i2 : index\n%r = arith.select %above, %ninf, %t : f32\n"
     else:
@@ -358,8 +367,11 @@ def sdpa_reference(symbol: str, op: str, kernel) -> str:
         f"%o = linalg.generic {red5} ins(%pr : {f4}) outs(%fo : {f4}) {{\n^bb0(%pv: f32, %acc: f32):\n"
         "%i0 = linalg.index 0 : index\n%i1 = linalg.index 1 : index\n%i3 = linalg.index 3 : index\n%i4 = linalg.index 4 : index\n"
         f"%hk = arith.divui %i1, %g : index\n%y = tensor.extract %a2[%i0, %hk, %i4, %i3] : {ins[2]}\n"
-        f"%yf = arith.extf %y : {dtype} to f32\n%p = arith.mulf %pv, %yf : f32\n%s = arith.addf %acc, %p : f32\nlinalg.yield %s : f32\n}} -> {f4}"
+        f"{widen_y}%p = arith.mulf %pv, {yf} : f32\n%s = arith.addf %acc, %p : f32\nlinalg.yield %s : f32\n}} -> {f4}"
     )
-    lines += [f"%ot = arith.truncf %o : {f4} to tensor<?x?x?x?x{dtype}>", f"%oc = tensor.cast %ot : tensor<?x?x?x?x{dtype}> to {out}", f"return %oc : {out}"]
+    if dtype == "f32":  # the context is the result: no rounding
+        lines += [f"%oc = tensor.cast %o : {f4} to {out}", f"return %oc : {out}"]
+    else:
+        lines += [f"%ot = arith.truncf %o : {f4} to tensor<?x?x?x?x{dtype}>", f"%oc = tensor.cast %ot : tensor<?x?x?x?x{dtype}> to {out}", f"return %oc : {out}"]
     body = "\n".join("    " + line for line in "\n".join(lines).splitlines())
     return f"  func.func private @{symbol}({', '.join(args)}) -> {out} {{\n{body}\n  }}"
