@@ -64,21 +64,42 @@ struct Tiles {
 };
 static_assert(Tiles<64>::BYTES == 72704 && Tiles<128>::BYTES == 79872, "flash_attention_f32.toml's shared_memory");
 
+// The PTX below has plain C++ stand-ins where __CUDA_ARCH__ is undefined: the kernel's tests run
+// this source on the host (tests/models/test_flash_attention_f32.py), one std::thread per CUDA
+// thread.
+#ifdef __CUDA_ARCH__
 __device__ __forceinline__ unsigned smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+#endif
 
 // 16 bytes global -> shared, asynchronously; with `valid` false the 16 bytes are zeros and
 // nothing is read.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+#ifdef __CUDA_ARCH__
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#else
+  for (int e = 0; e < 4; ++e) static_cast<float*>(dst)[e] = valid ? static_cast<const float*>(src)[e] : 0.0f;
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
 // Every copy group but the latest one has landed (the element copies have, always).
-__device__ __forceinline__ void cp_async_wait_all_but_latest() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all_but_latest() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ float ex2(float x) {
+#ifdef __CUDA_ARCH__
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+#else
+  return exp2f(x);
+#endif
 }
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
