@@ -1,5 +1,5 @@
 """A spec's module built three ways for its GPU tests (tests/support/artifacts/gemm.py, attention.py, gemm_nt.py,
-gemm_f32.py): kernels/<name>.toml as it builds, with its outputs declared in place, and that
+gemm_f32.py, flash_attention_f32.py): kernels/<name>.toml as it builds, with its outputs declared in place, and that
 with only sm_80 PTX."""
 
 from __future__ import annotations
