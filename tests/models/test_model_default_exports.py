@@ -27,14 +27,23 @@ CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf o
 ZERO_NOTE = "the mask is 0 everywhere (every query sees every key): the kernel without a mask, the mask not read"
 BROADCAST_NOTE = "the mask is read as 2x1x16x16, broadcast over its dims of size 1"
 GQA_NOTE = "k and v repeat 2 heads 2 times each (grouped-query attention): the kernel reads them as stored (the repeat is not computed)"
+QKV_NOTE = "q, k and v are read from the qkv projection's [B, S, 3E] result and the result is written in [B, S, E] layout (the slices and transposes are not computed)"
+
+
+def not_qkv(masking: str) -> list[str]:
+    """Llama's and BERT's q, k and v come from separate projections: the sdpa_qkv kernels of the
+    masking taken are refused, each with this reason."""
+    return [f"not as sdpa_qkv{masking}: flash_attention.flash_attn_qkv_{t}{masking}: q, k and v are not heads of [B, S, E] tensors transposed to [B*H, S, D]"
+            for t in ("bf16_d64", "bf16_d128", "f16_d64", "f16_d128")]
+
 
 # Each bf16 export: the kernel both layers' attention takes, and its notes.
 TAKEN = {
-    "gpt2_default_bf16": ("flash_attn_bf16_d64_causal", [CAUSAL_NOTE]),
-    "gpt2_default_padded_bf16": ("flash_attn_bf16_d64_mask", [BROADCAST_NOTE]),
-    "llama_default_bf16": ("flash_attn_bf16_d64_causal", [GQA_NOTE, CAUSAL_NOTE]),
-    "bert_default_bf16": ("flash_attn_bf16_d64", [ZERO_NOTE]),
-    "bert_default_padded_bf16": ("flash_attn_bf16_d64_mask", [BROADCAST_NOTE]),
+    "gpt2_default_bf16": ("flash_attn_qkv_bf16_d64_causal", [QKV_NOTE, CAUSAL_NOTE]),
+    "gpt2_default_padded_bf16": ("flash_attn_qkv_bf16_d64_mask", [QKV_NOTE, BROADCAST_NOTE]),
+    "llama_default_bf16": ("flash_attn_bf16_d64_causal", [GQA_NOTE, CAUSAL_NOTE, *not_qkv("_causal")]),
+    "bert_default_bf16": ("flash_attn_bf16_d64", [ZERO_NOTE, *not_qkv("")]),
+    "bert_default_padded_bf16": ("flash_attn_bf16_d64_mask", [BROADCAST_NOTE, *not_qkv("_mask")]),
 }
 F32 = ["bert_default_f32", "bert_default_padded_f32"]
 
@@ -51,7 +60,10 @@ def test_default_attention_taken(name):
     kernel, notes = TAKEN[name]
     for d in (d for d in report.replaced if d.candidate.kind == "sdpa"):
         assert (d.capability.label, d.notes) == (f"flash_attention.{kernel}", notes)
-        assert [o.shape for o in d.form.operands[:3]] == ([(2, 4, 16, 64), (2, 2, 16, 64), (2, 2, 16, 64)] if "llama" in name else [(2, 4, 16, 64)] * 3)
+        if "gpt2" in name:  # q, k and v as one [B, S, 3, H, D] tensor, the result [B, S, H, D]
+            assert d.form.operands[0].shape == (2, 16, 3, 4, 64) and d.form.result_shape == (2, 16, 4, 64)
+        else:
+            assert [o.shape for o in d.form.operands[:3]] == ([(2, 4, 16, 64), (2, 2, 16, 64), (2, 2, 16, 64)] if "llama" in name else [(2, 4, 16, 64)] * 3)
 
 
 @pytest.mark.parametrize("name", F32)
