@@ -30,10 +30,13 @@ GQA_NOTE = "k and v repeat 2 heads 2 times each (grouped-query attention): the k
 QKV_NOTE = "q, k and v are read from the qkv projection's [B, S, 3E] result and the result is written in [B, S, E] layout (the slices and transposes are not computed)"
 
 
-def not_qkv(masking: str) -> list[str]:
+NOT_HEADS, NOT_SLICES = "q, k and v are not heads of [B, S, E] tensors transposed to [B*H, S, D]", "q, k and v are not slices of one [B, S, 3E] tensor"
+
+
+def not_qkv(masking: str, reason: str = NOT_HEADS) -> list[str]:
     """Llama's and BERT's q, k and v come from separate projections: the sdpa_qkv kernels of the
-    masking taken are refused, each with this reason."""
-    return [f"not as sdpa_qkv{masking}: flash_attention.flash_attn_qkv_{t}{masking}: q, k and v are not heads of [B, S, E] tensors transposed to [B*H, S, D]"
+    masking taken are refused, each with `reason`."""
+    return [f"not as sdpa_qkv{masking}: flash_attention.flash_attn_qkv_{t}{masking}: {reason}"
             for t in ("bf16_d64", "bf16_d128", "f16_d64", "f16_d128")]
 
 
@@ -42,8 +45,8 @@ TAKEN = {
     "gpt2_default_bf16": ("flash_attn_qkv_bf16_d64_causal", [QKV_NOTE, CAUSAL_NOTE]),
     "gpt2_default_padded_bf16": ("flash_attn_qkv_bf16_d64_mask", [QKV_NOTE, BROADCAST_NOTE]),
     "llama_default_bf16": ("flash_attn_bf16_d64_causal", [GQA_NOTE, CAUSAL_NOTE, *not_qkv("_causal")]),
-    "bert_default_bf16": ("flash_attn_bf16_d64", [ZERO_NOTE, *not_qkv("")]),
-    "bert_default_padded_bf16": ("flash_attn_bf16_d64_mask", [BROADCAST_NOTE, *not_qkv("_mask")]),
+    "bert_default_bf16": ("flash_attn_bf16_d64", [ZERO_NOTE, *not_qkv("", NOT_SLICES)]),
+    "bert_default_padded_bf16": ("flash_attn_bf16_d64_mask", [BROADCAST_NOTE, *not_qkv("_mask", NOT_SLICES)]),
 }
 F32 = ["bert_default_f32", "bert_default_padded_f32"]
 
