@@ -183,7 +183,7 @@ class _QkvLayout:
     heads: Shape  # [B, S, H, D]
 
 
-def _qkv_layout(op: ir.Operation) -> _QkvLayout | Reason:
+def _qkv_layout(op: ir.Operation) -> _QkvLayout | Reason | None:
     """The layouts around the op as the torch importer writes GPT-2's self-attention:
 
         x   = the qkv projection's result, [B, S, 3E] (E = H*D)
@@ -191,10 +191,12 @@ def _qkv_layout(op: ir.Operation) -> _QkvLayout | Reason:
         k   = the same of x[:, :, E:2E], v of x[:, :, 2E:3E]
         out = collapse(transpose [0, 2, 1, 3] (expand the op's result to [B, H, S, D]))  [B*S, E] or [B, S, E]
 
-    each reshape and transpose the only use of the value before it; else the reason it is not there."""
+    each reshape and transpose the only use of the value before it; else the reason it is not there.
+    None where q, k and v are not even heads transposed out of [B, S, E] tensors (SDPA called on
+    tensors the model holds as [B, H, S, D]): there is no qkv layout to speak of."""
     found = [_heads_source(op.operands[i], [0, 2, 1, 3]) for i in range(3)]
     if None in found:
-        return ("layout", "q, k and v are not heads of [B, S, E] tensors transposed to [B*H, S, D]")
+        return None
     if not one_use(*op.operands[:3], *(f[1] for f in found), *(f[2] for f in found)):
         return ("layout", "the transposed q, k or v has other uses (the transposes would still be computed)")
     infos = [tensor_info(f[2]) for f in found]
@@ -215,9 +217,11 @@ def _qkv_layout(op: ir.Operation) -> _QkvLayout | Reason:
     return _QkvLayout(Operand(x, (bsz, s_, 3, h, d), ix[1]), out, (bsz, s_, h, d))
 
 
-def _with_qkv_forms(forms: list[Form], layout: _QkvLayout | Reason) -> tuple[Form, ...]:
-    """Each form preceded by its sdpa_qkv form on `layout`. Where the layouts are not there, one
-    sdpa_qkv form carrying the reason, so that the report says why the plain forms are taken."""
+def _with_qkv_forms(forms: list[Form], layout: _QkvLayout | Reason | None) -> tuple[Form, ...]:
+    """Each form preceded by its sdpa_qkv form on `layout`. Where the layouts are only partly there,
+    one sdpa_qkv form carrying the reason, so that the report says why the plain forms are taken."""
+    if layout is None:
+        return tuple(forms)
     if isinstance(layout, tuple):
         return (replace(forms[0], op_kind=_ON_QKV[forms[0].op_kind], refusal=layout), *forms)
     out_dtype = tensor_info(layout.out)[1]
