@@ -130,10 +130,10 @@ __device__ __forceinline__ float ex2(float x) {
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// tile[r][c] = src[(r0 + r) * D + c] for r0 + r < limit, zeros past it: ROWS rows of D elements,
-// row pitch D + 8.
+// tile[r][c] = src[(r0 + r) * stride + c] for r0 + r < limit, zeros past it: ROWS rows of D
+// elements, row pitch D + 8.
 template <typename T, int ROWS, int D, int THREADS>
-__device__ __forceinline__ void load_rows(T* tile, const T* src, int r0, int limit, bool async) {
+__device__ __forceinline__ void load_rows(T* tile, const T* src, long stride, int r0, int limit, bool async) {
   constexpr int CHUNKS_PER_ROW = D / 8, CHUNKS = ROWS * CHUNKS_PER_ROW, PITCH = D + 8;
   static_assert(CHUNKS % THREADS == 0, "every thread copies the same number of chunks");
 #pragma unroll
@@ -142,7 +142,7 @@ __device__ __forceinline__ void load_rows(T* tile, const T* src, int r0, int lim
     const int r = i / CHUNKS_PER_ROW, c = (i % CHUNKS_PER_ROW) * 8;
     const bool in = r0 + r < limit;
     T* dst = tile + r * PITCH + c;
-    const T* s = src + static_cast<long>(r0 + r) * D + c;
+    const T* s = src + static_cast<long>(r0 + r) * stride + c;
     if (async) {
       cp_async16(dst, in ? s : src, in);
     } else {
@@ -243,10 +243,11 @@ __device__ __forceinline__ void weights_fragment(unsigned (&pa)[4], const float 
   pa[3] = Elem<T>::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
 }
 
-// Divide by the row sums and store rows < Sq: one rounding. A row of only -inf keys has l = 0:
-// 0 * (1 / 0) is NaN, as torch.
+// Divide by the row sums and store rows < Sq (row r at oh + r * stride): one rounding. A row of
+// only -inf keys has l = 0: 0 * (1 / 0) is NaN, as torch.
 template <typename T, int D>
-__device__ __forceinline__ void store_rows(T* oh, const float (&o)[D / 8][4], const float (&l)[2], int row_base, int Sq, bool pairs_out) {
+__device__ __forceinline__ void store_rows(T* oh, long stride, const float (&o)[D / 8][4], const float (&l)[2], int row_base, int Sq,
+                                           bool pairs_out) {
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -256,7 +257,7 @@ __device__ __forceinline__ void store_rows(T* oh, const float (&o)[D / 8][4], co
     const float inv = 1.0f / sum;
     const int row = row_base + g + 8 * half;
     if (row >= Sq) continue;
-    T* dst = oh + static_cast<long>(row) * D + 2 * c;
+    T* dst = oh + static_cast<long>(row) * stride + 2 * c;
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       const float y0 = o[i][2 * half] * inv, y1 = o[i][2 * half + 1] * inv;
@@ -270,32 +271,49 @@ __device__ __forceinline__ void store_rows(T* oh, const float (&o)[D / 8][4], co
   }
 }
 
+// Where q, k, v and out are: HEADS, the [B, H, S, D] tensors of SDPA (each head's rows
+// contiguous, D apart); QKV, one [B, S, 3, H, D] tensor (a qkv projection's [B, S, 3E] result
+// as stored, E = H * D: row s of head h at s * 3E + h * D, k E and v 2E after q; Hq = Hkv = H,
+// Sq = Sk = S) and out [B, S, H, D] (row s of head h at s * E + h * D). Rows stay 16-byte aligned
+// in both: D * 2 and 3E * 2 bytes are multiples of 16.
+enum Layout { HEADS, QKV };
+
 // What a block works on: head h of batch entry b, query rows q0 .. q0 + BQ - 1, and the keys it
-// needs (all, or with the causal rule up to its last row's diagonal).
+// needs (all, or with the causal rule up to its last row's diagonal); rows of q, k and v are
+// in_stride elements apart, rows of out out_stride.
 template <typename T>
 struct BlockWork {
   const T* qh;
   const T* kh;
   const T* vh;
   T* oh;
+  long in_stride, out_stride;
   MaskView<T> mask;
   int q0, k_tiles;
   bool valid;  // Hq % Hkv == 0
 };
 
-template <typename T, Masking MASKING, int BQ, int D>
+template <typename T, Masking MASKING, Layout LAYOUT, int BQ, int D>
 __device__ __forceinline__ BlockWork<T> block_work(const T* q, const T* k, const T* v, const T* mask, T* out, int Hq, int Hkv, int Sq,
                                                    int Sk, int MB, int MH, int MQ) {
   BlockWork<T> w;
   const int bh = blockIdx.x, b = bh / Hq, h = bh % Hq;
   const int q_tiles = (Sq + BQ - 1) / BQ;
   w.q0 = (q_tiles - 1 - static_cast<int>(blockIdx.y)) * BQ;  // the longest causal rows first
-  w.oh = out + (static_cast<long>(b) * Hq + h) * Sq * D;
   w.valid = Hkv > 0 && Hq % Hkv == 0;
-  const int kvh = w.valid ? h / (Hq / Hkv) : 0;
-  w.qh = q + (static_cast<long>(b) * Hq + h) * Sq * D;
-  w.kh = k + (static_cast<long>(b) * Hkv + kvh) * Sk * D;
-  w.vh = v + (static_cast<long>(b) * Hkv + kvh) * Sk * D;
+  if (LAYOUT == QKV) {  // q, k, v: the same rows of one [B, S, 3, H, D] tensor, each from its own base
+    const long e = static_cast<long>(Hq) * D, head = static_cast<long>(b) * Sq * 3 * e + static_cast<long>(h) * D;
+    w.qh = q + head, w.kh = k + head, w.vh = v + head;
+    w.oh = out + static_cast<long>(b) * Sq * e + static_cast<long>(h) * D;
+    w.in_stride = 3 * e, w.out_stride = e;
+  } else {
+    const int kvh = w.valid ? h / (Hq / Hkv) : 0;
+    w.oh = out + (static_cast<long>(b) * Hq + h) * Sq * D;
+    w.qh = q + (static_cast<long>(b) * Hq + h) * Sq * D;
+    w.kh = k + (static_cast<long>(b) * Hkv + kvh) * Sk * D;
+    w.vh = v + (static_cast<long>(b) * Hkv + kvh) * Sk * D;
+    w.in_stride = w.out_stride = D;
+  }
   const int key_end = MASKING == CAUSAL ? min(Sk, min(Sq, w.q0 + BQ)) : Sk;
   w.k_tiles = (key_end + BK - 1) / BK;
   w.mask = {nullptr, 1, false};
@@ -307,7 +325,8 @@ __device__ __forceinline__ BlockWork<T> block_work(const T* q, const T* k, const
   return w;
 }
 
-// Hq % Hkv != 0: no key/value head to read; NaN rather than an out-of-bounds read.
+// Hq % Hkv != 0: no key/value head to read; NaN rather than an out-of-bounds read. HEADS only:
+// QKV has Hq = Hkv (its blocks are always valid).
 template <typename T, int BQ, int D>
 __device__ __forceinline__ void fill_nan(const BlockWork<T>& w, int Sq) {
   for (int i = threadIdx.x; i < BQ * D; i += blockDim.x)
@@ -316,7 +335,7 @@ __device__ __forceinline__ void fill_nan(const BlockWork<T>& w, int Sq) {
 
 // The mma.sync body (sm_80 and newer): each warp owns MT x 16 consecutive rows, its q fragments
 // in registers; k and v tiles in padded rows, read by ldmatrix.
-template <typename T, int D, Masking MASKING, int WARPS, int MT>
+template <typename T, int D, Masking MASKING, Layout LAYOUT, int WARPS, int MT>
 __device__ __forceinline__ void flash_attention_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                                     const T* __restrict__ mask, T* __restrict__ out, int Hq, int Hkv, int Sq, int Sk, int MB,
                                                     int MH, int MQ, float scale) {
@@ -327,15 +346,15 @@ __device__ __forceinline__ void flash_attention_fwd(const T* __restrict__ q, con
   T* shared = reinterpret_cast<T*>(shared_bytes);
   using E = Elem<T>;
 
-  const BlockWork<T> w = block_work<T, MASKING, BQ, D>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ);
+  const BlockWork<T> w = block_work<T, MASKING, LAYOUT, BQ, D>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ);
   if (!w.valid) return fill_nan<T, BQ, D>(w, Sq);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const bool async = aligned16(q) && aligned16(k) && aligned16(v);
 
   // The q tile goes through the second stage's space (free until tile 1 is copied), with tile 0.
-  load_rows<T, BQ, D, THREADS>(shared + STAGE, w.qh, w.q0, Sq, async);
-  load_rows<T, BK, D, THREADS>(shared, w.kh, 0, Sk, async);
-  load_rows<T, BK, D, THREADS>(shared + BK * PITCH, w.vh, 0, Sk, async);
+  load_rows<T, BQ, D, THREADS>(shared + STAGE, w.qh, w.in_stride, w.q0, Sq, async);
+  load_rows<T, BK, D, THREADS>(shared, w.kh, w.in_stride, 0, Sk, async);
+  load_rows<T, BK, D, THREADS>(shared + BK * PITCH, w.vh, w.in_stride, 0, Sk, async);
   cp_async_commit();
   cp_async_wait_all();
   __syncthreads();
@@ -365,8 +384,8 @@ __device__ __forceinline__ void flash_attention_fwd(const T* __restrict__ q, con
     __syncthreads();  // tile t is in place for all; every warp is done with the stage tile t + 1 takes
     if (t + 1 < w.k_tiles) {
       T* next = shared + ((t + 1) & 1) * STAGE;
-      load_rows<T, BK, D, THREADS>(next, w.kh, (t + 1) * BK, Sk, async);
-      load_rows<T, BK, D, THREADS>(next + BK * PITCH, w.vh, (t + 1) * BK, Sk, async);
+      load_rows<T, BK, D, THREADS>(next, w.kh, w.in_stride, (t + 1) * BK, Sk, async);
+      load_rows<T, BK, D, THREADS>(next + BK * PITCH, w.vh, w.in_stride, (t + 1) * BK, Sk, async);
       cp_async_commit();
     }
     const int k0 = t * BK;
@@ -422,7 +441,7 @@ __device__ __forceinline__ void flash_attention_fwd(const T* __restrict__ q, con
 
   const bool pairs_out = (reinterpret_cast<uintptr_t>(out) & 3) == 0;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) store_rows<T, D>(w.oh, o[mt], l[mt], warp_row0 + mt * 16, Sq, pairs_out);
+  for (int mt = 0; mt < MT; ++mt) store_rows<T, D>(w.oh, w.out_stride, o[mt], l[mt], warp_row0 + mt * 16, Sq, pairs_out);
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -534,7 +553,7 @@ __device__ __forceinline__ uint64_t desc_at(uint64_t desc, uint32_t bytes) {
 // reduction dim: 8 keys per atom, 1024 apart; the next 64 columns ROWS * 128 bytes on, the
 // descriptor's leading offset).
 template <typename T, int ROWS, int D, int THREADS>
-__device__ __forceinline__ void load_swizzled(unsigned char* tile, const T* src, int r0, int limit, bool async) {
+__device__ __forceinline__ void load_swizzled(unsigned char* tile, const T* src, long stride, int r0, int limit, bool async) {
   constexpr int CHUNKS_PER_ROW = D / 8, CHUNKS = ROWS * CHUNKS_PER_ROW;
   static_assert(CHUNKS % THREADS == 0, "every thread copies the same number of chunks");
 #pragma unroll
@@ -543,7 +562,7 @@ __device__ __forceinline__ void load_swizzled(unsigned char* tile, const T* src,
     const int r = i / CHUNKS_PER_ROW, c = i % CHUNKS_PER_ROW;
     const bool in = r0 + r < limit;
     T* dst = reinterpret_cast<T*>(tile + (c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-    const T* s = src + static_cast<long>(r0 + r) * D + c * 8;
+    const T* s = src + static_cast<long>(r0 + r) * stride + c * 8;
     if (async) {
       cp_async16(dst, in ? s : src, in);
     } else {
@@ -556,7 +575,7 @@ __device__ __forceinline__ void load_swizzled(unsigned char* tile, const T* src,
 // cp.async and plain stores write through the generic proxy, wgmma reads through the async one.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-template <typename T, int D, Masking MASKING, int WG>
+template <typename T, int D, Masking MASKING, Layout LAYOUT, int WG>
 __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                                          const T* __restrict__ mask, T* __restrict__ out, int Hq, int Hkv, int Sq, int Sk,
                                                          int MB, int MH, int MQ, float scale) {
@@ -567,14 +586,14 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
   const uint32_t base = (smem(shared_bytes) + 1023) & ~1023u;
   unsigned char* base_ptr = shared_bytes + (base - smem(shared_bytes));
 
-  const BlockWork<T> w = block_work<T, MASKING, BQ, D>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ);
+  const BlockWork<T> w = block_work<T, MASKING, LAYOUT, BQ, D>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ);
   if (!w.valid) return fill_nan<T, BQ, D>(w, Sq);
   const int warpgroup = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
   const bool async = aligned16(q) && aligned16(k) && aligned16(v);
 
-  load_swizzled<T, BQ, D, THREADS>(base_ptr, w.qh, w.q0, Sq, async);
-  load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES, w.kh, 0, Sk, async);
-  load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES + TILE_BYTES, w.vh, 0, Sk, async);
+  load_swizzled<T, BQ, D, THREADS>(base_ptr, w.qh, w.in_stride, w.q0, Sq, async);
+  load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES, w.kh, w.in_stride, 0, Sk, async);
+  load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES + TILE_BYTES, w.vh, w.in_stride, 0, Sk, async);
   cp_async_commit();
 
   float o[D / 8][4];
@@ -592,8 +611,8 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
     __syncthreads();  // tile t is in place for all; every warpgroup is done with the stage tile t + 1 takes
     if (t + 1 < w.k_tiles) {
       unsigned char* next = base_ptr + Q_BYTES + ((t + 1) & 1) * STAGE_BYTES;
-      load_swizzled<T, BK, D, THREADS>(next, w.kh, (t + 1) * BK, Sk, async);
-      load_swizzled<T, BK, D, THREADS>(next + TILE_BYTES, w.vh, (t + 1) * BK, Sk, async);
+      load_swizzled<T, BK, D, THREADS>(next, w.kh, w.in_stride, (t + 1) * BK, Sk, async);
+      load_swizzled<T, BK, D, THREADS>(next + TILE_BYTES, w.vh, w.in_stride, (t + 1) * BK, Sk, async);
       cp_async_commit();
     }
     const int k0 = t * BK;
@@ -630,7 +649,7 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands(o);
   }
-  store_rows<T, D>(w.oh, o, l, row_base, Sq, (reinterpret_cast<uintptr_t>(out) & 3) == 0);
+  store_rows<T, D>(w.oh, w.out_stride, o, l, row_base, Sq, (reinterpret_cast<uintptr_t>(out) & 3) == 0);
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
@@ -647,15 +666,15 @@ struct Launch {
 };
 
 // One entry point's body: the wgmma one where compiled for sm_90a, the mma.sync one elsewhere.
-template <typename T, int D, Masking MASKING>
+template <typename T, int D, Masking MASKING, Layout LAYOUT = HEADS>
 __device__ __forceinline__ void forward(const T* q, const T* k, const T* v, const T* mask, T* out, int Hq, int Hkv, int Sq, int Sk, int MB,
                                         int MH, int MQ, float scale) {
   using L = Launch;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(L::BQ == 64 * (L::WARPS / 4), "both bodies take the same rows per block");
-  flash_attention_fwd_sm90<T, D, MASKING, L::WARPS / 4>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+  flash_attention_fwd_sm90<T, D, MASKING, LAYOUT, L::WARPS / 4>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 #else
-  flash_attention_fwd<T, D, MASKING, L::WARPS, L::MT>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+  flash_attention_fwd<T, D, MASKING, LAYOUT, L::WARPS, L::MT>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 #endif
 }
 
@@ -664,12 +683,16 @@ __device__ __forceinline__ void forward(const T* q, const T* k, const T* v, cons
 // The entry points: flash_attn_<type>_d<D>[_causal | _mask]. Without a mask: (q, k, v, out, B,
 // Hq, Hkv, Sq, Sk, scale); with one: (q, k, v, mask, out, B, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale).
 // B is the grid's business (grid x: B * Hq); the kernel reads batch b = blockIdx.x / Hq.
+// flash_attn_qkv_<type>_d<D>[_causal | _mask]: the same on the QKV layout, qkv [B, S, 3, H, D] ->
+// out [B, S, H, D] (self-attention: Sq = Sk = S, Hq = Hkv = H). Without a mask: (qkv, out, B, S,
+// H, scale); with one: (qkv, mask, out, B, S, H, MB, MH, MQ, scale), mask [MB, MH, MQ, S].
 using bf16 = __nv_bfloat16;
 using f16 = __half;
 using flash_attention::ADDITIVE;
 using flash_attention::CAUSAL;
 using flash_attention::forward;
 using flash_attention::NONE;
+using flash_attention::QKV;
 
 #define FA_THREADS (32 * flash_attention::Launch::WARPS)
 // Blocks per SM the registers are budgeted for. sm_90a: 2 (at most 128 registers a thread; the
@@ -717,4 +740,40 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_at
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d128_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<f16, 128, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_bf16_d64(const bf16* qkv, bf16* out, int B, int S, int H, float scale) {
+  forward<bf16, 64, NONE, QKV>(qkv, qkv + static_cast<long>(H) * 64, qkv + 2 * static_cast<long>(H) * 64, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_bf16_d64_causal(const bf16* qkv, bf16* out, int B, int S, int H, float scale) {
+  forward<bf16, 64, CAUSAL, QKV>(qkv, qkv + static_cast<long>(H) * 64, qkv + 2 * static_cast<long>(H) * 64, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_bf16_d64_mask(const bf16* qkv, const bf16* mask, bf16* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
+  forward<bf16, 64, ADDITIVE, QKV>(qkv, qkv + static_cast<long>(H) * 64, qkv + 2 * static_cast<long>(H) * 64, mask, out, H, H, S, S, MB, MH, MQ, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_bf16_d128(const bf16* qkv, bf16* out, int B, int S, int H, float scale) {
+  forward<bf16, 128, NONE, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_bf16_d128_causal(const bf16* qkv, bf16* out, int B, int S, int H, float scale) {
+  forward<bf16, 128, CAUSAL, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_bf16_d128_mask(const bf16* qkv, const bf16* mask, bf16* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
+  forward<bf16, 128, ADDITIVE, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, mask, out, H, H, S, S, MB, MH, MQ, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d64(const f16* qkv, f16* out, int B, int S, int H, float scale) {
+  forward<f16, 64, NONE, QKV>(qkv, qkv + static_cast<long>(H) * 64, qkv + 2 * static_cast<long>(H) * 64, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d64_causal(const f16* qkv, f16* out, int B, int S, int H, float scale) {
+  forward<f16, 64, CAUSAL, QKV>(qkv, qkv + static_cast<long>(H) * 64, qkv + 2 * static_cast<long>(H) * 64, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d64_mask(const f16* qkv, const f16* mask, f16* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
+  forward<f16, 64, ADDITIVE, QKV>(qkv, qkv + static_cast<long>(H) * 64, qkv + 2 * static_cast<long>(H) * 64, mask, out, H, H, S, S, MB, MH, MQ, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d128(const f16* qkv, f16* out, int B, int S, int H, float scale) {
+  forward<f16, 128, NONE, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d128_causal(const f16* qkv, f16* out, int B, int S, int H, float scale) {
+  forward<f16, 128, CAUSAL, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d128_mask(const f16* qkv, const f16* mask, f16* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
+  forward<f16, 128, ADDITIVE, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, mask, out, H, H, S, S, MB, MH, MQ, scale);
 }

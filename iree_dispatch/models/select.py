@@ -47,17 +47,20 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
         d.reasons.append(cand.refusal)
         return d
     tried_kinds: list[OpKind] = []
-    form_of_reason: list[OpKind] = []
+    # Each reason's op kind and what a note says of it, were a form of another kind taken.
+    not_as: list[tuple[OpKind, str]] = []
     for form in cand.forms:
         caps = kernels.for_op(form.kind)
         if form.op_kind not in tried_kinds:
             tried_kinds.append(form.op_kind)
         if form.refusal is not None:  # the model's ops lack the form's structure: no kernel of its kind can take it
-            for cap in caps:
-                reason = (form.refusal[0], f"{cap.label}: {form.refusal[1]}")
-                if reason not in d.reasons:
-                    d.reasons.append(reason)
-                    form_of_reason.append(form.op_kind)
+            # Said once, whatever the number of kernels of its kind: it names the kernel when there
+            # is one, else the kind (whose note then says it once).
+            label = caps[0].label if len(caps) == 1 else form.op_kind.name
+            reason = (form.refusal[0], f"{label}: {form.refusal[1]}")
+            if caps and reason not in d.reasons:
+                d.reasons.append(reason)
+                not_as.append((form.op_kind, reason[1] if len(caps) == 1 else form.refusal[1]))
             continue
         for cap in caps:
             why, narrow, notes, extra = _fits(form, cap, allow_wider)
@@ -68,12 +71,12 @@ def _decide(cand: Candidate, kernels: KernelSet, allow_wider: bool) -> Decision:
                 for other, note in form.op_kind.left_when_undeclared:
                     if any(f.kind == other for f in cand.forms) and not kernels.for_op(other):
                         d.notes.append(note)
-                d.notes += [f"not as {kind.name}: {text}" for kind, (_, text) in zip(form_of_reason, d.reasons) if kind.fused]
+                d.notes += [f"not as {kind.name}: {text}" for kind, text in not_as if kind.fused and kind != form.op_kind]
                 return d
             reason = (why[0], f"{cap.label}: {why[1]}")
             if reason not in d.reasons:
                 d.reasons.append(reason)
-                form_of_reason.append(form.op_kind)
+                not_as.append((form.op_kind, reason[1]))
     tried_kinds = [k for k in tried_kinds if k.named_when_undeclared or kernels.for_op(k.name)]
     missing = [k.name for k in tried_kinds if not kernels.for_op(k.name)]
     if missing and len(missing) == len(tried_kinds):

@@ -27,14 +27,25 @@ CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf o
 ZERO_NOTE = "the mask is 0 everywhere (every query sees every key): the kernel without a mask, the mask not read"
 BROADCAST_NOTE = "the mask is read as 2x1x16x16, broadcast over its dims of size 1"
 GQA_NOTE = "k and v repeat 2 heads 2 times each (grouped-query attention): the kernel reads them as stored (the repeat is not computed)"
+QKV_NOTE = "q, k and v are read from the qkv projection's [B, S, 3E] result and the result is written in [B, S, E] layout (the slices and transposes are not computed)"
+
+
+NOT_SLICES = "q, k and v are not slices of one [B, S, 3E] tensor"
+
+
+def not_qkv(masking: str) -> str:
+    """BERT's q, k and v are heads of separate projections: one note for the sdpa_qkv kernels of the
+    masking taken (Llama's, rotated after the transpose, are not heads as read: no note)."""
+    return f"not as sdpa_qkv{masking}: {NOT_SLICES}"
+
 
 # Each bf16 export: the kernel both layers' attention takes, and its notes.
 TAKEN = {
-    "gpt2_default_bf16": ("flash_attn_bf16_d64_causal", [CAUSAL_NOTE]),
-    "gpt2_default_padded_bf16": ("flash_attn_bf16_d64_mask", [BROADCAST_NOTE]),
+    "gpt2_default_bf16": ("flash_attn_qkv_bf16_d64_causal", [QKV_NOTE, CAUSAL_NOTE]),
+    "gpt2_default_padded_bf16": ("flash_attn_qkv_bf16_d64_mask", [QKV_NOTE, BROADCAST_NOTE]),
     "llama_default_bf16": ("flash_attn_bf16_d64_causal", [GQA_NOTE, CAUSAL_NOTE]),
-    "bert_default_bf16": ("flash_attn_bf16_d64", [ZERO_NOTE]),
-    "bert_default_padded_bf16": ("flash_attn_bf16_d64_mask", [BROADCAST_NOTE]),
+    "bert_default_bf16": ("flash_attn_bf16_d64", [ZERO_NOTE, not_qkv("")]),
+    "bert_default_padded_bf16": ("flash_attn_bf16_d64_mask", [BROADCAST_NOTE, not_qkv("_mask")]),
 }
 F32 = ["bert_default_f32", "bert_default_padded_f32"]
 
@@ -51,18 +62,22 @@ def test_default_attention_taken(name):
     kernel, notes = TAKEN[name]
     for d in (d for d in report.replaced if d.candidate.kind == "sdpa"):
         assert (d.capability.label, d.notes) == (f"flash_attention.{kernel}", notes)
-        assert [o.shape for o in d.form.operands[:3]] == ([(2, 4, 16, 64), (2, 2, 16, 64), (2, 2, 16, 64)] if "llama" in name else [(2, 4, 16, 64)] * 3)
+        if "gpt2" in name:  # q, k and v as one [B, S, 3, H, D] tensor, the result [B, S, H, D]
+            assert d.form.operands[0].shape == (2, 16, 3, 4, 64) and d.form.result_shape == (2, 16, 4, 64)
+        else:
+            assert [o.shape for o in d.form.operands[:3]] == ([(2, 4, 16, 64), (2, 2, 16, 64), (2, 2, 16, 64)] if "llama" in name else [(2, 4, 16, 64)] * 3)
 
 
 @pytest.mark.parametrize("name", F32)
 def test_f32_attention_left_with_reasons(name):
-    """f32 BERT: the kernels are bf16 and f16 only: each attention op left to IREE, with a dtype reason per kernel."""
+    """f32 BERT: the kernels are bf16 and f16 only: each attention op left to IREE, with a dtype
+    reason per kernel, and one layout reason for all the sdpa_qkv kernels (separate projections)."""
     report = compile_model(_model(name), [FLASH], dry_run=True)
     assert report.counts()["sdpa"] == {"found": 2, "replaced": 0, "left": 2}
     suffix, mask = ("_mask", ", bf16") if "padded" in name else ("", "")
     expected = f"flash_attention.flash_attn_bf16_d64{suffix}: takes bf16, bf16, bf16{mask}, the model has f32, f32, f32{mask.replace('bf16', 'f32')}"
     for d in (d for d in report.left if d.candidate.kind == "sdpa"):
-        assert {c for c, _ in d.reasons} == {"dtype"} and ("dtype", expected) in d.reasons
+        assert [r for r in d.reasons if r[0] != "dtype"] == [("layout", f"sdpa_qkv{suffix}: {NOT_SLICES}")] and ("dtype", expected) in d.reasons
 
 
 def _padding(shape) -> np.ndarray:

@@ -51,10 +51,11 @@ def test_export_runs_as_pytorch(tmp_path, families, family, padded):
     assert np.max(np.abs(got - expected)) <= 1e-4 * max(1.0, float(np.max(np.abs(expected))))
 
 
-@pytest.mark.parametrize("family, padded, kind", [("gpt2", False, "sdpa_causal"), ("gpt2", True, "sdpa_mask"), ("llama", False, "sdpa_causal"),
+@pytest.mark.parametrize("family, padded, kind", [("gpt2", False, "sdpa_qkv_causal"), ("gpt2", True, "sdpa_qkv_mask"), ("llama", False, "sdpa_causal"),
                                                   ("bert", False, "sdpa"), ("bert", True, "sdpa_mask")])
 def test_export_attention_kinds(tmp_path, families, family, padded, kind):
-    """bf16: each layer's attention, with the mask transformers builds, as the kind that mask allows."""
+    """bf16: each layer's attention, with the mask transformers builds, as the kind that mask allows
+    (GPT-2's on its qkv projection's layout, q, k and v sliced from one [B, S, 3E] tensor)."""
     model, output, _ = families[family]
     ids, padding = default_exports.inputs(torch)
     kwargs = {"attention_mask": padding} if padded else {}

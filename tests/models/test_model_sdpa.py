@@ -27,6 +27,7 @@ GPT2, LLAMA = MODELS / "gpt2_sdpa_bf16.torch.mlir", MODELS / "llama_sdpa_bf16.to
 CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf or at most half the lowest value elsewhere): the kernel's causal masking, the mask not read"
 GQA_NOTE = "k and v repeat 2 heads 2 times each (grouped-query attention): the kernel reads them as stored (the repeat is not computed)"
 BROADCAST_NOTE = "the mask is read as 1x1x16x16, broadcast over its dims of size 1"
+QKV_NOTE = "q, k and v are read from the qkv projection's [B, S, 3E] result and the result is written in [B, S, E] layout (the slices and transposes are not computed)"
 
 
 def _by_line(report) -> dict[int, object]:
@@ -114,11 +115,14 @@ def test_sdpa_layout_refused(tmp_path):
 
 
 def test_transformers_exports():
-    """GPT-2 (its [1, 1, 16, 16] mask an input: the mask kernel, the mask read unbroadcast) and a
-    Llama with 4 query heads over 2 key/value heads (the repeat folded into the kernel's indexing)."""
+    """GPT-2 (q, k and v sliced from its qkv projection: the qkv mask kernel; its [1, 1, 16, 16]
+    mask an input, read unbroadcast) and a Llama with 4 query heads over 2 key/value heads (the
+    repeat folded into the kernel's indexing; q and k rotated after their transposes: no qkv
+    layout, no note of it)."""
     gpt2 = compile_model(GPT2, [FLASH], dry_run=True)
     (d,) = gpt2.replaced
-    assert (d.capability.label, d.notes) == ("flash_attention.flash_attn_bf16_d64_mask", [BROADCAST_NOTE])
+    assert (d.capability.label, d.notes) == ("flash_attention.flash_attn_qkv_bf16_d64_mask", [QKV_NOTE, BROADCAST_NOTE])
+    assert [o.shape for o in d.form.operands] == [(1, 16, 3, 2, 64), (1, 1, 16, 16)] and d.form.result_shape == (1, 16, 2, 64)
     assert gpt2.counts()["sdpa"] == {"found": 1, "replaced": 1, "left": 0}
     llama = compile_model(LLAMA, [FLASH], dry_run=True)
     (d,) = llama.replaced

@@ -197,6 +197,8 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
                   f"%ob = arith.truncf %o : tensor<?x?x64xf32> to {out}", f"return %ob : {out}"]
     elif op in ("sdpa", "sdpa_causal", "sdpa_mask"):
         return sdpa_reference(symbol, op, kernel)
+    elif op in ("sdpa_qkv", "sdpa_qkv_causal", "sdpa_qkv_mask"):
+        return sdpa_qkv_reference(symbol, op, kernel)
     elif op == "attention_qkv":  # the same on q, k, v sliced and transposed from [B, S, 3, H, 64], the result transposed to [B, S, H, 64]
         return attention_qkv_reference(symbol, kernel)
     else:
@@ -321,6 +323,36 @@ def sdpa_reference(symbol: str, op: str, kernel) -> str:
     context, rounded once. sdpa_causal masks key j > query i with -inf; sdpa_mask adds
     mask[b % MB, h % MH, min(i, MQ - 1), j] (its dims of size 1 broadcast)."""
     ins, (out,) = kernel_function_type(kernel)
+    return _sdpa_function(symbol, op, ins, out)
+
+
+def sdpa_qkv_reference(symbol: str, op: str, kernel) -> str:
+    """The sdpa reference on q, k, v sliced from qkv [B, S, 3, H, D] and transposed to [B, H, S, D],
+    its result transposed back to [B, S, H, D]: a function calling the sdpa one (`symbol`_heads)."""
+    ins, (out,) = kernel_function_type(kernel)
+    qkv, dtype = ins[0], _elem(out)
+    d = re.search(r"x(\d+)x\w+>$", out).group(1)
+    heads, seq = f"tensor<?x?x?x{d}x{dtype}>", f"tensor<?x?x?x{d}x{dtype}>"
+    lines = [f"%c{i} = arith.constant {i} : index" for i in (0, 1, 3)]
+    lines += [f"%b = tensor.dim %a0, %c0 : {qkv}", f"%s = tensor.dim %a0, %c1 : {qkv}", f"%h = tensor.dim %a0, %c3 : {qkv}"]
+    for i, name in enumerate("qkv"):  # [B, S, H, D] each, transposed to [B, H, S, D]
+        lines += [f"%{name}4 = tensor.extract_slice %a0[0, 0, {i}, 0, 0] [%b, %s, 1, %h, {d}] [1, 1, 1, 1, 1] : {qkv} to {seq}",
+                  f"%e{name} = tensor.empty(%b, %h, %s) : {heads}",
+                  f"%{name} = linalg.transpose ins(%{name}4 : {seq}) outs(%e{name} : {heads}) permutation = [0, 2, 1, 3]"]
+    rest = [f"%a{i}" for i in range(1, len(ins))]
+    plain_op = op.replace("_qkv", "")
+    inner_ins = [heads, heads, heads, *ins[1:]]
+    lines += [f"%o = func.call @{symbol}_heads(%q, %k, %v, {', '.join(rest)}) : ({', '.join(inner_ins)}) -> {heads}",
+              f"%eo = tensor.empty(%b, %s, %h) : {seq}",
+              f"%ot = linalg.transpose ins(%o : {heads}) outs(%eo : {seq}) permutation = [0, 2, 1, 3]",
+              f"%oc = tensor.cast %ot : {seq} to {out}", f"return %oc : {out}"]
+    args = [f"%a{i}: {t}" for i, t in enumerate(ins)]
+    body = "\n".join("    " + line for line in lines)
+    outer = f"  func.func private @{symbol}({', '.join(args)}) -> {out} {{\n{body}\n  }}"
+    return _sdpa_function(f"{symbol}_heads", plain_op, inner_ins, heads) + "\n" + outer
+
+
+def _sdpa_function(symbol: str, op: str, ins: list[str], out: str) -> str:
     dtype = _elem(out)
     q, k = ins[0], ins[1]
     f4 = "tensor<?x?x?x?xf32>"

@@ -14,16 +14,23 @@ which computes softmax(q @ kᵀ * scale + mask) @ v with f32 scores and softmax,
 the result's type. The kernels' tensors are q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (query head
 h reads key/value head h / (Hq / Hkv)), the mask [MB, MH, MQ, Sk] (each of MB, MH, MQ the full
 size or 1), out [B, Hq, Sq, D]; the scale is their one float argument.
+
+Self-attention in a transformer (GPT-2) slices q, k and v out of one qkv projection [B, S, 3E]
+and transposes each to [B, H, S, D], and transposes the result back to [B, S, E] for the output
+projection: the sdpa_qkv kinds are the same op on those layouts (qkv [B, S, 3, H, D] -> out
+[B, S, H, D]), tried before the plain ones, so that neither the slices nor the transposes are
+computed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from iree.compiler import ir
 
-from ..ir_match import NotEvaluated, Shape, as_generic, evaluate, float_constant, is_copy, location, producer, reassociation, shape_text, tensor_info
+from ..ir_match import NotEvaluated, Shape, as_generic, evaluate, float_constant, is_copy, location, one_use, producer, reassociation, shape_text, tensor_info
+from .attention import _heads_back, _heads_source, _slice_of  # the eager chain's qkv layouts: the importer's same reshapes and transposes
 from .base import Candidate, Family, Form, Matcher, Operand, OpKind, Reason
 
 ROOT = "iree_linalg_ext.attention"
@@ -44,6 +51,27 @@ SDPA = OpKind("sdpa", **_RULES)
 SDPA_CAUSAL = OpKind("sdpa_causal", **_RULES)
 # the same with an additive mask [MB, MH, MQ, Sk] (each of MB, MH, MQ the full B, Hq, Sq or 1)
 SDPA_MASK = OpKind("sdpa_mask", **{**_RULES, "input_ranks": (4, 4, 4, 4)})
+
+
+
+def _sdpa_qkv_shapes(ins: list[tuple[str, ...]]) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
+    (b, s, three, h, d) = ins[0]
+    same = [(three, "3")]
+    if len(ins) == 2:
+        same.append((s, ins[1][3]))
+    return (b, s, h, d), same
+
+
+_QKV_RULES = {**_RULES, "input_ranks": (5,), "declared_shapes": _sdpa_qkv_shapes, "fused": True, "named_when_undeclared": False}
+# qkv [B, S, 3, H, D] (a qkv projection's [B, S, 3E] result as stored), the scale -> out [B, S, H, D]:
+# sdpa per batch b and head h with q = qkv[b, :, 0, h], k = qkv[b, :, 1, h], v = qkv[b, :, 2, h]
+SDPA_QKV = OpKind("sdpa_qkv", **_QKV_RULES)
+SDPA_QKV_CAUSAL = OpKind("sdpa_qkv_causal", **_QKV_RULES)
+# the same with an additive mask [MB, MH, MQ, S]
+SDPA_QKV_MASK = OpKind("sdpa_qkv_mask", **{**_QKV_RULES, "input_ranks": (5, 4)})
+_ON_QKV = {SDPA: SDPA_QKV, SDPA_CAUSAL: SDPA_QKV_CAUSAL, SDPA_MASK: SDPA_QKV_MASK}
+
+QKV_NOTE = "q, k and v are read from the qkv projection's [B, S, 3E] result and the result is written in [B, S, E] layout (the slices and transposes are not computed)"
 
 # The maps of the op as the torch importer writes it, over (batch..., m, n, k1, k2): q (m, k1),
 # k (k2, k1), v (k2, n), the scale (), the mask (m, k2), the result (m, n).
@@ -145,6 +173,63 @@ def _broadcast_mask(heads: _Heads) -> _Heads:
     return heads
 
 
+@dataclass(frozen=True)
+class _QkvLayout:
+    """Where the sdpa_qkv forms read and write: the [B, S, 3E] tensor q, k and v are sliced from,
+    seen as [B, S, 3, H, D], and the [B*S, E] or [B, S, E] value the result is transposed back to."""
+
+    qkv: Operand
+    out: ir.Value
+    heads: Shape  # [B, S, H, D]
+
+
+def _qkv_layout(op: ir.Operation) -> _QkvLayout | Reason | None:
+    """The layouts around the op as the torch importer writes GPT-2's self-attention:
+
+        x   = the qkv projection's result, [B, S, 3E] (E = H*D)
+        q   = collapse(transpose [0, 2, 1, 3] (expand x[:, :, 0:E] to [B, S, H, D]))    [B*H, S, D]
+        k   = the same of x[:, :, E:2E], v of x[:, :, 2E:3E]
+        out = collapse(transpose [0, 2, 1, 3] (expand the op's result to [B, H, S, D]))  [B*S, E] or [B, S, E]
+
+    each reshape and transpose the only use of the value before it; else the reason it is not there.
+    None where q, k and v are not even heads transposed out of [B, S, E] tensors (SDPA called on
+    tensors the model holds as [B, H, S, D]): there is no qkv layout to speak of."""
+    found = [_heads_source(op.operands[i], [0, 2, 1, 3]) for i in range(3)]
+    if None in found:
+        return None
+    if not one_use(*op.operands[:3], *(f[1] for f in found), *(f[2] for f in found)):
+        return ("layout", "the transposed q, k or v has other uses (the transposes would still be computed)")
+    infos = [tensor_info(f[2]) for f in found]
+    if any(None in i[0] for i in infos) or len({i[0] for i in infos}) != 1:
+        return ("shape", "q, k and v need the same static [B, S, H, D] heads")
+    slices = [_slice_of(f[0]) for f in found]
+    if None in slices or len({s[0] for s in slices}) != 1:
+        return ("layout", "q, k and v are not slices of one [B, S, 3E] tensor")
+    x = slices[0][0]
+    ix = tensor_info(x)
+    bsz, s_, h, d = infos[0][0]
+    e = h * d
+    if [s[1] for s in slices] != [0, e, 2 * e] or ix[0] != (bsz, s_, 3 * e):
+        return ("layout", "q, k and v are not the slices at 0, E and 2E of the last dim of one [B, S, 3E] tensor")
+    out, why = _heads_back(op.results[0])
+    if out is None:
+        return why
+    return _QkvLayout(Operand(x, (bsz, s_, 3, h, d), ix[1]), out, (bsz, s_, h, d))
+
+
+def _with_qkv_forms(forms: list[Form], layout: _QkvLayout | Reason | None) -> tuple[Form, ...]:
+    """Each form preceded by its sdpa_qkv form on `layout`. Where the layouts are only partly there,
+    one sdpa_qkv form carrying the reason, so that the report says why the plain forms are taken."""
+    if layout is None:
+        return tuple(forms)
+    if isinstance(layout, tuple):
+        return (replace(forms[0], op_kind=_ON_QKV[forms[0].op_kind], refusal=layout), *forms)
+    out_dtype = tensor_info(layout.out)[1]
+    on_qkv = [replace(f, op_kind=_ON_QKV[f.op_kind], operands=(layout.qkv, *f.operands[3:]), result=layout.out, result_shape=layout.heads,
+                      result_dtype=out_dtype, notes=(QKV_NOTE, *f.notes)) for f in forms]
+    return tuple(form for pair in zip(on_qkv, forms) for form in pair)
+
+
 def match_sdpa(op: ir.Operation) -> Candidate | None:
     loc = location(op)
     maps = _maps(op)
@@ -191,8 +276,9 @@ def match_sdpa(op: ir.Operation) -> Candidate | None:
     common = {"result": result, "result_shape": q.shape, "result_dtype": tensor_info(result)[1], "compute": "f32", "anchor": op,
               "scale": scale, "scalar": scale_value if scale is None else None}
     qkv = tuple(Operand(h.value, h.shape, q_info[1]) for h in (q, k, v))
+    layout = _qkv_layout(op)
     if not has_mask:
-        return Candidate("sdpa", description, loc, result, forms=(Form(SDPA, qkv, notes=tuple(notes), **common),))
+        return Candidate("sdpa", description, loc, result, forms=_with_qkv_forms([Form(SDPA, qkv, notes=tuple(notes), **common)], layout))
     mask = _heads(ins[4])
     if mask is None:
         return refused(("shape", "the mask [B*H, Sq, Sk] with a dynamic size is not collapsed from a [B, H, Sq, Sk] tensor"))
@@ -214,7 +300,7 @@ def match_sdpa(op: ir.Operation) -> Candidate | None:
         mask_form = Form(SDPA_MASK, mask_form.operands, refusal=("shape", f"the mask is {shape_text(mask.shape)}: {', '.join(bad)} is neither 1 nor the "
                                                                            f"model's size ({shape_text(wanted)})"), **common)
     forms.append(mask_form)
-    return Candidate("sdpa", description, loc, result, forms=tuple(forms))
+    return Candidate("sdpa", description, loc, result, forms=_with_qkv_forms(forms, layout))
 
 
-FAMILY = Family(kinds=(SDPA, SDPA_CAUSAL, SDPA_MASK), matchers=(Matcher(frozenset({ROOT}), match_sdpa),))
+FAMILY = Family(kinds=(SDPA, SDPA_CAUSAL, SDPA_MASK, SDPA_QKV, SDPA_QKV_CAUSAL, SDPA_QKV_MASK), matchers=(Matcher(frozenset({ROOT}), match_sdpa),))

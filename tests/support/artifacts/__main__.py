@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import (
     attention,
+    flash_attention,
     flash_attention_f32,
     fuzz,
     gemm,
@@ -52,6 +53,7 @@ GROUPS: dict[str, tuple[str, Callable[[Path], dict[str, Path]]]] = {
     "gemm_nt": ("gemm_nt", gemm_nt.build_all),
     "gemm_f32": ("gemm_f32", gemm_f32.build_all),
     "sdpa_model": ("sdpa_model", sdpa_model.build_all),
+    "flash_attention": ("flash_attention", flash_attention.build_all),
     "flash_attention_f32": ("flash_attention_f32", flash_attention_f32.build_all),
     "model_ops": ("model_ops", model_ops.build_all),
     "multi_spec": ("multi_spec", multi_spec.build_all),
