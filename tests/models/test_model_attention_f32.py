@@ -29,9 +29,11 @@ CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf o
 BROADCAST_NOTE = "the mask is read as 2x1x16x16, broadcast over its dims of size 1"
 
 # Each f32 export: the kernel both of its attention ops take, and their notes.
+# BERT's q, k and v come from three projections: the library's qkv-layout kinds say why not them.
+NOT_QKV = "not as {}: q, k and v are not slices of one [B, S, 3E] tensor"
 TAKEN = {
-    "bert_default_f32": ("flash_attn_f32_d64", [ZERO_NOTE]),
-    "bert_default_padded_f32": ("flash_attn_f32_d64_mask", [BROADCAST_NOTE]),
+    "bert_default_f32": ("flash_attn_f32_d64", [ZERO_NOTE, NOT_QKV.format("sdpa_qkv")]),
+    "bert_default_padded_f32": ("flash_attn_f32_d64_mask", [BROADCAST_NOTE, NOT_QKV.format("sdpa_qkv_mask")]),
 }
 
 
