@@ -10,7 +10,6 @@ bound, aligned and with pointers only 4-byte aligned. Runs on a GPU: tests/libra
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import tomllib
 
@@ -22,6 +21,7 @@ from iree_dispatch.cli import main
 from iree_dispatch.frontend.spec_file import load_spec
 
 from ..support.environment import ROOT, needs_build_tools
+from ..support.host_emulation import build_host_emulation
 from ..support.references import load_references
 
 SOURCE = ROOT / "kernels" / "gemm_f32.cu"
@@ -230,24 +230,7 @@ EMULATED_SIZES = [(1, 1, 1), (1, 77, 5), (37, 101, 13), (129, 129, 33), (200, 10
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("needs a host C++20 compiler (g++ or clang++)")
-    folder = tmp_path_factory.mktemp("gemm_f32_host")
-    (folder / "shim.h").write_text(_SHIM)
-    (folder / "driver.cpp").write_text(_DRIVER)
-    exe = folder / "gemm_f32_host"
-    proc = subprocess.run([cxx, "-O2", "-std=c++20", "-fno-strict-aliasing", "-pthread", "-include", str(folder / "shim.h"), "-x", "c++", str(SOURCE),
-                           "-x", "none", str(folder / "driver.cpp"), "-o", str(exe)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        # An older host compiler without C++20's std::barrier can't run the emulation; any other
-        # failure is the source's.
-        (folder / "probe.cpp").write_text("#include <barrier>\nint main() { std::barrier<> b(1); b.arrive_and_wait(); }\n")
-        probe = subprocess.run([cxx, "-std=c++20", "-pthread", str(folder / "probe.cpp"), "-o", str(folder / "probe")], capture_output=True, text=True)
-        if probe.returncode != 0:
-            pytest.skip(f"{cxx} has no C++20 std::barrier")
-        pytest.fail(f"the kernel source does not compile for the host emulation:\n{proc.stderr[-4000:]}")
-    return exe
+    return build_host_emulation(tmp_path_factory.mktemp("gemm_f32_host"), SOURCE, _SHIM, _DRIVER, ["-x", "none"])
 
 
 @pytest.mark.parametrize("offsets", [(0, 0, 0), (1, 3, 2)], ids=["aligned", "4-byte-aligned"])

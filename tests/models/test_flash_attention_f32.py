@@ -19,6 +19,7 @@ import tomllib
 import pytest
 
 from ..support.environment import ROOT, needs_build_tools
+from ..support.host_emulation import build_host_emulation
 
 SOURCE = ROOT / "kernels" / "flash_attention_f32.cu"
 SPEC = ROOT / "kernels" / "flash_attention_f32.toml"
@@ -205,24 +206,7 @@ CASES = [(1, 1, 1, 1, 1, 1, 1, 1, 0), (2, 3, 3, 100, 133, 2, 1, 100, 0), (1, 2, 
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("needs a host C++20 compiler (g++ or clang++)")
-    folder = tmp_path_factory.mktemp("flash_attention_f32_host")
-    (folder / "shim.h").write_text(_SHIM)
-    (folder / "driver.cpp").write_text(_DRIVER)
-    exe = folder / "flash_attention_f32_host"
-    proc = subprocess.run([cxx, "-O2", "-std=c++20", "-fno-strict-aliasing", "-pthread", "-include", str(folder / "shim.h"), "-x", "c++", str(SOURCE),
-                           "-x", "c++", "-include", str(folder / "shim.h"), str(folder / "driver.cpp"), "-o", str(exe)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        # An older host compiler without C++20's std::barrier can't run the emulation; any other
-        # failure is the source's.
-        (folder / "probe.cpp").write_text("#include <barrier>\nint main() { std::barrier<> b(1); b.arrive_and_wait(); }\n")
-        probe = subprocess.run([cxx, "-std=c++20", "-pthread", str(folder / "probe.cpp"), "-o", str(folder / "probe")], capture_output=True, text=True)
-        if probe.returncode != 0:
-            pytest.skip(f"{cxx} has no C++20 std::barrier")
-        pytest.fail(f"the kernel source does not compile for the host emulation:\n{proc.stderr[-4000:]}")
-    return exe
+    return build_host_emulation(tmp_path_factory.mktemp("flash_attention_f32_host"), SOURCE, _SHIM, _DRIVER, ["-x", "c++", "-include", "{shim}"])
 
 
 @pytest.mark.parametrize("masking", ["none", "causal", "mask"])
