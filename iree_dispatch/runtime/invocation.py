@@ -66,7 +66,10 @@ class KernelFunction:
         self._device = device
         self._direct = direct
         calls = direct.prepared_calls if direct is not None else None
-        self._prepared = calls.call if calls is not None else None  # results, or None: not prepared
+        # call_prepared(args): the results of a call whose signature (arrays' framework, dtypes,
+        # shapes; integer scalars) was checked before, launched at once; None where the call
+        # must take the checked path. None where this function has no prepared calls.
+        self.call_prepared: Callable[[tuple], Any] | None = calls.call if calls is not None else None
         self._inputs = [_Tensor(t.name, numpy_dtype(t.dtype), t.dtype, t.shape) for t in description.inputs]
         self._scalars = description.scalars
         self.parameters = [t.name for t in self._inputs] + [s.name for s in self._scalars]
@@ -152,10 +155,10 @@ class KernelFunction:
                 raise ValueError(f"{self.name}(): {message}; " + (f"{lhs} = {a}, but {rhs} = {b}" if op == "eq" else f"{lhs} = {a}"))
 
     def __call__(self, *args, **kwargs):
-        if self._prepared is not None and not kwargs:
+        if self.call_prepared is not None and not kwargs:
             # A call with the signature of one made before (our device arrays, torch tensors or
             # CuPy arrays) launches at once: its checks passed for these dtypes, shapes and sizes.
-            results = self._prepared(args)
+            results = self.call_prepared(args)
             if results is not None:
                 return results
         if self._device is None:

@@ -215,6 +215,12 @@ class _Kernel:
         function = self.function
         if function is None:
             raise RuntimeError("this torch op's kernels were closed (torch_ops.TorchOps.close)")
+        # Tensors as given where the call's signature was prepared before (contiguous, no grad):
+        # its fresh outputs are then torch's own tensors.
+        results = function.call_prepared(args) if function.call_prepared is not None else None
+        if results is not None:
+            results = results if isinstance(results, tuple) else (results,)
+            return _returned([results[i] for i in self._fresh])
         # Detached: the runtime takes tensors through DLPack, which refuses ones that require
         # grad; inputs read only may be made contiguous, in-place ones must be so already.
         inputs = [a.detach() if mutated else a.detach().contiguous() for a, mutated in zip(args[: self._count], self._mutated)]
