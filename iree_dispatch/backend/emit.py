@@ -188,6 +188,11 @@ def _wrapper(k: KernelSpec, exe: Executable, module: ModuleSpec, entry: str, fun
     for label, divisor in k.size_divisors():
         b.check("ne", lower(divisor), b.constant(0), f"{label} divides by {divisor}, which is 0 for these sizes")
 
+    # What the spec requires of the sizes beyond equal names (the kernel gives wrong results
+    # where a relation fails: checked like a dim that disagrees).
+    for relation in k.requires:
+        b.check_relation(relation, symbols, f"requires {relation.text}")
+
     # The export declares the bound of the shared memory a call needs: a call beyond it would
     # give the kernel less than it uses.
     if k.shared_memory_size is not None:

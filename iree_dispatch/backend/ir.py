@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..core import expr as ex
 from ..core.dtypes import ScalarType
 
 
@@ -229,7 +230,16 @@ class FunctionBuilder:
         """Fails the call unless `lhs <predicate> rhs` (an arith.cmpi predicate)."""
         if not self.checked:
             return
-        ok = self.op(f"arith.cmpi {predicate}, {lhs}, {rhs} : {type_}")
+        self.assert_true(self.op(f"arith.cmpi {predicate}, {lhs}, {rhs} : {type_}"), message)
+
+    def check_relation(self, relation: ex.Relation, values: dict[str, str], message: str) -> None:
+        """Fails the call unless `relation` holds (`values`: each of its names' index value)."""
+        if not self.checked:
+            return
+        self.assert_true(ex.lower_relation(relation, values, self.fresh, self.lines), message)
+
+    def assert_true(self, ok: str, message: str) -> None:
+        """Fails the call unless the i1 `ok` is true."""
         self.lines.append(f"cf.assert {ok}, {mlir_string(f'{self.label}: {message}' if self.label else message)}")
 
     def check_scalar_argument(self, value: str, name: str, stype: ScalarType) -> None:

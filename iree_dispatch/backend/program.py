@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import expr as ex
-from ..core.contract import PROGRAM_REFLECTION_KEY, RELATIONS, ProgramDescription, ScalarDescription, SizeCheck, TensorDescription, encode, scalar_argument
+from ..core.contract import PROGRAM_REFLECTION_KEY, RELATIONS, ProgramDescription, Requirement, ScalarDescription, SizeCheck, TensorDescription, encode, scalar_argument
 from ..core.dtypes import ELEMENT_TYPES, SCALAR_HINT, SCALAR_TYPES, ScalarType
 from ..frontend.spec import KernelSpec, ModuleSpec
 from . import ir
@@ -134,6 +134,9 @@ class Program:
         self._kernels: dict[str, KernelSpec] = {}  # function name → kernel, for declarations
         self._constants: dict[tuple[str, int | float], str] = {}
         self._checks: dict[tuple[str, str, str], _Check] = {}  # by key: each relation once, in order
+        # What the calls' kernels require of sizes the program knows only at run time, in the
+        # program's terms, with the message that names the call: each relation once, in order.
+        self._requires: dict[str, tuple[ex.Relation, str]] = {}
         self._dim_names: dict[str, str] = {}  # input dim name → where it was first used
         self._outputs: tuple[Value, ...] = ()
         self._calls = 0
@@ -191,6 +194,7 @@ class Program:
         sizes: dict[str, tuple[ex.Expr, str]] = {}  # kernel symbol → its size in the program, and where it came from
         operands: list[str] = []
         checks: list[_Check] = []  # what this call needs checked at entry
+        requires: list[tuple[ex.Relation, str]] = []  # and of what its kernel requires
         lines, constants = len(self._lines), dict(self._constants)
         try:
             for t, value in zip(kernel.inputs, values):
@@ -200,6 +204,7 @@ class Program:
             out_dims = [tuple(self._size(where, f"output {t.name!r} dim {i} = {d}", d, sizes, dim=True) for i, d in enumerate(t.shape))
                         for t in kernel.outputs]
             self._kernel_relations(where, kernel, sizes, out_dims, checks)
+            self._kernel_requires(where, kernel, sizes, requires)
         except (TypeError, ValueError):
             # A refused call leaves the program as it was (no stray casts or constants).
             del self._lines[lines:]
@@ -207,6 +212,8 @@ class Program:
             raise
         for check in checks:
             self._checks.setdefault(check.key, check)
+        for relation, message in requires:
+            self._requires.setdefault(relation.text, (relation, message))
 
         index = self._calls
         kernel_types = _result_types(kernel)
@@ -248,12 +255,15 @@ class Program:
             outputs=tuple(TensorDescription(f"result{i}", v.dtype, tuple("?" if d is None else d for d in v.shape)) for i, v in enumerate(self._outputs)),
             # Relations between sizes beyond equal names (runtime's KernelFunction checks them too).
             checks=tuple(c.describe() for c in self._checks.values()),
+            requires=tuple(Requirement(relation.text, message) for relation, message in self._requires.values()),
         )
 
     def entry_checks(self) -> list[str]:
         """What the generated function checks at entry, as `lhs op rhs: message` (for tests and
         `inspect`-like output); program scalars' C-type ranges come on top."""
-        return [f"{_expr_text(c.lhs)} {_PYTHON_OPS[c.op]} {_expr_text(c.rhs)}: {c.message}" for c in self._checks.values()]
+        return [f"{_expr_text(c.lhs)} {_PYTHON_OPS[c.op]} {_expr_text(c.rhs)}: {c.message}" for c in self._checks.values()] + [
+            f"{relation.text}: {message}" for relation, message in self._requires.values()
+        ]
 
     def mlir(self, module: ModuleSpec) -> str:
         """The program as MLIR, declaring the kernels of `module` it calls."""
@@ -406,6 +416,20 @@ class Program:
             if hi < 2**63:
                 need("sle", value, hi, f"{label} exceeds the range of {s.stype.ctype} ({hi})")
 
+    def _kernel_requires(self, where: str, kernel: KernelSpec, sizes: dict[str, tuple[ex.Expr, str]], requires: list[tuple[ex.Relation, str]]) -> None:
+        """What the kernel's spec requires of its sizes (its function checks it, emit._wrapper),
+        in the program's terms: decided now where every size it names is static, else added to
+        `requires` for the program's entry."""
+        for relation in kernel.requires:
+            label = f"requires {relation.text}"
+            comparisons = tuple(ex.Comparison(c.op, self._size(where, label, c.lhs, sizes), self._size(where, label, c.rhs, sizes)) for c in relation.any_of)
+            if any(not isinstance(side, ex.Num) for c in comparisons for side in (c.lhs, c.rhs)):
+                text = " or ".join(f"{_expr_text(c.lhs)} {c.op} {_expr_text(c.rhs)}" for c in comparisons)
+                requires.append((ex.Relation(comparisons, text), f"{where}: {label}"))
+            elif not ex.holds(ex.Relation(comparisons, relation.text), {}):
+                given = ", ".join(f"{name} = {_expr_text(sizes[name][0])}" for name in ex.relation_symbols(relation))
+                raise ValueError(f"{where}: {label}, but {given}")
+
     def _entry_check_lines(self) -> list[str]:
         """MLIR lines that check, before the first dispatch, the program scalars' C-type ranges
         (as a kernel's function checks its own) and every relation the calls need."""
@@ -431,6 +455,8 @@ class Program:
             lhs = ex.lower_to_arith(c.lhs, values, b.fresh, b.lines)
             rhs = ex.lower_to_arith(c.rhs, values, b.fresh, b.lines)
             b.check(c.op, lhs, rhs, c.message)
+        for relation, message in self._requires.values():
+            b.check_relation(relation, values, message)
         return b.lines
 
     def _constant(self, value: int | float, type_: str) -> str:

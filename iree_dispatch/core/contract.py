@@ -36,10 +36,10 @@ PROGRAM_REFLECTION_KEY = "iree_dispatch.program"
 DEVICES_REFLECTION_KEY = "iree_dispatch.devices"
 # The version of the JSON form below. Any change to what a description holds or means gets a
 # new number: the runtime then refuses the modules an older build wrote instead of misreading them.
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 # The relations between sizes a description's checks use, by their arith.cmpi predicate: the
 # generated functions assert them, the runtime checks them before a call.
-RELATIONS = {"eq": operator.eq, "ne": operator.ne, "sge": operator.ge, "sle": operator.le}
+RELATIONS = {"eq": operator.eq, "ne": operator.ne, "sge": operator.ge, "sle": operator.le, "sgt": operator.gt, "slt": operator.lt}
 
 Dim = str | int  # a dim as descriptions write it: a size's name or expression, or a static size
 
@@ -119,6 +119,35 @@ class SizeCheck:
     @classmethod
     def from_dict(cls, d: Mapping) -> SizeCheck:
         return cls(d["op"], d["lhs"], d["rhs"], d["message"])
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A relation between sizes a kernel's spec requires (`requires`), which its function
+    checks at entry: `relation` in core/expr.py's relation syntax (comparisons joined by `or`),
+    failing with `message` and the sizes it names."""
+
+    relation: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"relation": self.relation, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Requirement:
+        return cls(d["relation"], d["message"])
+
+    def refusal(self, function: str, env: Mapping[str, int]) -> str | None:
+        """None when the relation holds for these sizes, else why the call is refused: the
+        function, the message and the value of every size the relation names."""
+        relation = _parsed_relation(self.relation)
+        given = ", ".join(f"{n} = {env[n]}" for n in ex.relation_symbols(relation))
+        try:
+            if ex.holds(relation, dict(env)):
+                return None
+        except ZeroDivisionError:
+            return f"{function}(): {self.message}, which divides by zero for {given}"
+        return f"{function}(): {self.message}, but {given}"
 
 
 @dataclass(frozen=True)
@@ -204,8 +233,8 @@ class ParallelPlan:
 @dataclass(frozen=True, kw_only=True)
 class FunctionDescription:
     """What a checked call of a generated function needs: its name for messages, its arguments
-    (tensors, then scalars) and results, the relations between sizes it checks, and the archs
-    it was built for (newest first)."""
+    (tensors, then scalars) and results, the relations between sizes it checks (`checks`, and
+    the relations its kernels' specs require), and the archs it was built for (newest first)."""
 
     name: str
     function: str
@@ -213,13 +242,14 @@ class FunctionDescription:
     scalars: tuple[ScalarDescription, ...] = ()
     outputs: tuple[TensorDescription, ...]
     checks: tuple[SizeCheck, ...] = ()
+    requires: tuple[Requirement, ...] = ()
     archs: tuple[str, ...] = ()
 
     def _common(self) -> dict:
         return {
             "version": CONTRACT_VERSION, "name": self.name, "function": self.function, "inputs": [t.to_dict() for t in self.inputs],
             "scalars": [s.to_dict() for s in self.scalars], "outputs": [t.to_dict() for t in self.outputs],
-            "checks": [c.to_dict() for c in self.checks], "archs": list(self.archs),
+            "checks": [c.to_dict() for c in self.checks], "requires": [r.to_dict() for r in self.requires], "archs": list(self.archs),
         }
 
     @staticmethod
@@ -227,7 +257,7 @@ class FunctionDescription:
         return dict(
             name=d["name"], function=d["function"], inputs=tuple(map(TensorDescription.from_dict, d["inputs"])),
             scalars=tuple(map(ScalarDescription.from_dict, d["scalars"])), outputs=tuple(map(TensorDescription.from_dict, d["outputs"])),
-            checks=tuple(map(SizeCheck.from_dict, d["checks"])), archs=tuple(d["archs"]),
+            checks=tuple(map(SizeCheck.from_dict, d["checks"])), requires=tuple(map(Requirement.from_dict, d["requires"])), archs=tuple(d["archs"]),
         )
 
 
@@ -450,6 +480,12 @@ def _flattened(fields: Mapping, prefix: str = "") -> dict:
 def _parsed(expression: str) -> ex.Expr:
     """A description's expression, parsed once per process (calls evaluate it again and again)."""
     return ex.parse(expression, "shared_memory")
+
+
+@functools.cache
+def _parsed_relation(relation: str) -> ex.Relation:
+    """A description's relation, parsed once per process."""
+    return ex.parse_relation(relation, "requires")
 
 
 def bfloat16_bits(value: float) -> int:

@@ -4,11 +4,15 @@ Syntax is a Python subset (parsed with `ast`, never evaluated by Python): intege
 (a struct argument's integer field as a dotted name, `s.m`), `+ - * // %`, parentheses, `ceildiv(a, b)`, `min(a, b, ...)`, `max(a, b, ...)`.
 Expressions are evaluated in Python (checks, inspect) and lowered to `arith` ops on `index`
 (the export `count` region and the wrapper function), from the same tree.
+
+A relation (a spec's `requires`) compares two expressions with `== != < <= > >=`; several
+comparisons may be joined by `or` (`MB == 1 or MB == B`), and it holds when any of them does.
 """
 
 from __future__ import annotations
 
 import ast
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Union
@@ -73,6 +77,82 @@ def parse(text: str | int, what: str) -> Expr:
 
 # Sizes are `index` values, 64-bit signed in IREE: a constant beyond that can't be written.
 _INDEX_MIN, _INDEX_MAX = -(2**63), 2**63 - 1
+
+
+_COMPARISONS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+# Each comparison's arith.cmpi predicate (sizes are signed index values); contract.RELATIONS
+# evaluates them by the same names.
+PREDICATES = {"==": "eq", "!=": "ne", "<": "slt", "<=": "sle", ">": "sgt", ">=": "sge"}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    op: str  # a key of PREDICATES
+    lhs: Expr
+    rhs: Expr
+
+    def __str__(self) -> str:
+        return f"{self.lhs} {self.op} {self.rhs}"
+
+
+@dataclass(frozen=True)
+class Relation:
+    """Comparisons joined by `or`: holds when any of them holds. `text` is the relation as
+    written (what messages quote); str() is the same relation fully parenthesised."""
+
+    any_of: tuple[Comparison, ...]
+    text: str
+
+    def __str__(self) -> str:
+        return " or ".join(map(str, self.any_of))
+
+
+def parse_relation(text: str, what: str) -> Relation:
+    """Parses a relation (`Hq % Hkv == 0`, `MB == 1 or MB == B`); `what` names the field in
+    error messages. Each side of a comparison is an expression as `parse` takes it."""
+    if not isinstance(text, str):
+        raise SpecError(f"{what}: expected a relation string such as \"n % 4 == 0\", got {text!r}")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError) as exc:
+        raise SpecError(f"{what}: can't parse relation {text!r}: {getattr(exc, 'msg', exc)}") from None
+    body = tree.body
+    terms = body.values if isinstance(body, ast.BoolOp) and isinstance(body.op, ast.Or) else [body]
+    comparisons = []
+    for term in terms:
+        if not (isinstance(term, ast.Compare) and len(term.ops) == 1 and type(term.ops[0]) in _COMPARISONS):
+            fragment = ast.get_source_segment(text.strip(), term) or type(term).__name__
+            which = f"{text!r} is not a relation" if fragment == text.strip() else f"{fragment!r} in {text!r} is not a comparison"
+            raise SpecError(
+                f"{what}: {which}; a relation is two expressions compared with == != < <= > >=, or several of those joined by "
+                "'or' (\"MB == 1 or MB == B\"); relations that must all hold are entries of their own"
+            )
+        comparison = Comparison(_COMPARISONS[type(term.ops[0])], _convert(term.left, text, what), _convert(term.comparators[0], text, what))
+        for side in (comparison.lhs, comparison.rhs):
+            _check_constant_divisors(side, text, what)
+        comparisons.append(comparison)
+    relation = Relation(tuple(comparisons), " ".join(text.split()))
+    if not relation_symbols(relation):
+        raise SpecError(f"{what}: {text!r} uses no size, so it is always true or always false; a relation compares sizes")
+    return relation
+
+
+def relation_symbols(relation: Relation) -> list[str]:
+    """Names used by any of the comparisons, in first-appearance order, without repeats."""
+    return list(dict.fromkeys(name for c in relation.any_of for side in (c.lhs, c.rhs) for name in symbols(side)))
+
+
+def relation_divisors(relation: Relation) -> list[Expr]:
+    """The divisors of every `//`, `%` and ceildiv in the relation's comparisons."""
+    return [d for c in relation.any_of for side in (c.lhs, c.rhs) for d in divisors(side)]
+
+
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+
+def holds(relation: Relation, env: dict[str, int]) -> bool:
+    """Whether the relation holds for these sizes (ZeroDivisionError where a divisor is 0)."""
+    return any(_COMPARE[c.op](evaluate(c.lhs, env), evaluate(c.rhs, env)) for c in relation.any_of)
 
 
 def _in_range(num: Num, text: str, what: str) -> Num:
@@ -220,4 +300,21 @@ def lower_to_arith(expr: Expr, values: dict[str, str], fresh: Callable[[], str],
         name = fresh()
         lines.append(f"{name} = arith.{_ARITH_CALL[expr.func]} {result}, {b} : index")
         result = name
+    return result
+
+
+def lower_relation(relation: Relation, values: dict[str, str], fresh: Callable[[], str], lines: list[str]) -> str:
+    """Appends `arith` ops computing whether `relation` holds to `lines` (`values` and `fresh`
+    as for lower_to_arith); returns the SSA name of the i1."""
+    result = None
+    for c in relation.any_of:
+        a = lower_to_arith(c.lhs, values, fresh, lines)
+        b = lower_to_arith(c.rhs, values, fresh, lines)
+        holds_here = fresh()
+        lines.append(f"{holds_here} = arith.cmpi {PREDICATES[c.op]}, {a}, {b} : index")
+        if result is not None:
+            either = fresh()
+            lines.append(f"{either} = arith.ori {result}, {holds_here} : i1")
+            holds_here = either
+        result = holds_here
     return result

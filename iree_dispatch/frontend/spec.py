@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from ..core import expr as ex
 from ..core.archs import DEFAULT_ARCHS, Arch, parse_arch, parse_archs
-from ..core.contract import COMBINE_KINDS, KernelDescription, ParallelPlan, ScalarDescription, TensorDescription
+from ..core.contract import COMBINE_KINDS, KernelDescription, ParallelPlan, Requirement, ScalarDescription, TensorDescription
 from ..core.dtypes import POINTEE_TYPES, SCALAR_HINT, SCALAR_TYPES, VECTOR_TYPES, ScalarType, vector_scalar_type
 from ..core.errors import SignatureError, SpecError
 from ..core.variants import POLICIES, Variant, plan_variants
@@ -151,6 +151,9 @@ class KernelSpec:
     zero: tuple[str, ...] = ()
     # How DataParallel splits its calls over GPUs (with_parallel), where the spec declares it.
     parallel: ParallelPlan | None = None
+    # Relations between sizes the kernel needs beyond equal names (`requires = ["Hq % Hkv == 0"]`):
+    # a call that breaks one is refused before launch, as a dim that disagrees is.
+    requires: tuple[ex.Relation, ...] = ()
 
     @property
     def pending(self) -> bool:
@@ -204,14 +207,16 @@ class KernelSpec:
 
     def size_divisors(self) -> list[tuple[str, ex.Expr]]:
         """(where, divisor) of each division by a value that depends on sizes, in the grid, the
-        fresh outputs' dims and the scalars computed from sizes: the generated function checks
-        each is not 0 before anything divides by it."""
+        fresh outputs' dims, the scalars computed from sizes and the relations the kernel
+        requires: the generated function checks each is not 0 before anything divides by it."""
         sized = [(f"grid[{i}] = {g}", g) for i, g in enumerate(self.grid)]
         sized += [(f"output {t.name} dim {i} = {d}", d) for t in self.outputs for i, d in enumerate(t.shape) if t.role == "output"]
         sized += [(f"scalar {s.name} = {s.value}", s.value) for s in self.scalars if s.value is not None]
         if self.shared_memory_size is not None:
             sized.append((f"shared_memory = {self.shared_memory_size}", self.shared_memory_size))
-        return [(label, d) for label, e in sized for d in dict.fromkeys(ex.divisors(e)) if ex.symbols(d)]
+        divided = [(label, d) for label, e in sized for d in dict.fromkeys(ex.divisors(e))]
+        divided += [(f"requires {r.text}", d) for r in self.requires for d in dict.fromkeys(ex.relation_divisors(r))]
+        return [(label, d) for label, d in divided if ex.symbols(d)]
 
     def describe(self) -> KernelDescription:
         """The kernel's description as declared (no archs, objects or launch plan: the build
@@ -231,6 +236,7 @@ class KernelSpec:
                 TensorDescription(t.name, t.dtype, tuple(_dim_json(d) for d in t.shape), t.role == "inplace", t.name in self.zero) for t in self.outputs
             ),
             parallel=self.parallel,
+            requires=tuple(Requirement(r.text, f"requires {r.text}") for r in self.requires),
         )
 
     def with_parallel(self, declared: Mapping) -> KernelSpec:
@@ -298,6 +304,7 @@ class KernelSpec:
         shared_memory: str | int | Mapping[str, str | int] = 0,
         function: str | None = None,
         signature: str | None = None,
+        requires: Sequence[str] = (),
         nvcc_flags: Sequence[str] = (),
         arch: str | Arch | None = None,
         triton: TritonSource | None = None,
@@ -332,6 +339,10 @@ class KernelSpec:
         and a direct launch passes the call's exact size. A mapping arch → size
         (`{"sm_90a": 197632, "sm_80": 62592}`) sizes each arch's variant on its own (each has its
         own export); the module must then build only archs the mapping names.
+        requires: relations between sizes (shape names and integer arguments) the kernel needs
+        beyond equal names, each two expressions compared with == != < <= > >=, several joined
+        by `or`: `["Hq % Hkv == 0", "MB == 1 or MB == B"]`; a call that breaks one is refused
+        before launch (by the runtime, the generated function and model substitution).
         function: name of the generated function (default: `name` with every run of other
         characters than letters, digits and _ replaced by one _: `scale<float>` → `scale_float`,
         `ns::kernel` → `ns_kernel`).
@@ -525,6 +536,7 @@ class KernelSpec:
         grid_exprs = _parse_grid(grid, where)
         for i, g in enumerate(grid_exprs):
             _check_bound(g, bound, f"{where}: grid[{i}]")
+        relations = _parse_requires(requires, bound, where)
 
         # IREE removes a dispatch none of whose results is used, and a function returns only
         # tensors: a kernel that writes none would never run.
@@ -550,7 +562,7 @@ class KernelSpec:
                 f"but IREE allows at most {MAX_CONSTANTS} per dispatch"
             )
         return cls(name, signature, block_dims, grid_exprs, tuple(tensors), tuple(scalar_list), shared_bytes, function, objects, by_arch, types_resolved_with, triton,
-                   tuple(inferred), shared_memory_size=shared_size, zero=tuple(t.name for t in tensors if t.name in zero))
+                   tuple(inferred), shared_memory_size=shared_size, zero=tuple(t.name for t in tensors if t.name in zero), requires=relations)
 
     def with_outputs_in_place(self, function: str | None = None) -> KernelSpec:
         """The same kernel with every fresh output declared in place: its generated function
@@ -631,6 +643,7 @@ class KernelSpec:
             shared_memory=self._shared_memory_declared(),
             zero=list(self.zero),
             function=self.function,
+            requires=[r.text for r in self.requires],
             nvcc_flags=flags,
             arch=arch,
             triton=self.triton,
@@ -698,6 +711,22 @@ def _check_bound(e: ex.Expr, bound: Mapping[str, str], what: str) -> None:
         if name not in bound:
             known = ", ".join(sorted(bound)) or "none"
             raise SpecError(f"{what}: {str(e)!r} uses {name!r}, which no input dim or integer argument defines (known: {known})")
+
+
+def _parse_requires(requires, bound: Mapping[str, str], where: str) -> tuple[ex.Relation, ...]:
+    """The `requires` list, each relation parsed and its names checked: every name must be a size
+    the call gives (an input dim or an integer argument)."""
+    if isinstance(requires, str) or not isinstance(requires, (list, tuple)):
+        raise SpecError(f"{where}: requires must be a list of relation strings, like requires = [\"Hq % Hkv == 0\"], got {requires!r}")
+    relations = []
+    for i, text in enumerate(requires):
+        relation = ex.parse_relation(text, f"{where}: requires[{i}]")
+        for name in ex.relation_symbols(relation):
+            if name not in bound:
+                known = ", ".join(sorted(bound)) or "none"
+                raise SpecError(f"{where}: requires[{i}]: {relation.text!r} uses {name!r}, which no input dim or integer argument defines (known: {known})")
+        relations.append(relation)
+    return tuple(relations)
 
 
 def _parse_block(block, where) -> tuple[int, int, int]:

@@ -18,7 +18,7 @@ _TRITON_KEYS = {"constexprs", "num_warps", "num_stages", "aligned"}  # for a .py
 # `replaces`: what the kernel can replace in a model; read and checked by iree_dispatch.models (docs/models.md), not needed to build.
 _MODEL_KEYS = {"replaces"}
 _KERNEL_KEYS = {"name", "source", "block", "grid", "shape", "shapes", "scalars", "inplace", "readonly", "outputs", "zero", "shared_memory",
-                "function", "signature", "parallel", *_TRITON_KEYS, *_MODEL_KEYS}
+                "function", "signature", "parallel", "requires", *_TRITON_KEYS, *_MODEL_KEYS}
 
 
 def load_spec(path: str | Path) -> ModuleSpec:
@@ -83,6 +83,7 @@ def load_spec(path: str | Path) -> ModuleSpec:
             "outputs": k.get("outputs", ()),
             "zero": k.get("zero", ()),
             "function": k.get("function"),
+            "requires": k.get("requires", ()),
         }
         if isinstance(source, Path) and source.suffix == ".py":
             derived = sorted({"block", "shared_memory"} & set(k))

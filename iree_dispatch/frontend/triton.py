@@ -106,6 +106,7 @@ def triton_kernel(
     outputs: Sequence[str] = (),
     zero: Sequence[str] = (),
     function: str | None = None,
+    requires: Sequence[str] = (),
     out_dir: str | Path | None = None,
 ) -> KernelSpec:
     """Declares the `@triton.jit` function `fn` as a kernel, compiled for each of `archs` by the build.
@@ -115,7 +116,7 @@ def triton_kernel(
     (`"ceildiv(n, BLOCK)"`). constexprs: values of the `tl.constexpr` parameters (defaults
     are used for those left out). num_warps, num_stages: Triton's options.
     aligned: which pointers may be assumed 16-byte aligned (see the module docstring).
-    shape, shapes, scalars, inplace, readonly, outputs, zero, function: as in KernelSpec.declare.
+    shape, shapes, scalars, inplace, readonly, outputs, zero, function, requires: as in KernelSpec.declare.
     out_dir: compile now and write the objects there: the kernel returned is then a prebuilt
     one, its objects and shared memory known at once. Default: the build compiles it (the
     kernel is `pending` until then: no objects, shared memory unknown).
@@ -127,7 +128,7 @@ def triton_kernel(
     params = [JitParam(p.name, p.is_constexpr, p.has_default, p.default) for p in params]
     kernel = _declare(Path(fn.fn.__code__.co_filename), name, params, signature, fn=fn, grid=grid, constexprs=constexprs, num_warps=num_warps,
                       num_stages=num_stages, archs=archs, aligned=aligned, shape=shape, shapes=shapes, scalars=scalars, inplace=inplace,
-                      readonly=readonly, outputs=outputs, zero=zero, function=function)
+                      readonly=readonly, outputs=outputs, zero=zero, function=function, requires=requires)
     return kernel if out_dir is None else compile_triton(kernel, Path(out_dir))[0]
 
 
@@ -180,7 +181,7 @@ def jit_params(path: Path, name: str) -> list[JitParam]:
 def _declare(origin: Path, name: str, params: Sequence[JitParam], signature: str, *, fn: Any, grid: str | int | Sequence[str | int],
              constexprs: Mapping[str, int | float | bool] | None = None, num_warps: int = 4, num_stages: int = 3, archs: Sequence[str] = ("sm_80", "sm_90"),
              aligned: bool | Sequence[str] = True, shape=None, shapes=None, scalars=None, inplace: Sequence[str] = (), readonly: Sequence[str] = (), outputs: Sequence[str] = (),
-             zero: Sequence[str] = (), function: str | None = None) -> KernelSpec:
+             zero: Sequence[str] = (), function: str | None = None, requires: Sequence[str] = ()) -> KernelSpec:
     """The pending KernelSpec of a Triton function with these parameters, checked."""
     if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16, 32):
         raise SpecError(f"Triton kernel {name}: num_warps must be a power of two from 1 to 32 (a block of at most 1024 threads), got {num_warps!r}")
@@ -214,7 +215,7 @@ def _declare(origin: Path, name: str, params: Sequence[JitParam], signature: str
             raise SpecError(f"{where}: grid[{i}] uses constexpr {unknown_default[0]!r}, whose default is not a literal; give it: constexprs = {{ {unknown_default[0]} = ... }}")
         grid_exprs.append(str(_substitute(e, ints)))
     return KernelSpec.declare(origin, name, signature=signature, block=32 * num_warps, grid=grid_exprs, shape=shape, shapes=shapes, scalars=scalars,
-                              inplace=inplace, readonly=readonly, outputs=outputs, zero=zero, function=function, triton=source)
+                              inplace=inplace, readonly=readonly, outputs=outputs, zero=zero, function=function, requires=requires, triton=source)
 
 
 def _constexpr_values(params: Sequence[JitParam], given: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..core import expr as ex
 from .capability import Capability, KernelSet, widens_exactly, wider
 from .ir_match import round_to, shape_text
 from .kinds import Candidate, Form, OpKind, Reason, Splat
@@ -164,6 +165,17 @@ def _fits_shapes(form: Form, cap: Capability, narrow, notes, extra):
                 return no("shape", f"{t.name}: {dim.name} = {size} here but {bound[dim.name]} elsewhere")
     if any(isinstance(o.value, Splat) and None in o.shape for o in form.operands):
         return no("shape", "a weight or bias the model lacks would need a dynamic size")
+    sizes = {**bound, **{sym: padded for sym, (_, padded) in pad.items()}}  # as the kernel will see them
+    for relation in cap.kernel.requires:
+        names = ex.relation_symbols(relation)
+        if any(sizes.get(name) is None for name in names):
+            continue  # a dynamic size (or an argument): the kernel's function checks the relation when called
+        try:
+            broken = not ex.holds(relation, {name: sizes[name] for name in names})
+        except ZeroDivisionError:
+            broken = True
+        if broken:
+            return no("shape", f"requires {relation.text}, the model's {', '.join(f'{name} = {sizes[name]}' for name in names)}")
     if pad:
         notes = [*notes, *(f"{s} = {n} padded to {p} with zeros (sliced off the result: the same values)" for s, (n, p) in pad.items())]
         extra = {**extra, "pad": pad}

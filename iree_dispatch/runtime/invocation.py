@@ -1,6 +1,6 @@
 """A kernel's (or program's) generated function as Python calls it: `KernelFunction` checks
 every call's arguments against the function's description (argument count, dtype, rank, dims,
-shape relations, scalar ranges, as TypeError/ValueError naming the parameter), then launches
+shape relations, the relations the spec requires, scalar ranges, as TypeError/ValueError naming the parameter), then launches
 the kernel directly (launch.py) or calls through IREE (invokers.py). numpy arrays are copied to
 the device for the call and results come back as numpy arrays; IREE device arrays stay on the
 device, and then the results do too; a call on torch or CuPy arrays returns theirs, queued on
@@ -118,6 +118,10 @@ class KernelFunction:
                 env.setdefault(scalar.name, int(value))
         if self._relations:
             self._check_relations(env)
+        # What the kernel's spec requires of the sizes (a kernel gives wrong results where a relation fails).
+        for requirement in self.description.requires:
+            if (refusal := requirement.refusal(self.name, env)) is not None:
+                raise ValueError(refusal)
         # Evaluated once per call: checked against its bound here, launched with as it is.
         shared_memory = self.description.shared_memory_for_call(env) if self._sized_shared_memory else None
         return _Checked(tensors, scalars, env, shared_memory)

@@ -395,3 +395,32 @@ def test_asynchronous_needs_an_async_build(cpu_modules, on_cpu):
     sync = runtime.load(cpu_modules["async-internal"])
     pending = runtime.load(cpu_modules["async-external"], asynchronous=True).shift(np.zeros(3, np.float32), 1.0)
     np.testing.assert_array_equal(sync.shift(pending, 1.0), np.full(3, 2, np.float32))
+
+
+def test_relations_a_kernel_requires_are_checked_by_programs(cu):
+    """A kernel's `requires` in a program: decided when the call is made where its sizes are
+    static, else checked once at the program's entry (IR) and by the Python checks before launch."""
+    source = cu('extern "C" __global__ void group(const float* q, const float* k, float* out) {}\n')
+    group = KernelSpec.declare(source, "group", block=64, grid="Hq", shapes={"q": ["Hq"], "k": ["Hkv"], "out": ["Hq"]}, requires=["Hq % Hkv == 0"])
+    module = ModuleSpec("g", (group,), (parse_arch("sm_90"),))
+    p = Program("bad")
+    q = p.input("q", "f32", [6])
+    with pytest.raises(ValueError, match=r"program bad: call 0 to group: requires Hq % Hkv == 0, but Hq = 6, Hkv = 4"):
+        p.call(group, q, p.input("k", "f32", [4]))
+    assert p._calls == 0 and not p._requires  # a refused call leaves nothing behind
+    p.call(group, q, p.input("k3", "f32", [3]))  # static and holds: nothing left to check
+    assert not p._requires
+
+    p = Program("dyn")
+    p.output(p.call(group, p.input("q", "f32", ["h"]), p.input("k", "f32", ["g"])))
+    assert p.entry_checks()[-1] == "(h % g) == 0: program dyn: call 0 to group: requires Hq % Hkv == 0"
+    body = p.mlir(module).split("func.func @dyn(", 1)[1]
+    assert body.index('"program dyn: call 0 to group: requires Hq % Hkv == 0"') < body.index("func.call @g.group.unchecked(")
+    assert '"program dyn: call 0 to group: requires Hq % Hkv == 0 divides by Hkv, which is 0 for these sizes"' in body
+    launched = []
+    fn = runtime.KernelFunction(p.describe(["sm_90"]), lambda *args: launched.append(args), None)
+    with pytest.raises(ValueError, match=r"dyn\(\): program dyn: call 0 to group: requires Hq % Hkv == 0, but h = 6, g = 4"):
+        fn(np.ones(6, np.float32), np.ones(4, np.float32))
+    assert not launched
+    fn(np.ones(6, np.float32), np.ones(3, np.float32))
+    assert len(launched) == 1

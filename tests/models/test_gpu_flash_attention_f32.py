@@ -151,11 +151,20 @@ def test_misaligned_views(modules, kernel):
     check(kernel, "misaligned, poisoned", out.cpu().numpy(), reference(kernel, q, k, v, mask, scale))
 
 
-def test_hq_not_multiple_of_hkv_gives_nan(modules):
-    """Hq % Hkv != 0 can't be reported by the kernel: every output is NaN, nothing read out of bounds."""
-    q, k, v, _, scale = inputs("flash_attn_f32_d64", Case(1, 3, 2, 10, 10), np.random.default_rng())
-    out = call(modules["flash_attention_f32_poisonable"], "flash_attn_f32_d64", q, k, v, None, scale, np.zeros(q.shape, np.float32))
-    assert np.all(np.isnan(np.asarray(out)))
+def test_sizes_the_spec_requires_are_refused_before_launch(modules):
+    """Hq % Hkv != 0 (the kernel would write NaN) and a mask dim neither 1 nor its full size are
+    refused by the call's checks (the spec's `requires`), naming the relation and the sizes:
+    nothing is launched, the output given in place keeps what it held."""
+    rng = np.random.default_rng()
+    q, k, v, _, scale = inputs("flash_attn_f32_d64", Case(1, 3, 2, 10, 10), rng)
+    out = np.full(q.shape, 7.0, np.float32)
+    with pytest.raises(ValueError, match=r"flash_attn_f32_d64\(\): requires Hq % Hkv == 0, but Hq = 3, Hkv = 2"):
+        call(modules["flash_attention_f32_poisonable"], "flash_attn_f32_d64", q, k, v, None, scale, out)
+    q, k, v, _, scale = inputs("flash_attn_f32_d64_mask", Case(3, 2, 2, 10, 10), rng)
+    mask = rng.standard_normal((2, 1, 10, 10)).astype(np.float32)  # MB = 2 of B = 3: would broadcast wrongly
+    with pytest.raises(ValueError, match=r"requires MB == 1 or MB == B, but MB = 2, B = 3"):
+        call(modules["flash_attention_f32_poisonable"], "flash_attn_f32_d64_mask", q, k, v, mask, scale, out)
+    assert np.all(out == 7.0)
 
 
 def test_bert_shape_rate(modules):

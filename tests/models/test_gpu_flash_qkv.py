@@ -139,3 +139,14 @@ def test_reference_slices_the_heads():
     scores = qkv[b, :, 0, h] @ qkv[b, :, 1, h].T * 0.7
     p = np.exp(scores - scores.max(axis=1, keepdims=True))
     np.testing.assert_allclose(got[b, :, h], (p / p.sum(axis=1, keepdims=True)) @ qkv[b, :, 2, h], rtol=1e-12)
+
+
+def test_gqa_heads_that_dont_divide_are_refused_before_launch(modules):
+    """flash_attn_bf16_d64 with Hq = 6 query heads over Hkv = 4 key/value heads (Hq % Hkv != 0,
+    where the kernel would write NaN): refused by the call's check of the spec's `requires`,
+    naming the relation and the sizes, before anything is launched."""
+    rng = np.random.default_rng()
+    q = rng.standard_normal((1, 6, 40, 64)).astype(bfloat16())
+    k, v = (rng.standard_normal((1, 4, 40, 64)).astype(bfloat16()) for _ in range(2))
+    with pytest.raises(ValueError, match=r"flash_attn_bf16_d64\(\): requires Hq % Hkv == 0, but Hq = 6, Hkv = 4"):
+        modules["flash_attention"].flash_attn_bf16_d64(q, k, v, 0.125)

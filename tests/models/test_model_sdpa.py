@@ -172,3 +172,20 @@ def test_sdpa_model_compiles(tmp_path):
     """The rewritten SDPA export compiles for CUDA with the kernels linked in."""
     report = compile_model(SDPA_BF16, [FLASH], tmp_path / "sdpa.vmfb")
     assert (tmp_path / "sdpa.vmfb").stat().st_size > 0 and len(report.replaced) == 9
+
+
+def test_a_kernel_whose_requires_the_model_breaks_is_not_taken(tmp_path):
+    """The causal kernel, its spec made to require Hq == Hkv (no grouped-query attention), is not
+    given the GQA function's attention (Hq = 4, Hkv = 2, static sizes), with the relation and the
+    sizes as the reason; the mask kernel (still Hq % Hkv == 0) takes it instead."""
+    causal = 'replaces = { op = "sdpa_causal"'
+    spec = FLASH.read_text().replace(f'requires = ["Hq % Hkv == 0"]\n{causal}', f'requires = ["Hq == Hkv"]\n{causal}')
+    (tmp_path / "mha.toml").write_text(spec.replace('source = "flash_attention.cu"', f'source = "{FLASH.parent / "flash_attention.cu"}"'))
+    d = _by_line(compile_model(SDPA_BF16, [tmp_path / "mha.toml"], dry_run=True))[_function_lines(SDPA_BF16)["gqa"]]
+    assert d.replaced and d.capability.label == "flash_attention.flash_attn_bf16_d64_mask"
+    from iree_dispatch.models.capability import load_kernels
+    from iree_dispatch.models.select import _fits_shapes
+
+    (cap,) = [c for c in load_kernels([tmp_path / "mha.toml"]).capabilities if c.label == "flash_attention.flash_attn_bf16_d64_causal"]
+    gqa_form = next(f for f in d.candidate.forms if f.kind == "sdpa_causal" and f.operands[1].shape == (1, 2, 16, 64))
+    assert _fits_shapes(gqa_form, cap, None, [], {})[0] == ("shape", "requires Hq == Hkv, the model's Hq = 4, Hkv = 2")

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from iree_dispatch.core.contract import FunctionDescription, ScalarDescription, TensorDescription
+from iree_dispatch.core.contract import FunctionDescription, Requirement, ScalarDescription, TensorDescription
 from iree_dispatch.runtime import KernelFunction, no_variant_message, runs_on
 
 DESCRIPTION = FunctionDescription(
@@ -114,3 +114,47 @@ def test_runtime_import_does_not_load_the_build_half():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+GQA = FunctionDescription(
+    name="attend",
+    function="attend",
+    inputs=(TensorDescription("q", "f32", ("B", "Hq")), TensorDescription("k", "f32", ("B", "Hkv")), TensorDescription("mask", "f32", ("MB",))),
+    outputs=(TensorDescription("out", "f32", ("B", "Hq")),),
+    requires=(Requirement("Hq % Hkv == 0", "requires Hq % Hkv == 0"), Requirement("MB == 1 or MB == B", "requires MB == 1 or MB == B")),
+)
+
+
+class _DirectLaunch:
+    """Stands in for a kernel's DirectLaunch: records each launch."""
+
+    prepared_calls = None
+
+    def __init__(self):
+        self.launched = []
+
+    def call(self, tensors, scalars, env, args=(), shared_memory=None, host_results=False):
+        self.launched.append(env)
+        return [np.zeros((env["B"], env["Hq"]), np.float32)]
+
+
+@pytest.mark.parametrize("path", ["iree", "direct"])
+def test_relations_the_spec_requires_are_checked_before_launch(path):
+    """Both ways of calling a kernel (through IREE, launched directly) refuse a call that breaks
+    a relation of its spec's `requires`, naming it and the sizes; calls that keep them run."""
+    recorder, direct = Recorder(), _DirectLaunch()
+    function = KernelFunction(GQA, recorder, device=None, direct=direct if path == "direct" else None)
+    launched = direct.launched if path == "direct" else recorder.calls
+    rng = np.random.default_rng()
+    b, hkv = (int(n) for n in rng.integers(2, 6, 2))
+    hq = hkv * int(rng.integers(1, 4))
+    with pytest.raises(ValueError, match=rf"attend\(\): requires Hq % Hkv == 0, but Hq = {hq + 1}, Hkv = {hkv}"):
+        function(f32(b, hq + 1), f32(b, hkv), f32(1))
+    with pytest.raises(ValueError, match=rf"attend\(\): requires MB == 1 or MB == B, but MB = {b + 1}, B = {b}"):
+        function(f32(b, hq), f32(b, hkv), f32(b + 1))
+    with pytest.raises(ValueError, match=r"attend\(\): requires Hq % Hkv == 0, which divides by zero for Hq = 4, Hkv = 0"):
+        function(f32(b, 4), f32(b, 0), f32(1))
+    assert launched == []
+    for mb in (1, b):
+        function(f32(b, hq), f32(b, hkv), f32(mb))
+    assert len(launched) == 2

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 import iree_dispatch
-from iree_dispatch.core.contract import REFLECTION_KEY, FunctionDescription, ScalarDescription, TensorDescription, read_description
+from iree_dispatch.core.contract import REFLECTION_KEY, FunctionDescription, Requirement, ScalarDescription, TensorDescription, read_description
 from iree_dispatch.core.errors import ContractError, DispatchError
 from iree_dispatch.frontend.spec import KernelSpec, ModuleSpec
 from iree_dispatch.frontend.spec_file import load_spec
@@ -71,6 +71,18 @@ def _call(*args):
         inputs=(TensorDescription("x", "f32", ("n",)), TensorDescription("y", "f32", ("n",))),
         scalars=(ScalarDescription("alpha", "float", "float", 4), ScalarDescription("count", "uint16_t", "uint", 2)),
         outputs=(),
+    )
+    KernelFunction(description, lambda *a: None, device=None)(*args)
+
+
+def _call_requiring(*args):
+    """A kernel of q [Hq] and k [Hkv] whose spec requires Hq % Hkv == 0."""
+    description = FunctionDescription(
+        name="attend",
+        function="attend",
+        inputs=(TensorDescription("q", "f32", ("Hq",)), TensorDescription("k", "f32", ("Hkv",))),
+        outputs=(),
+        requires=(Requirement("Hq % Hkv == 0", "requires Hq % Hkv == 0"),),
     )
     KernelFunction(description, lambda *a: None, device=None)(*args)
 
@@ -177,6 +189,11 @@ CASES = [
     Case("call: struct field out of its C type's range", lambda d: _call_struct(_f32(4), {"m": 4, "alpha": 1e39}), ValueError),
     Case("call: struct field disagreeing with a size it names", lambda d: _call_struct(_f32(4), {"m": 5, "alpha": 1.0}), ValueError),
     Case("call: vector argument with the wrong number of lanes", lambda d: _call_struct(_f32(4), {"m": 4, "alpha": 1.0}, (1.0, 2.0, 3.0)), ValueError),
+    Case("requires: not a relation", lambda d: _declare(d, MUL, requires=["n % 4"]), DispatchError),
+    Case("requires: a name no input dim or argument defines", lambda d: _declare(d, MUL, requires=["n % m == 0"]), DispatchError),
+    Case("requires: 'and' inside one relation", lambda d: _spec_file(
+        d, "[[kernel]]\nname = 'mul'\nsource = 'mul.cu'\nblock = [64]\ngrid = ['n']\nshape = ['n']\nrequires = ['n >= 1 and n <= 8']\n"), DispatchError),
+    Case("call: a relation the kernel requires doesn't hold", lambda d: _call_requiring(_f32(6), _f32(4)), ValueError),
     Case("call: wrong dtype", lambda d: _call(_f32(4).astype(np.float64), _f32(4), 1.0, 2), TypeError),
     Case("call: shapes that must match don't", lambda d: _call(_f32(4), _f32(5), 1.0, 2), ValueError),
     Case("call: wrong rank", lambda d: _call(np.ones((2, 2), np.float32), _f32(4), 1.0, 2), ValueError),
