@@ -1,13 +1,18 @@
-// bf16 GEMM with the right operand as stored by a Linear's weight ("NT"), bf16 result:
+// bf16 GEMM with the right operand as stored by a Linear's weight ("NT"), bf16 result, or that
+// result widened to f32:
 //
-//     c[M, N] = bf16(a[M, K] @ b[N, K]^T)
+//     gemm_nt_bf16:         c[M, N] = bf16(a[M, K] @ b[N, K]^T)
+//     gemm_nt_bf16_f32out:  c[M, N] = f32(bf16(a[M, K] @ b[N, K]^T))
 //
 // a [M, K] and b [N, K] row-major (b is a Linear's weight, or an LM head's tied embedding
 // [vocab, hidden], read as it is: no transpose), c [M, N] row-major. Any M, N, K >= 1.
 //
 // Numerics: bf16 tensor cores with f32 accumulation, and one rounding of the f32 sum to bf16
 // (round to nearest even) when c is stored. That is a bf16 model's matmul as IREE imports it:
-// accumulated in f32, then narrowed to bf16 by the model's own truncf.
+// accumulated in f32, then narrowed to bf16 by the model's own truncf. gemm_nt_bf16_f32out writes
+// the same bf16 values widened to f32 (exact): an LM head whose bf16 logits the model converts to
+// f32 (`.float()`, an extf), without a bf16 copy of c written and read again. Both entry points are
+// one body, c's element type a template parameter (the bf16 one compiles as it did alone).
 //
 // One launch shape for both bodies (the spec declares block and grid per kernel): 384 threads
 // per block, a 1-D grid of 2 * max(min(U, 264), ceildiv(U, 8)) blocks with
@@ -26,10 +31,11 @@
 //   * warpgroups 1 and 2 each multiply a 64 x 256 half of the tile (wgmma.m64n256k16, f32
 //     accumulators in registers) and, at the tile's end, write it rounded to bf16 into a staging
 //     buffer in shared memory, then go on to the next tile;
-//   * warps 1 to 3 of warpgroup 0 copy the staged tile to c. c's rows are only 2-byte aligned
-//     with N odd (and IREE's bindings only element-aligned), so the copy goes by 16-byte chunks
-//     aligned in c: each staged row is read shifted by its own misalignment, whole chunks are
-//     16-byte stores and the partial ones at the row's ends element stores.
+//   * warps 1 to 3 of warpgroup 0 copy the staged tile to c. c's rows are only element-aligned
+//     with N odd (and so are IREE's bindings), so the copy goes by 16-byte chunks aligned in c
+//     (8 bf16 or 4 floats): each staged row is read shifted by its own misalignment, whole chunks
+//     are 16-byte stores and the partial ones at the row's ends element stores. The staged tile
+//     is bf16 for a float c too (widened on the copy), so both take the same shared memory.
 //   Tensor maps: IREE passes only buffers and 32-bit constants, so the maps are built on the
 //   device (tensormap.replace) by the cluster's first block and published in global memory, in
 //   two 128-byte aligned slots of c inside a tile that block owns: the tile it stores last, after
@@ -40,8 +46,8 @@
 //   their registers: correct for any shape, not tuned.
 // - everything else (sm_80 ...): mma.sync m16n8k16 on 128 x 128 tiles, see namespace ampere.
 //
-// Stores (both bodies): rows past M and columns past N are never written; a 4-byte bf16x2 or
-// 16-byte store only where the address is aligned for it and every element is inside N.
+// Stores (both bodies): rows past M and columns past N are never written; a 4-byte bf16x2 (8-byte
+// float2) or 16-byte store only where the address is aligned for it and every element is inside N.
 #include <cstdint>
 #include <cuda_bf16.h>
 
@@ -55,11 +61,27 @@ using namespace sm90_pipeline;  // smem_addr, mbarriers, cluster, TMA loads, loa
 
 constexpr int THREADS = 384;
 
-// c[row, col] and c[row, col + 1] (when inside M and N), rounded to bf16.
-__device__ __forceinline__ void store_pair(bf16* c, int M, int N, int row, int col, float v0, float v1) {
+// c's element type Out: bf16 (gemm_nt_bf16), or float holding the bf16-rounded value
+// (gemm_nt_bf16_f32out: the model's truncf and then extf, exact). Every result is rounded to bf16
+// once either way; with float the rounded value is written widened.
+template <typename Out>
+constexpr bool kWidened = sizeof(Out) == 4;
+
+// c[row, col] and c[row, col + 1] (when inside M and N), rounded to bf16 (and widened back for a
+// float c).
+template <typename Out>
+__device__ __forceinline__ void store_pair(Out* c, int M, int N, int row, int col, float v0, float v1) {
   if (row >= M || col >= N) return;
-  bf16* p = c + static_cast<size_t>(row) * N + col;
-  if (col + 1 < N && (reinterpret_cast<uintptr_t>(p) & 3) == 0) {
+  Out* p = c + static_cast<size_t>(row) * N + col;
+  if constexpr (kWidened<Out>) {
+    const float r0 = __bfloat162float(__float2bfloat16_rn(v0)), r1 = __bfloat162float(__float2bfloat16_rn(v1));
+    if (col + 1 < N && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+      *reinterpret_cast<float2*>(p) = make_float2(r0, r1);
+    } else {
+      p[0] = r0;
+      if (col + 1 < N) p[1] = r1;
+    }
+  } else if (col + 1 < N && (reinterpret_cast<uintptr_t>(p) & 3) == 0) {
     *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);  // .x (low address) = v0
   } else {
     p[0] = __float2bfloat16_rn(v0);
@@ -85,13 +107,19 @@ constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 // 8 distinct 4-bank groups.
 constexpr int STG_PITCH = 560;
 constexpr int STG_HALF = (BM / 2) * STG_PITCH;
-constexpr int STG_CHUNKS = BN / 8 + 1;  // 16-byte chunks of c a staged row can touch
-constexpr int STORE_THREADS = 96;       // warps 1 to 3
+// 16-byte chunks of c a staged row can touch: of 8 bf16 elements, or of 4 floats (the staged tile
+// is bf16 either way: the values are bf16 already, and a float tile would not fit beside the
+// stages; the copy to c widens them).
+template <typename Out>
+constexpr int STG_CHUNKS = BN / (16 / int(sizeof(Out))) + 1;
+constexpr int STORE_THREADS = 96;  // warps 1 to 3
 // + 1024: the dynamic shared memory base is only 16-byte aligned; swizzled tiles need 1024.
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + BM * STG_PITCH + 1024;  // 220160
 static_assert(THREADS == 3 * 128, "warpgroup 0 loads and stores, warpgroups 1 and 2 multiply");
-static_assert((BM / 2) * STG_CHUNKS % STORE_THREADS == 0, "a staged half divides among the store threads");
-static_assert(STG_PITCH % 16 == 0 && STG_PITCH >= 16 * (STG_CHUNKS + 1), "slots 0 .. STG_CHUNKS of a staged row");
+// (A float c's 64 x 65 chunks leave the last round of a half to one warp: 4160 = 43 x 96 + 32.)
+static_assert((BM / 2) * STG_CHUNKS<bf16> % STORE_THREADS == 0, "a staged half divides among the store threads");
+static_assert(STG_PITCH % 16 == 0 && STG_PITCH >= 16 * (STG_CHUNKS<bf16> + 1), "slots 0 .. STG_CHUNKS of a staged row");
+static_assert(STG_PITCH >= 8 * (STG_CHUNKS<float> + 2), "a float c's chunk j reads staged bytes 8 j + 8 .. 8 j + 23");
 
 // d[128] (+)= A(desc) * B(desc) for one m64n256k16 tile, both operands K-major (no transpose);
 // scale_d 0 overwrites d (a tile's first product). Generated operand lists.
@@ -189,7 +217,8 @@ struct MapHome {
   uint8_t* a;
   uint8_t* b;
 };
-__device__ __forceinline__ MapHome map_home(bf16* c, int M, int N, int m0, int n0) {
+template <typename Out>
+__device__ __forceinline__ MapHome map_home(Out* c, int M, int N, int m0, int n0) {
   MapHome home{nullptr, nullptr};
   if (m0 >= M) return home;
   const int rows = min(BM, M - m0);
@@ -201,7 +230,7 @@ __device__ __forceinline__ MapHome map_home(bf16* c, int M, int N, int m0, int n
   }
   const int cols = min(BN, N - n0);
   for (int r = 0; r < rows && home.b == nullptr; ++r) {
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(c + size_t(m0 + r) * N + n0), end = begin + 2 * uintptr_t(cols);
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(c + size_t(m0 + r) * N + n0), end = begin + sizeof(Out) * uintptr_t(cols);
     for (uintptr_t slot = (begin + 127) & ~uintptr_t(127); slot + 128 <= end && home.b == nullptr; slot += 128) {
       if (home.a == nullptr) home.a = reinterpret_cast<uint8_t*>(slot);
       else home.b = reinterpret_cast<uint8_t*>(slot);
@@ -230,6 +259,50 @@ __device__ __forceinline__ void build_tensor_maps(uint64_t (&staging)[2][16], co
                : "memory");
 }
 
+// The 16 bytes of c's chunk j of a staged row (row_base: its shared address; e: the row's part of
+// the tile starts e elements into a 16-byte chunk of c) into o, low address first: elements
+// x0 = 8 j - e .. x0 + 7 as bf16 pairs, or x0 = 4 j - e .. x0 + 3 widened to floats (a bf16's
+// float has the same high 16 bits, and zeros below). Staged element x lies at byte 16 + 2 x.
+template <typename Out>
+__device__ __forceinline__ void staged_chunk(uint32_t row_base, int j, int e, uint32_t (&o)[4]) {
+  if constexpr (kWidened<Out>) {
+    // Bytes 8 j + 8 .. 8 j + 23 (8-byte aligned) hold elements 4 j - 4 .. 4 j + 3; x0 is their
+    // element 4 - e.
+    uint32_t w[5];
+    const uint32_t src = row_base + 8 * j + 8;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(w[0]), "=r"(w[1]) : "r"(src) : "memory");
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(w[2]), "=r"(w[3]) : "r"(src + 8) : "memory");
+    w[4] = 0;
+    const int first = 4 - e, words = first >> 1;  // words 0 .. 2
+#pragma unroll
+    for (int k = 0; k < 3; ++k) w[k] = (words & 2) ? w[k + 2] : w[k];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = (words & 1) ? w[k + 1] : w[k];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t pair = (first & 1) ? __funnelshift_r(w[k], w[k + 1], 16) : w[k];
+      o[2 * k] = pair << 16;
+      o[2 * k + 1] = pair & 0xFFFF0000u;
+    }
+  } else {
+    // Staged slots j and j + 1 hold elements 8 j - 8 .. 8 j + 7; x0 is element 8 - e of them.
+    uint32_t w[9];
+    const uint32_t src = row_base + 16 * j;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(src) : "memory");
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[4]), "=r"(w[5]), "=r"(w[6]), "=r"(w[7]) : "r"(src + 16) : "memory");
+    w[8] = 0;
+    const int first = 8 - e, words = first >> 1;  // words 0 .. 4
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = (words & 4) ? w[k + 4] : w[k];
+#pragma unroll
+    for (int k = 0; k < 6; ++k) w[k] = (words & 2) ? w[k + 2] : w[k];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[k] = (words & 1) ? w[k + 1] : w[k];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o[k] = (first & 1) ? __funnelshift_r(w[k], w[k + 1], 16) : w[k];
+  }
+}
+
 // The work of a cluster: units first, first + stride, ... (count of them), unit u being rows
 // [256 (u % pairs_m), + 256) and columns [256 (u / pairs_m), + 256) of c; the block of rank r
 // takes the unit's rows 128 r .. 128 r + 127. Strided, so that the clusters running at once work
@@ -249,7 +322,8 @@ struct Work {
   }
 };
 
-__device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __restrict__ b, bf16* __restrict__ c, int M, int N, int K, uint8_t* smem_raw) {
+template <typename Out>
+__device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __restrict__ b, Out* __restrict__ c, int M, int N, int K, uint8_t* smem_raw) {
   __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES], staged[2], drained[2], maps_free;
   __shared__ __align__(128) uint64_t map_staging[2][16];
   // Same offset in every block: multicast copies land at the address each block reads.
@@ -339,32 +413,24 @@ __device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __re
         const int cols = min(BN, N - n0);
         for (int h = 0; h < 2; ++h) {
           mbar_wait(smem_addr(&staged[h]), i & 1);
-          for (int id = st; id < (BM / 2) * STG_CHUNKS; id += STORE_THREADS) {
-            const int r = id / STG_CHUNKS, j = id % STG_CHUNKS, row = m0 + h * (BM / 2) + r;
+          for (int id = st; id < (BM / 2) * STG_CHUNKS<Out>; id += STORE_THREADS) {
+            const int r = id / STG_CHUNKS<Out>, j = id % STG_CHUNKS<Out>, row = m0 + h * (BM / 2) + r;
             if (row >= M) continue;
-            bf16* p = c + size_t(row) * N + n0;
-            // Chunk j of the row: c's 16-byte aligned chunk holding elements x0 .. x0 + 7 of
+            Out* p = c + size_t(row) * N + n0;
+            // Chunk j of the row: c's 16-byte aligned chunk holding elements x0 .. x0 + PER - 1 of
             // the row's part of the tile (x0 < 0 where the part starts mid-chunk).
-            const int e = int(reinterpret_cast<uintptr_t>(p) >> 1) & 7, x0 = 8 * j - e;
-            if (x0 + 8 <= 0 || x0 >= cols) continue;
-            // Staged slots j and j + 1 hold elements 8 j - 8 .. 8 j + 7; x0 is element 8 - e of them.
-            uint32_t w[9];
-            const uint32_t src = stg + h * STG_HALF + r * STG_PITCH + 16 * j;
-            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(src) : "memory");
-            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[4]), "=r"(w[5]), "=r"(w[6]), "=r"(w[7]) : "r"(src + 16) : "memory");
-            w[8] = 0;
-            const int first = 8 - e, words = first >> 1;  // words 0 .. 4
-#pragma unroll
-            for (int k = 0; k < 4; ++k) w[k] = (words & 4) ? w[k + 4] : w[k];
-#pragma unroll
-            for (int k = 0; k < 6; ++k) w[k] = (words & 2) ? w[k + 2] : w[k];
-#pragma unroll
-            for (int k = 0; k < 8; ++k) w[k] = (words & 1) ? w[k + 1] : w[k];
+            constexpr int PER = 16 / int(sizeof(Out));
+            const int e = int(reinterpret_cast<uintptr_t>(p) / sizeof(Out)) & (PER - 1), x0 = PER * j - e;
+            if (x0 + PER <= 0 || x0 >= cols) continue;
             uint32_t o[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) o[k] = (first & 1) ? __funnelshift_r(w[k], w[k + 1], 16) : w[k];
-            if (x0 >= 0 && x0 + 8 <= cols) {
+            staged_chunk<Out>(stg + h * STG_HALF + r * STG_PITCH, j, e, o);
+            if (x0 >= 0 && x0 + PER <= cols) {
               asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p + x0), "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3]) : "memory");
+            } else if constexpr (kWidened<Out>) {
+              uint32_t* q = reinterpret_cast<uint32_t*>(p);
+#pragma unroll
+              for (int k = 0; k < 4; ++k)
+                if (x0 + k >= 0 && x0 + k < cols) q[x0 + k] = o[k];
             } else {
               uint16_t* q = reinterpret_cast<uint16_t*>(p);
 #pragma unroll
@@ -529,7 +595,8 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int r0, i
   }
 }
 
-__device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __restrict__ b, bf16* __restrict__ c, int M, int N, int K, uint8_t* smem_raw) {
+template <typename Out>
+__device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __restrict__ b, Out* __restrict__ c, int M, int N, int K, uint8_t* smem_raw) {
   // Stage s: a's tile at sA + s * TILE_ELEMS, b's at sB + s * TILE_ELEMS.
   bf16* const sA = reinterpret_cast<bf16*>(smem_raw);
   bf16* const sB = sA + 2 * TILE_ELEMS;
@@ -625,20 +692,37 @@ constexpr int SMEM_BYTES = ampere::SMEM_BYTES;
 #define GEMM_NT_CLUSTER_DIMS
 #endif
 
-// Launch (kernels/gemm_nt.toml): block 384, grid (2 * max(min(U, 264), ceildiv(U, 8))) with
-// U = ceildiv(M, 256) * ceildiv(N, 256) (any even grid is correct), dynamic shared memory
-// gemm_nt::SMEM_BYTES of the arch: 220160 on sm_90a, 40960 otherwise.
-extern "C" __global__ void GEMM_NT_CLUSTER_DIMS __launch_bounds__(384, 1)
-gemm_nt_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, __nv_bfloat16* __restrict__ c, int M, int N, int K) {
+namespace gemm_nt {
+// The body of both entry points, c of element type Out (bf16, or float for the widened result).
+template <typename Out>
+__device__ __forceinline__ void gemm(const bf16* __restrict__ a, const bf16* __restrict__ b, Out* __restrict__ c, int M, int N, int K) {
   extern __shared__ __align__(16) uint8_t gemm_nt_smem[];
   // A launch with less dynamic shared memory than the tiles need (a spec out of step with this
   // file) would corrupt memory silently: fail the launch instead.
   uint32_t dynamic_smem;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
-  if (dynamic_smem < uint32_t(gemm_nt::SMEM_BYTES)) __trap();
+  if (dynamic_smem < uint32_t(SMEM_BYTES)) __trap();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  gemm_nt::hopper::run(a, b, c, M, N, K, gemm_nt_smem);
+  hopper::run(a, b, c, M, N, K, gemm_nt_smem);
 #else
-  gemm_nt::ampere::run(a, b, c, M, N, K, gemm_nt_smem);
+  ampere::run(a, b, c, M, N, K, gemm_nt_smem);
 #endif
+}
+}  // namespace gemm_nt
+
+// Launch (kernels/gemm_nt.toml), the same for both: block 384, grid
+// (2 * max(min(U, 264), ceildiv(U, 8))) with U = ceildiv(M, 256) * ceildiv(N, 256) (any even grid
+// is correct), dynamic shared memory gemm_nt::SMEM_BYTES of the arch: 220160 on sm_90a, 40960
+// otherwise (a float c is staged as bf16 too: no more shared memory).
+extern "C" __global__ void GEMM_NT_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_nt_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, __nv_bfloat16* __restrict__ c, int M, int N, int K) {
+  gemm_nt::gemm(a, b, c, M, N, K);
+}
+
+// c[M, N] = f32(bf16(a @ b^T)): the bf16 result, rounded as gemm_nt_bf16 rounds it, written
+// widened to f32 (a bf16 model's logits followed by `.float()`: its truncf and extf in one
+// kernel, bit for bit the same as gemm_nt_bf16 and then the conversion).
+extern "C" __global__ void GEMM_NT_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_nt_bf16_f32out(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+  gemm_nt::gemm(a, b, c, M, N, K);
 }

@@ -1,7 +1,7 @@
-"""The NT GEMM (kernels/gemm_nt.cu, gemm_nt_bf16) on the CPU: ptxas reports no spills for either
-body, the specs' launch shape agrees with the kernel (block, even grid, per-arch shared memory the
-kernel checks against), and the model-rewrite copy of the spec launches it the same way. Runs on
-a GPU: tests/library/test_gpu_gemm_nt.py."""
+"""The NT GEMM (kernels/gemm_nt.cu, gemm_nt_bf16 and gemm_nt_bf16_f32out) on the CPU: ptxas reports
+no spills for either body of either entry point, the specs' launch shape agrees with the kernel
+(block, even grid, per-arch shared memory the kernel checks against), and the model-rewrite copy
+of the spec launches it the same way. Runs on a GPU: tests/library/test_gpu_gemm_nt.py."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ SPEC = ROOT / "kernels" / "gemm_nt.toml"
 ARCHS = ("sm_90a", "sm_80")
 
 
-def _kernel(path):
+ENTRY_POINTS = ("gemm_nt_bf16", "gemm_nt_bf16_f32out")
+
+
+def _kernel(path, name="gemm_nt_bf16"):
     spec = tomllib.loads(path.read_text())
-    (kernel,) = [k for k in spec["kernel"] if k["name"] == "gemm_nt_bf16"]
+    (kernel,) = [k for k in spec["kernel"] if k["name"] == name]
     return spec["module"], kernel
 
 
@@ -42,7 +45,7 @@ def test_no_spills(tmp_path):
     for arch in ARCHS:
         log, _ = _nvcc(tmp_path, arch, "cubin")
         spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-        assert len(spills) == 1 and spills[0] == ("0", "0"), log
+        assert spills == [("0", "0")] * len(ENTRY_POINTS), log
         # 384 threads, one block per SM: 168 registers at most (65536 / 384, in steps of 8).
         assert all(int(n) <= 168 for n in re.findall(r"Used (\d+) registers", log)), log
         assert "C7515" not in log, log  # wgmma serialized by ptxas
@@ -51,20 +54,26 @@ def test_no_spills(tmp_path):
 @needs_build_tools
 def test_spec_shared_memory_is_what_the_kernel_checks(tmp_path):
     """Each arch's shared_memory is that body's SMEM_BYTES: the kernel traps below it (the PTX's
-    comparison of %dynamic_smem_size), and more would only waste the SM's shared memory."""
-    _, kernel = _kernel(SPEC)
+    comparison of %dynamic_smem_size), and more would only waste the SM's shared memory. Both
+    entry points check the same size (a float c is staged as bf16 too)."""
     for arch in ARCHS:
         _, ptx = _nvcc(tmp_path, arch, "ptx")
-        compare = re.search(r"%dynamic_smem_size;[^$]*?setp\.(\w+)\.u32\s+%p\d+, %r\d+, (\d+);", ptx)
-        assert compare, ptx[:2000]
-        op, value = compare.group(1), int(compare.group(2))
-        assert (op, value) in (("gt", kernel["shared_memory"][arch] - 1), ("lt", kernel["shared_memory"][arch])), (arch, op, value)
+        for name in ENTRY_POINTS:
+            _, kernel = _kernel(SPEC, name)
+            body = ptx[ptx.index(f".entry {name}("):]
+            compare = re.search(r"%dynamic_smem_size;[^$]*?setp\.(\w+)\.u32\s+%p\d+, %r\d+, (\d+);", body)
+            assert compare, body[:2000]
+            op, value = compare.group(1), int(compare.group(2))
+            assert (op, value) in (("gt", kernel["shared_memory"][arch] - 1), ("lt", kernel["shared_memory"][arch])), (name, arch, op, value)
 
 
 def test_spec_launch_and_what_it_replaces():
     module, kernel = _kernel(SPEC)
     assert module["archs"] == list(ARCHS)
     assert kernel["replaces"] == {"op": "matmul_nt", "accumulate": "f32"}
+    _, widened = _kernel(SPEC, "gemm_nt_bf16_f32out")  # the same launch, its result widened to f32
+    assert widened["replaces"] == {"op": "matmul_nt+extf", "accumulate": "f32"}
+    assert {k: v for k, v in widened.items() if k not in ("name", "replaces")} == {k: v for k, v in kernel.items() if k not in ("name", "replaces")}
     assert kernel["block"] == [384]
     assert kernel["shared_memory"]["sm_90a"] <= 227 * 1024 - 1024  # with the kernel's static barriers and map staging
     assert kernel["shared_memory"]["sm_80"] <= 99 * 1024  # sm_86 and sm_89 run the sm_80 cubin or PTX

@@ -1,7 +1,10 @@
-"""On a CUDA device: the NT GEMM (kernels/gemm_nt.toml, gemm_nt_bf16) against its float64
-reference, through IREE (iree_dispatch.runtime).
+"""On a CUDA device: the NT GEMM (kernels/gemm_nt.toml, gemm_nt_bf16 and gemm_nt_bf16_f32out)
+against its float64 reference, through IREE (iree_dispatch.runtime).
 
-c[M, N] = bf16(a[M, K] @ b[N, K]^T), f32 accumulation, one rounding. Sizes: 1 x 1 x 1, sizes
+c[M, N] = bf16(a[M, K] @ b[N, K]^T), f32 accumulation, one rounding; gemm_nt_bf16_f32out writes
+the same values widened to f32 (checked against the same bound, every element a bf16 value, and
+bit for bit the widened result of gemm_nt_bf16 from the same module: one body, the same sums; N = 7
+and 1 give rows of c every 4-byte offset of a 16-byte chunk). Sizes: 1 x 1 x 1, sizes
 that are not multiples of the tiles (sm_90a 128 x 256 x 64, sm_80 128 x 128 x 32), N odd (rows of
 c not 4-byte aligned every other row), K not a multiple of 8 (the element loads of a and b),
 multiples of the tiles, and GPT-2 small's LM head (8192 x 50257 x 768) and a short batch of it
@@ -57,9 +60,10 @@ def inputs(m: int, n: int, k: int, seed=None):
     return a, b
 
 
-def check(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
+def check(got: np.ndarray, a: np.ndarray, b: np.ndarray, dtype=None) -> str:
     m, n = a.shape[0], b.shape[0]
-    assert got.shape == (m, n) and got.dtype == bfloat16(), (got.shape, got.dtype)
+    dtype = bfloat16() if dtype is None else dtype
+    assert got.shape == (m, n) and got.dtype == dtype, (got.shape, got.dtype)
     abs_b64 = np.abs(b.astype(np.float64))
     worst = 0.0
     for r0 in range(0, m, CHUNK):
@@ -80,6 +84,28 @@ def run_three_ways(modules, a, b) -> list[str]:
     for module in ("gemm_nt_poisonable", "gemm_nt_sm80_ptx_poisonable"):
         poisoned = np.full((a.shape[0], b.shape[0]), np.nan, bfloat16())
         reports.append(check(getattr(modules[module], NAME)(a, b, poisoned), a, b))
+    return reports
+
+
+WIDENED = "gemm_nt_bf16_f32out"
+
+
+def run_widened_three_ways(modules, a, b) -> list[str]:
+    """gemm_nt_bf16_f32out the three ways (poisoned with NaN where c is passed in): within the
+    bound, every element a bf16 value, and the same module's gemm_nt_bf16 result widened, bit for bit."""
+    shape, reports = (a.shape[0], b.shape[0]), []
+    for module in ("gemm_nt", "gemm_nt_poisonable", "gemm_nt_sm80_ptx_poisonable"):
+        widened, narrow = getattr(modules[module], WIDENED), getattr(modules[module], NAME)
+        if module == "gemm_nt":
+            got, want = widened(a, b), narrow(a, b)
+        else:
+            got, want = widened(a, b, np.full(shape, np.nan, np.float32)), narrow(a, b, np.full(shape, np.nan, bfloat16()))
+        reports.append(check(got, a, b, np.float32))
+        assert np.array_equal(got.astype(bfloat16()).astype(np.float32), got), f"{module}: values that are not bf16"
+        same = got.view(np.uint32) == want.astype(np.float32).view(np.uint32)
+        if not same.all():
+            i, j = np.argwhere(~same)[0]
+            pytest.fail(f"{module}: {int((~same).sum())} elements differ from gemm_nt_bf16's, first at [{i}, {j}]: {got[i, j]} vs {want[i, j]}")
     return reports
 
 
@@ -107,9 +133,24 @@ def test_gemm_nt_matches_float64(modules, m, n, k):
     print(f"\n{NAME} {m}x{n}x{k}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
 
 
+# The same shapes for the f32 result (its store path: 16-byte chunks of 4 floats, rows of c at
+# every 4-byte offset), and N = 7 on both paths: 517 x 7 x 64 (TMA, the tile spanning whole rows),
+# 9 x 7 x 5 (the fallback).
+WIDENED_SIZES = [*SIZES, (517, 7, 64), (9, 7, 5), (1, 7, 8)]
+
+
+@pytest.mark.parametrize("m, n, k", WIDENED_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in WIDENED_SIZES])
+def test_gemm_nt_f32out_matches_float64(modules, m, n, k):
+    a, b = inputs(m, n, k)
+    reports = run_widened_three_ways(modules, a, b)
+    print(f"\n{WIDENED} {m}x{n}x{k}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
 @pytest.mark.parametrize("m", [64, 8192])
-def test_gpt2_lm_head(modules, m):
-    """GPT-2 small's LM head: hidden 768, vocabulary 50257 (odd), m = batch x tokens (8 x 1024)."""
+@pytest.mark.parametrize("name", [NAME, WIDENED])
+def test_gpt2_lm_head(modules, m, name):
+    """GPT-2 small's LM head: hidden 768, vocabulary 50257 (odd), m = batch x tokens (8 x 1024);
+    its logits in bf16, or widened to f32 (`logits.float()`)."""
     a, b = inputs(m, 50257, 768)
-    reports = run_three_ways(modules, a, b)
-    print(f"\n{NAME} LM head {m}x50257x768: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+    reports = (run_three_ways if name == NAME else run_widened_three_ways)(modules, a, b)
+    print(f"\n{name} LM head {m}x50257x768: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")

@@ -483,7 +483,7 @@ def _spec(tmp_path, replaces: str, shapes='{ a = ["M", "K"], b = ["K", "N"], c =
 @pytest.mark.parametrize(
     "replaces, message",
     [
-        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'matmul+bias+gelu', 'matmul+bias+gelu_erf', 'matmul_nt', 'batch_matmul', "
+        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'matmul+bias+gelu', 'matmul+bias+gelu_erf', 'matmul_nt+extf', 'matmul_nt', 'batch_matmul', "
          "'softmax', 'layernorm', 'rmsnorm', 'attention', 'attention_qkv', 'sdpa', 'sdpa_causal', 'sdpa_mask', 'sdpa_qkv', 'sdpa_qkv_causal', "
          "'sdpa_qkv_mask', 'swiglu', got 'conv'"),
         ('{ op = "batch_matmul" }', "replaces 'batch_matmul' needs input tensors of ranks [3, 3] in parameter order; the kernel's inputs have ranks [2, 2]"),
@@ -625,22 +625,52 @@ def test_lm_head_as_matmul_nt():
     """torch's linear(x, w) without bias in bf16: the matmul of x with w transposed (broadcast over
     the batch on 3-D input), accumulated in f32 and rounded to bf16, is one call of the NT GEMM,
     which reads w as stored and writes the rounded result: any N (77) and K (13), no
-    --allow-wider-accumulation (the model's own numerics)."""
+    --allow-wider-accumulation (the model's own numerics). The head's logits, converted to f32 by
+    the model, are written as f32 by gemm_nt_bf16_f32out (matmul_nt+extf)."""
     r = _dry("lm_head_bf16.torch.mlir", kernels=[GEMM, GEMM_NT])
-    assert _by_kernel(r) == [("batch_matmul", "matmul_nt", "gemm_nt.gemm_nt_bf16"), ("matmul", "matmul_nt", "gemm_nt.gemm_nt_bf16")]
+    assert _by_kernel(r) == [("batch_matmul", "matmul_nt+extf", "gemm_nt.gemm_nt_bf16_f32out"), ("matmul", "matmul_nt", "gemm_nt.gemm_nt_bf16")]
     head, proj = r.replaced
+    assert head.form.result_dtype == "f32" and head.form.compute == "f32" and head.narrow_to is None
     assert head.form.operands[0].shape == (10, 32) and head.form.operands[1].shape == (77, 32) and head.form.result_shape == (10, 77)
     assert proj.form.operands[1].shape == (77, 13) and proj.form.result_dtype == "bf16" and proj.narrow_to is None
     assert "its rhs is a transposed [N, K] matrix, read as it is stored (the transpose is not computed)" in head.notes
     assert "with the bf16 rounding of its f32 result: one rounding, as the model's truncf" in head.notes
     text = r.text()
-    assert "#1 batch_matmul 2x5x32 @ 2x32x77 bf16 x bf16 -> 2x5x77 f32 at lm_head_bf16.torch.mlir:4 -> gemm_nt.gemm_nt_bf16 (as matmul_nt)" in text
+    assert "#1 batch_matmul 2x5x32 @ 2x32x77 bf16 x bf16 -> 2x5x77 f32 at lm_head_bf16.torch.mlir:4 -> gemm_nt.gemm_nt_bf16_f32out (as matmul_nt+extf)" in text
     # Without the NT kernel: gemm_bf16 needs N and K multiples of 8.
     r = _dry("lm_head_bf16.torch.mlir", kernels=[GEMM])
     assert _reasons(r)[0][0] == ("shape", "gemm.gemm_bf16: needs N % 8 == 0, the model's N = 77")
     _, program = rewrite_model(MODELS / "lm_head_bf16.torch.mlir", [GEMM_NT])
-    assert program.count("func.call @gemm_nt.gemm_nt_bf16(") == 2
+    assert program.count("func.call @gemm_nt.gemm_nt_bf16(") == 1 and program.count("func.call @gemm_nt.gemm_nt_bf16_f32out(") == 1
     assert "(tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>" in program
+    assert "(tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xf32>" in program
+
+
+EXTF_NOTE = "with the f32 widening of its bf16 result (the model's extf; the kernel writes the rounded values in f32)"
+
+
+def test_f32_logits_as_matmul_nt_extf(tmp_path):
+    """The bf16 logits widened to f32 (truncf then extf, each the only use of the one before): one
+    call of gemm_nt_bf16_f32out, the same computation (no --allow-wider-accumulation). Where the
+    bf16 logits have another use, or are widened to f64, gemm_nt_bf16 writes them and IREE widens
+    them; with no kernel declaring matmul_nt+extf, gemm_nt_bf16 and a note of what is left."""
+    r = _dry("matmul_nt_extf.mlir", kernels=[GEMM_NT])
+    assert _by_kernel(r) == [("batch_matmul", "matmul_nt+extf", "gemm_nt.gemm_nt_bf16_f32out"), ("matmul", "matmul_nt", "gemm_nt.gemm_nt_bf16"),
+                             ("matmul", "matmul_nt", "gemm_nt.gemm_nt_bf16")]
+    head, used, f64 = r.replaced
+    assert head.form.operands[0].shape == (10, 32) and head.form.operands[1].shape == (77, 32) and head.form.result_shape == (10, 77)
+    assert EXTF_NOTE in head.notes and "with the bf16 rounding of its f32 result: one rounding, as the model's truncf" in head.notes
+    assert [f.kind for f in used.candidate.forms if f.kind.startswith("matmul_nt")] == ["matmul_nt"]  # the bf16 logits are returned too
+    assert EXTF_NOTE not in used.notes and used.form.result_dtype == "bf16"
+    assert "not as matmul_nt+extf: gemm_nt.gemm_nt_bf16_f32out: writes f32, the model's result is f64" in f64.notes
+    _, program = rewrite_model(MODELS / "matmul_nt_extf.mlir", [GEMM_NT])
+    assert program.count("func.call @gemm_nt.gemm_nt_bf16_f32out(") == 1 and program.count("func.call @gemm_nt.gemm_nt_bf16(") == 2
+    # Only gemm_nt_bf16 declared: the head as matmul_nt, its widening left to IREE.
+    spec = tmp_path / "gemm_nt.toml"
+    spec.write_text(GEMM_NT.read_text().split("\n# The same GEMM writing")[0].replace('source = "gemm_nt.cu"', f'source = "{LIBRARY_DIR / "gemm_nt.cu"}"'))
+    r = _dry("matmul_nt_extf.mlir", kernels=[spec])
+    assert [k for _, k, _ in _by_kernel(r)] == ["matmul_nt"] * 3
+    assert "its widening back to f32 is left to IREE (no kernel declares matmul_nt+extf for it)" in r.replaced[0].notes
 
 
 def test_matmul_nt_refusals_say_why():
@@ -668,9 +698,9 @@ def test_matmul_nt_shapes_must_say_it(tmp_path):
 def test_compiled_lm_head_dispatches_the_nt_gemm(tmp_path):
     compile_model(MODELS / "lm_head_bf16.torch.mlir", [GEMM_NT], tmp_path / "h.vmfb", emit_mlir=tmp_path / "h.linked.mlir")
     dispatches = _flow_dispatches(tmp_path / "h.linked.mlir")
-    assert sum("gemm_nt_bf16" in d for d in dispatches) == 2
-    # What IREE still generates: the f32 cast of the logits, no matmul, transpose or rounding of ours.
-    assert not [d for d in dispatches if "gemm_nt" not in d and ("matmul" in d or "transpose" in d)], dispatches
+    assert sum("gemm_nt_bf16_f32out" in d for d in dispatches) == 1 and sum("gemm_nt_bf16" in d for d in dispatches) == 2
+    # Nothing of the head left to IREE: no matmul, transpose, rounding or f32 cast of the logits.
+    assert not [d for d in dispatches if "gemm_nt" not in d and ("matmul" in d or "transpose" in d or "bf16xf32" in d)], dispatches
 
 
 # ---- a folder of specs (--kernels kernels/) ----
@@ -726,7 +756,8 @@ def test_the_kernel_library_holds_the_benchmarks_kernels():
     replaces there; the batched bf16 GEMM does not (it made GPT-2 slower)."""
     labels = {c.label: c.op for c in load_kernels([LIBRARY_DIR]).capabilities}
     for label, op in {"gemm.gemm_bf16": "matmul", "gemm.gemm_bias_bf16": "matmul+bias", "gemm.gemm_bias_gelu_bf16": "matmul+bias+gelu",
-                      "gemm_nt.gemm_nt_bf16": "matmul_nt", "attention.attention_bf16": "attention", "attention.attention_qkv_bf16": "attention_qkv",
+                      "gemm_nt.gemm_nt_bf16": "matmul_nt", "gemm_nt.gemm_nt_bf16_f32out": "matmul_nt+extf",
+                      "attention.attention_bf16": "attention", "attention.attention_qkv_bf16": "attention_qkv",
                       "gemm_f32.gemm_f32": "matmul", "gemm_f32.gemm_nt_f32": "matmul_nt", "gemm_f32.gemm_batched_f32": "batch_matmul",
                       "library.softmax_warp_bf16": "softmax", "library.layernorm_warp_bf16": "layernorm", "library.rmsnorm_f32": "rmsnorm"}.items():
         assert labels.get(label) == op, label

@@ -23,6 +23,7 @@ from ..support.model_references import _compile_cpu, _random_args, _run, with_re
 
 MODELS = Path(__file__).parent
 FLASH = ROOT / "kernels" / "flash_attention.toml"
+GEMM_NT = ROOT / "kernels" / "gemm_nt.toml"
 CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf or at most half the lowest value elsewhere): the kernel's causal masking, the mask not read"
 ZERO_NOTE = "the mask is 0 everywhere (every query sees every key): the kernel without a mask, the mask not read"
 BROADCAST_NOTE = "the mask is read as 2x1x16x16, broadcast over its dims of size 1"
@@ -122,6 +123,35 @@ def test_default_exports_compile(tmp_path, name):
     report = compile_model(_model(name), [FLASH], tmp_path / "flash.vmfb")
     assert (tmp_path / "flash.vmfb").stat().st_size > 0
     assert len(report.replaced) == (0 if name.endswith("f32") else 2)
+
+
+def test_f32_logits_written_by_the_lm_head(tmp_path):
+    """GPT-2 whose bf16 logits are converted to f32 (`logits.float()`): the LM head (the batch
+    matmul with the tied embedding, its truncf to bf16 and the extf back) is one call of
+    gemm_nt_bf16_f32out; the same model without the conversion takes gemm_nt_bf16. The rewritten
+    model (the kernel given a reference body) computes what IREE computes on the CPU: the same
+    rounding, so at most one bf16 step apart where a sum lands differently on a rounding boundary."""
+    for name, kind, kernel in (("gpt2_default_f32logits_bf16", "matmul_nt+extf", "gemm_nt_bf16_f32out"), ("gpt2_default_bf16", "matmul_nt", "gemm_nt_bf16")):
+        report = compile_model(_model(name), [FLASH, GEMM_NT], dry_run=True)
+        assert report.counts()["batch_matmul"] == {"found": 1, "replaced": 1, "left": 0}
+        assert report.kernel_counts()[f"gemm_nt.{kernel}"] == 1
+        (head,) = [d for d in report.replaced if d.candidate.kind == "batch_matmul"]
+        assert head.form.kind == kind and head.form.result_shape == (32, 1000) and head.form.operands[1].shape == (1000, 256)
+    model = _model("gpt2_default_f32logits_bf16")
+    report, program = rewrite_model(model, [GEMM_NT])
+    assert [d.capability.label for d in report.replaced] == ["gemm_nt.gemm_nt_bf16_f32out"]
+    original = model.read_text()
+    expected_vmfb = _compile_cpu(original, tmp_path / "original.vmfb")
+    got_vmfb = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
+    rng = np.random.default_rng()
+    args = _random_args(original, "main", rng)
+    args[0] = rng.integers(0, 1000, args[0].shape)
+    args = args[:1] + [(a.astype(np.float32) * 0.1).astype(a.dtype) for a in args[1:]]
+    (expected,), (got,) = _run(expected_vmfb, "main", args), _run(got_vmfb, "main", args)
+    assert expected.dtype == got.dtype == np.float32 and expected.shape == got.shape == (2, 16, 1000)
+    assert np.all(np.isfinite(expected)) and np.any(expected != 0)
+    assert np.all(np.abs(got - expected) <= 2.0**-7 * np.abs(expected))
+    assert np.mean(got == expected) >= 0.99
 
 
 def _mask_model(body: str) -> str:

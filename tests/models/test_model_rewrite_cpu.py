@@ -50,6 +50,9 @@ ALL = [K / "naive.toml", LIBRARY_DIR / "library.toml", LIBRARY_DIR / "gemm.toml"
         # 3-D input (N = 77) and a Linear on 2-D input (K = 13); the same numerics as the model's
         ("lm_head_bf16.torch.mlir", "main", False, 1e-2),
         ("matmul_nt.mlir", "lm_head", False, 1e-2),
+        # the same rounded to bf16 and widened back to f32 (logits.float()) as matmul_nt+extf, and where the bf16 logits are kept
+        ("matmul_nt_extf.mlir", "lm_head", False, 1e-2),
+        ("matmul_nt_extf.mlir", "bf16_logits_used", False, 1e-2),
         # a GPT-2 layer (head_dim 64): its attention chain as one call (attention_qkv_bf16, computed in f32, rounded once)
         ("gpt2_layer_bf16.torch.mlir", "main", True, 3e-2),
     ],
@@ -58,7 +61,7 @@ def test_rewritten_model_computes_the_same(tmp_path, model, function, wide, tol)
     kernels = [*ALL[:2], K / "gemm_padded.toml", *ALL[3:]] if function == "padded" else ALL
     kernels = [*kernels, K / "gemm_batched.toml"] if model == "attention_bf16.mlir" else kernels
     kernels = [*kernels, LIBRARY_DIR / "attention.toml"] if model.startswith("gpt2_layer") else kernels
-    kernels = [*kernels, LIBRARY_DIR / "gemm_nt.toml"] if model in ("lm_head_bf16.torch.mlir", "matmul_nt.mlir") else kernels
+    kernels = [*kernels, LIBRARY_DIR / "gemm_nt.toml"] if model in ("lm_head_bf16.torch.mlir", "matmul_nt.mlir", "matmul_nt_extf.mlir") else kernels
     function = "main" if function == "padded" else function
     report, program = rewrite_model(MODELS / model, kernels, allow_wider_accumulation=wide)
     assert report.replaced

@@ -155,13 +155,15 @@ def test_tiny_gpt2_rewritten_computes_the_same(tmp_path, dtype, wide, tol):
 
 def test_tiny_gpt2_lm_head_as_matmul_nt(tmp_path):
     """A bf16 GPT-2 whose vocabulary (77) is not a multiple of 8: its LM head (the tied embedding,
-    transposed and broadcast, accumulated in f32 and rounded to bf16) is one call of the NT GEMM,
-    in the strict build (the model's own numerics), and the rewritten model, kernels given
-    reference bodies, computes what IREE alone computes on the CPU."""
+    transposed and broadcast, accumulated in f32, rounded to bf16 and, as the export's
+    `logits.float()` asks, widened to f32) is one call of the NT GEMM writing f32, in the strict
+    build (the model's own numerics), and the rewritten model, kernels given reference bodies,
+    computes what IREE alone computes on the CPU."""
     model, ids, mask, mlir = _tiny_gpt2(tmp_path, torch.bfloat16, vocab=77)
     report, program = rewrite_model(mlir, [*ALL, GEMM_NT])
-    head = [d for d in report.replaced if d.capability.label == "gemm_nt.gemm_nt_bf16"]
+    head = [d for d in report.replaced if d.capability.label == "gemm_nt.gemm_nt_bf16_f32out"]
     assert len(head) == 1 and head[0].candidate.kind == "batch_matmul" and head[0].form.result_shape == (64, 77)
+    assert head[0].form.kind == "matmul_nt+extf"
     assert head[0].form.operands[1].shape == (77, 64)  # the embedding as stored
     expected, got = _original_and_rewritten(tmp_path, mlir, program, report, model, ids, mask)
     assert got.shape == (2, 32, 77)

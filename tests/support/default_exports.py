@@ -10,6 +10,8 @@ are the ones transformers builds inside the model:
 - gpt2_default_bf16.torch.mlir: GPT-2, 2 layers, 4 heads of 64, vocabulary 1000, token ids only
   (the causal mask, with transformers' packed-sequence check); gpt2_default_padded_bf16: the same
   with a [B, S] padding `attention_mask` input (causal and padding: a general mask);
+  gpt2_default_f32logits_bf16: token ids only, the bf16 logits converted to f32 as users compare
+  them (`logits.float()`: the LM head's rounding to bf16 followed by a widening to f32);
 - llama_default_bf16.torch.mlir: Llama, 2 layers, 4 query heads over 2 key/value heads of 64,
   SwiGLU, RMSNorm, rotary embeddings, token ids only (the causal mask);
 - bert_default_{bf16,f32}.torch.mlir: BERT, 2 layers, 4 heads of 64, token ids only (no mask:
@@ -79,10 +81,14 @@ def export_defaults(out: Path) -> list[Path]:
     for family, (model, output, dtypes) in models(torch, transformers).items():
         for dtype in dtypes:
             model = typed(torch, model, dtype)
-            variants = {"": {}} if family == "llama" else {"": {}, "_padded": {"attention_mask": padding}}
-            for suffix, kwargs in variants.items():
-                path = export_mlir(model, (ids,), out / f"{family}_default{suffix}_{dtype}.torch.mlir", kwargs=kwargs, params_as_inputs=True, output=output)
+            variants = {"": ({}, output)} if family == "llama" else {"": ({}, output), "_padded": ({"attention_mask": padding}, output)}
+            if family == "gpt2":
+                variants["_f32logits"] = ({}, lambda o, logits=output: logits(o).float())
+            for suffix, (kwargs, out_of) in variants.items():
+                path = export_mlir(model, (ids,), out / f"{family}_default{suffix}_{dtype}.torch.mlir", kwargs=kwargs, params_as_inputs=True, output=out_of)
                 what = "token ids and a [2, 16] padding attention_mask" if kwargs else "token ids only"
+                if out_of is not output:
+                    what += ", the logits converted to f32 (logits.float())"
                 path.write_text(f"// {type(model).__name__} ({versions}), {dtype}, {LAYERS} layers, {HEADS} heads of {HEAD_DIM}, SDPA attention, {what};\n"
                                 "// parameters as inputs. Made by: python -m tests.support.default_exports tests/models\n"
                                 + path.read_text(encoding="utf-8"), encoding="utf-8")

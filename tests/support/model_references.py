@@ -95,13 +95,16 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
             lines.append(f"return %rb : {out}")
         else:
             lines.append(f"return %r : {out}")
-    elif op == "matmul_nt":  # a @ b^T, b [N, K]: f32 accumulation, rounded once to the result's type
+    elif op in ("matmul_nt", "matmul_nt+extf"):  # a @ b^T, b [N, K]: f32 accumulation, rounded once to the result's type
         lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a1, %c0 : {ins[1]}", f"%k = tensor.dim %a1, %c1 : {ins[1]}"]
         bt = f"tensor<?x?x{_elem(ins[1])}>"
         lines += [f"%eb = tensor.empty(%k, %n) : {bt}", f"%bt = linalg.transpose ins(%a1 : {ins[1]}) outs(%eb : {bt}) permutation = [1, 0]"]
         lines += ["%z = arith.constant 0.0 : f32", "%e = tensor.empty(%m, %n) : tensor<?x?xf32>", "%f = linalg.fill ins(%z : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>"]
         lines.append(f"%r = linalg.matmul ins(%a0, %bt : {ins[0]}, {bt}) outs(%f : tensor<?x?xf32>) -> tensor<?x?xf32>")
-        if acc == "f32":
+        if op == "matmul_nt+extf":  # rounded to the operands' type, then widened back
+            narrow = f"tensor<?x?x{_elem(ins[0])}>"
+            lines += [f"%rt = arith.truncf %r : tensor<?x?xf32> to {narrow}", f"%rw = arith.extf %rt : {narrow} to {out}", f"return %rw : {out}"]
+        elif acc == "f32":
             lines.append("return %r : tensor<?x?xf32>")
         else:
             lines += [f"%rt = arith.truncf %r : tensor<?x?xf32> to {out}", f"return %rt : {out}"]

@@ -15,6 +15,7 @@ from ..ir_match import (
     default_matmul_maps,
     elementwise_input,
     elementwise_truncf_user,
+    extf_source,
     identity_outputs,
     inline_over,
     is_copy,
@@ -26,6 +27,7 @@ from ..ir_match import (
     producer,
     round_to,
     shape_text,
+    single_op_generic,
     tensor_info,
     users,
 )
@@ -61,7 +63,11 @@ MATMUL_BIAS_GELU = OpKind("matmul+bias+gelu", (2, 2, 1), 2, _matmul_shapes, narr
 MATMUL_BIAS_GELU_ERF = OpKind("matmul+bias+gelu_erf", (2, 2, 1), 2, _matmul_shapes, narrows=True, fused=True, **_MATMUL_RULES)
 # lhs [M, K], rhs [N, K] (a Linear's weight as stored) → lhs @ rhs^T [M, N]
 MATMUL_NT = OpKind("matmul_nt", (2, 2), 2, _matmul_nt_shapes, narrows=True, fused=True, explains_kept_result=True, **_MATMUL_RULES,
-                   left_when_undeclared=(("matmul+bias+gelu_erf", _ERF_LEFT),))
+                   left_when_undeclared=(("matmul+bias+gelu_erf", _ERF_LEFT),
+                                         ("matmul_nt+extf", "its widening back to f32 is left to IREE (no kernel declares matmul_nt+extf for it)")))
+# lhs [M, K], rhs [N, K] → the f32 sum rounded to the operands' type and widened back (an LM head's
+# bf16 logits converted to f32: `.float()`), as one
+MATMUL_NT_EXTF = OpKind("matmul_nt+extf", (2, 2), 2, _matmul_nt_shapes, fused=True, **_MATMUL_RULES)
 # lhs [B, M, K], rhs [B, K, N] → [B, M, N]
 BATCH_MATMUL = OpKind("batch_matmul", (3, 3), 3, _batch_matmul_shapes, **_MATMUL_RULES)
 
@@ -162,8 +168,27 @@ def _nt_forms(op: ir.Operation, lhs: Operand, rhs_value: ir.Value, shape: Shape,
         out_dtype = tensor_info(out)[1]
         if FLOAT_WIDTH.get(out_dtype, 0) < FLOAT_WIDTH.get(acc, 0):
             notes = (*notes, f"with the {out_dtype} rounding of its {acc} result: one rounding, as the model's truncf")
-            return [Form(MATMUL_NT, (lhs, rhs), out, shape, out_dtype, acc, narrowed.op, notes=notes, result_dims=result_dims)]
+            forms = [Form(MATMUL_NT, (lhs, rhs), out, shape, out_dtype, acc, narrowed.op, notes=notes, result_dims=result_dims)]
+            widened = _widened(out, rank)
+            if widened is not None and out_dtype == lhs.dtype == rhs.dtype:
+                wide = widened.op.results[0]
+                wide_dtype = tensor_info(wide)[1]
+                extf_note = f"with the {wide_dtype} widening of its {out_dtype} result (the model's extf; the kernel writes the rounded values in {wide_dtype})"
+                forms.insert(0, Form(MATMUL_NT_EXTF, (lhs, rhs), wide, shape, wide_dtype, acc, widened.op, notes=(*notes, extf_note), result_dims=result_dims))
+            return forms
     return [Form(MATMUL_NT, (lhs, rhs), op.results[0], shape, acc, acc, op, notes=notes, result_dims=result_dims)]
+
+
+def _widened(value: ir.Value, rank: int) -> Generic | None:
+    """The generic that widens `value` back (an elementwise extf over `rank` dims, written whole),
+    when that is `value`'s only use: torch's `.float()` of a bf16 result."""
+    us = users(value)
+    if len(us) != 1 or len(us[0].results) != 1:
+        return None
+    g = single_op_generic(us[0].results[0], "extf")
+    if g is None or len(g.iterators) != rank or extf_source(g.op.results[0]) != value:
+        return None
+    return g
 
 
 def _batch_broadcast(value: ir.Value) -> ir.Value | None:
@@ -347,4 +372,4 @@ def _is_gelu_erf(e: Expr, dtype: str) -> bool:
 
 _GELUS = ((MATMUL_BIAS_GELU, _is_gelu), (MATMUL_BIAS_GELU_ERF, _is_gelu_erf))
 
-FAMILY = Family(kinds=(MATMUL, MATMUL_BIAS, MATMUL_BIAS_GELU, MATMUL_BIAS_GELU_ERF, MATMUL_NT, BATCH_MATMUL), matchers=(Matcher(_ROOTS, match),))
+FAMILY = Family(kinds=(MATMUL, MATMUL_BIAS, MATMUL_BIAS_GELU, MATMUL_BIAS_GELU_ERF, MATMUL_NT_EXTF, MATMUL_NT, BATCH_MATMUL), matchers=(Matcher(_ROOTS, match),))
