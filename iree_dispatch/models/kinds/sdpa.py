@@ -307,8 +307,8 @@ def _bshd_layout(op: ir.Operation, heads: tuple[_Heads, _Heads, _Heads]) -> _Bsh
     if not all(_used_by_one_op(v) for v in (*op.operands[:3], *(h.value for h in heads), *(f[1] for f in found))):
         return ("layout", "the transposed q, k or v has other uses (the transposes would still be computed)")
     infos = [tensor_info(f[1])[0] for f in found]
-    if any(None in i for i in infos):
-        return ("shape", "q, k and v need static [B, S, H, D] heads")
+    if any(None in i for i in infos) or any(None in tensor_info(f[0])[0] for f in found):
+        return ("shape", "q, k and v need static [B, S, E] tensors and [B, S, H, D] heads")
     out, why = _heads_back(op.results[0])
     if out is None:
         return why
