@@ -5,7 +5,8 @@ which read and write those tensors as stored. An export of small modules
 (tests/support/sdpa_exports.py: sdpa_bshd_bf16.torch.mlir, B = 2, H = 4, S = 16, D = 64): which
 kernel each attention takes and why not the others, the refusals (the plain kernel is taken, the
 report says why), a spec without the bshd kernels, and the rewritten model against the original
-on the CPU (the kernels given reference bodies in plain linalg). No torch needed."""
+on the CPU (the kernels given reference bodies in plain linalg); built for CUDA, BERT's padded
+export computes no transpose of q, k, v or of the result. No torch needed."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ pytest.importorskip("iree.compiler")  # the model compiler: not in a runtime-onl
 from iree_dispatch.models import compile_model  # noqa: E402
 from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
 
-from ..support.environment import ROOT  # noqa: E402
-from ..support.model_references import _compile_cpu, _random_args, _run, with_reference_kernels  # noqa: E402
+from ..support.environment import ROOT, needs_build_tools  # noqa: E402
+from ..support.model_references import _compile_cpu, _flow_dispatches, _random_args, _run, with_reference_kernels  # noqa: E402
 
 MODELS = Path(__file__).parent
 MODEL = MODELS / "sdpa_bshd_bf16.torch.mlir"
@@ -98,3 +99,14 @@ def test_rewritten_computes_the_same(cpu_modules, function):
         e, g = np.asarray(e, np.float32), np.asarray(g, np.float32)
         assert e.shape == g.shape and np.all(np.isfinite(e))
         assert np.max(np.abs(e - g)) <= 2e-2 * max(1.0, float(np.max(np.abs(e))))
+
+
+@needs_build_tools
+def test_compiled_bert_computes_no_transposes(tmp_path):
+    """BERT's padded export built for CUDA: one flash_attn_bshd_bf16_d64_mask dispatch per layer, and
+    IREE dispatches no transpose (the heads' [B, S, H, D] <-> [B, H, S, D] copies are gone; the
+    Linears' transposed weights fold into their matmuls)."""
+    compile_model(MODELS / "bert_default_padded_bf16.torch.mlir", [FLASH], tmp_path / "b.vmfb", emit_mlir=tmp_path / "b.linked.mlir")
+    dispatches = _flow_dispatches(tmp_path / "b.linked.mlir")
+    assert sum("flash_attn_bshd_bf16_d64_mask" in d for d in dispatches) == 2
+    assert not [d for d in dispatches if "transpose" in d], dispatches
