@@ -3,7 +3,8 @@
 //     out[b, h] = softmax(q[b, h] @ k[b, h / G]^T * scale + mask) @ v[b, h / G]      G = Hq / Hkv
 //
 // q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D], out [B, Hq, Sq, D], all contiguous, bf16 or f16
-// (inputs and output of one type). D is 64 or 128. Hkv divides Hq: query head h reads key/value
+// (inputs and output of one type; the qkv and bshd entry points read and write the same on the
+// layouts a transformer's projections store them in, Layout below). D is 64 or 128. Hkv divides Hq: query head h reads key/value
 // head h / (Hq / Hkv) (grouped-query attention; Hkv = 1 is multi-query, Hkv = Hq plain
 // multi-head), the repeat is never materialised. Any Sq, Sk >= 1; `scale` is the softmax scale
 // (SDPA's default is 1 / sqrt(D)). Three maskings, each its own entry point:
@@ -274,20 +275,23 @@ __device__ __forceinline__ void store_rows(T* oh, long stride, const float (&o)[
 // Where q, k, v and out are: HEADS, the [B, H, S, D] tensors of SDPA (each head's rows
 // contiguous, D apart); QKV, one [B, S, 3, H, D] tensor (a qkv projection's [B, S, 3E] result
 // as stored, E = H * D: row s of head h at s * 3E + h * D, k E and v 2E after q; Hq = Hkv = H,
-// Sq = Sk = S) and out [B, S, H, D] (row s of head h at s * E + h * D). Rows stay 16-byte aligned
-// in both: D * 2 and 3E * 2 bytes are multiples of 16.
-enum Layout { HEADS, QKV };
+// Sq = Sk = S) and out [B, S, H, D] (row s of head h at s * E + h * D); BSHD, q [B, Sq, Hq, D],
+// k and v [B, Sk, Hkv, D] and out [B, Sq, Hq, D], each its own tensor (separate q, k and v
+// projections' [B, S, H * D] results as stored: row s of head h at s * H * D + h * D). Rows stay
+// 16-byte aligned in all: D * 2, 3E * 2 and H * D * 2 bytes are multiples of 16.
+enum Layout { HEADS, QKV, BSHD };
 
 // What a block works on: head h of batch entry b, query rows q0 .. q0 + BQ - 1, and the keys it
-// needs (all, or with the causal rule up to its last row's diagonal); rows of q, k and v are
-// in_stride elements apart, rows of out out_stride.
+// needs (all, or with the causal rule up to its last row's diagonal); rows of q are q_stride
+// elements apart, rows of k and v kv_stride (the same but in BSHD with Hkv < Hq), rows of out
+// out_stride.
 template <typename T>
 struct BlockWork {
   const T* qh;
   const T* kh;
   const T* vh;
   T* oh;
-  long in_stride, out_stride;
+  long q_stride, kv_stride, out_stride;
   MaskView<T> mask;
   int q0, k_tiles;
   bool valid;  // Hq % Hkv == 0
@@ -305,14 +309,22 @@ __device__ __forceinline__ BlockWork<T> block_work(const T* q, const T* k, const
     const long e = static_cast<long>(Hq) * D, head = static_cast<long>(b) * Sq * 3 * e + static_cast<long>(h) * D;
     w.qh = q + head, w.kh = k + head, w.vh = v + head;
     w.oh = out + static_cast<long>(b) * Sq * e + static_cast<long>(h) * D;
-    w.in_stride = 3 * e, w.out_stride = e;
+    w.q_stride = w.kv_stride = 3 * e, w.out_stride = e;
+  } else if (LAYOUT == BSHD) {  // each head's rows H * D apart in its own tensor, from column h * D
+    const int kvh = w.valid ? h / (Hq / Hkv) : 0;
+    const long eq = static_cast<long>(Hq) * D, ekv = static_cast<long>(Hkv) * D;
+    w.qh = q + static_cast<long>(b) * Sq * eq + static_cast<long>(h) * D;
+    w.kh = k + static_cast<long>(b) * Sk * ekv + static_cast<long>(kvh) * D;
+    w.vh = v + static_cast<long>(b) * Sk * ekv + static_cast<long>(kvh) * D;
+    w.oh = out + static_cast<long>(b) * Sq * eq + static_cast<long>(h) * D;
+    w.q_stride = w.out_stride = eq, w.kv_stride = ekv;
   } else {
     const int kvh = w.valid ? h / (Hq / Hkv) : 0;
     w.oh = out + (static_cast<long>(b) * Hq + h) * Sq * D;
     w.qh = q + (static_cast<long>(b) * Hq + h) * Sq * D;
     w.kh = k + (static_cast<long>(b) * Hkv + kvh) * Sk * D;
     w.vh = v + (static_cast<long>(b) * Hkv + kvh) * Sk * D;
-    w.in_stride = w.out_stride = D;
+    w.q_stride = w.kv_stride = w.out_stride = D;
   }
   const int key_end = MASKING == CAUSAL ? min(Sk, min(Sq, w.q0 + BQ)) : Sk;
   w.k_tiles = (key_end + BK - 1) / BK;
@@ -325,12 +337,16 @@ __device__ __forceinline__ BlockWork<T> block_work(const T* q, const T* k, const
   return w;
 }
 
-// Hq % Hkv != 0: no key/value head to read; NaN rather than an out-of-bounds read. HEADS only:
-// QKV has Hq = Hkv (its blocks are always valid).
-template <typename T, int BQ, int D>
+// Hq % Hkv != 0: no key/value head to read; NaN rather than an out-of-bounds read. HEADS and
+// BSHD: QKV has Hq = Hkv (its blocks are always valid). HEADS rows are contiguous (D apart), BSHD
+// rows out_stride apart.
+template <typename T, Layout LAYOUT, int BQ, int D>
 __device__ __forceinline__ void fill_nan(const BlockWork<T>& w, int Sq) {
-  for (int i = threadIdx.x; i < BQ * D; i += blockDim.x)
-    if (w.q0 + i / D < Sq) w.oh[static_cast<long>(w.q0) * D + i] = Elem<T>::from_float(__int_as_float(0x7fc00000));
+  for (int i = threadIdx.x; i < BQ * D; i += blockDim.x) {
+    if (w.q0 + i / D >= Sq) continue;
+    const long at = LAYOUT == BSHD ? static_cast<long>(w.q0 + i / D) * w.out_stride + i % D : static_cast<long>(w.q0) * D + i;
+    w.oh[at] = Elem<T>::from_float(__int_as_float(0x7fc00000));
+  }
 }
 
 // The mma.sync body (sm_80 and newer): each warp owns MT x 16 consecutive rows, its q fragments
@@ -347,14 +363,14 @@ __device__ __forceinline__ void flash_attention_fwd(const T* __restrict__ q, con
   using E = Elem<T>;
 
   const BlockWork<T> w = block_work<T, MASKING, LAYOUT, BQ, D>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ);
-  if (!w.valid) return fill_nan<T, BQ, D>(w, Sq);
+  if (!w.valid) return fill_nan<T, LAYOUT, BQ, D>(w, Sq);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const bool async = aligned16(q) && aligned16(k) && aligned16(v);
 
   // The q tile goes through the second stage's space (free until tile 1 is copied), with tile 0.
-  load_rows<T, BQ, D, THREADS>(shared + STAGE, w.qh, w.in_stride, w.q0, Sq, async);
-  load_rows<T, BK, D, THREADS>(shared, w.kh, w.in_stride, 0, Sk, async);
-  load_rows<T, BK, D, THREADS>(shared + BK * PITCH, w.vh, w.in_stride, 0, Sk, async);
+  load_rows<T, BQ, D, THREADS>(shared + STAGE, w.qh, w.q_stride, w.q0, Sq, async);
+  load_rows<T, BK, D, THREADS>(shared, w.kh, w.kv_stride, 0, Sk, async);
+  load_rows<T, BK, D, THREADS>(shared + BK * PITCH, w.vh, w.kv_stride, 0, Sk, async);
   cp_async_commit();
   cp_async_wait_all();
   __syncthreads();
@@ -384,8 +400,8 @@ __device__ __forceinline__ void flash_attention_fwd(const T* __restrict__ q, con
     __syncthreads();  // tile t is in place for all; every warp is done with the stage tile t + 1 takes
     if (t + 1 < w.k_tiles) {
       T* next = shared + ((t + 1) & 1) * STAGE;
-      load_rows<T, BK, D, THREADS>(next, w.kh, w.in_stride, (t + 1) * BK, Sk, async);
-      load_rows<T, BK, D, THREADS>(next + BK * PITCH, w.vh, w.in_stride, (t + 1) * BK, Sk, async);
+      load_rows<T, BK, D, THREADS>(next, w.kh, w.kv_stride, (t + 1) * BK, Sk, async);
+      load_rows<T, BK, D, THREADS>(next + BK * PITCH, w.vh, w.kv_stride, (t + 1) * BK, Sk, async);
       cp_async_commit();
     }
     const int k0 = t * BK;
@@ -587,13 +603,13 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
   unsigned char* base_ptr = shared_bytes + (base - smem(shared_bytes));
 
   const BlockWork<T> w = block_work<T, MASKING, LAYOUT, BQ, D>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ);
-  if (!w.valid) return fill_nan<T, BQ, D>(w, Sq);
+  if (!w.valid) return fill_nan<T, LAYOUT, BQ, D>(w, Sq);
   const int warpgroup = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
   const bool async = aligned16(q) && aligned16(k) && aligned16(v);
 
-  load_swizzled<T, BQ, D, THREADS>(base_ptr, w.qh, w.in_stride, w.q0, Sq, async);
-  load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES, w.kh, w.in_stride, 0, Sk, async);
-  load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES + TILE_BYTES, w.vh, w.in_stride, 0, Sk, async);
+  load_swizzled<T, BQ, D, THREADS>(base_ptr, w.qh, w.q_stride, w.q0, Sq, async);
+  load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES, w.kh, w.kv_stride, 0, Sk, async);
+  load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES + TILE_BYTES, w.vh, w.kv_stride, 0, Sk, async);
   cp_async_commit();
 
   float o[D / 8][4];
@@ -611,8 +627,8 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
     __syncthreads();  // tile t is in place for all; every warpgroup is done with the stage tile t + 1 takes
     if (t + 1 < w.k_tiles) {
       unsigned char* next = base_ptr + Q_BYTES + ((t + 1) & 1) * STAGE_BYTES;
-      load_swizzled<T, BK, D, THREADS>(next, w.kh, w.in_stride, (t + 1) * BK, Sk, async);
-      load_swizzled<T, BK, D, THREADS>(next + TILE_BYTES, w.vh, w.in_stride, (t + 1) * BK, Sk, async);
+      load_swizzled<T, BK, D, THREADS>(next, w.kh, w.kv_stride, (t + 1) * BK, Sk, async);
+      load_swizzled<T, BK, D, THREADS>(next + TILE_BYTES, w.vh, w.kv_stride, (t + 1) * BK, Sk, async);
       cp_async_commit();
     }
     const int k0 = t * BK;
@@ -686,9 +702,12 @@ __device__ __forceinline__ void forward(const T* q, const T* k, const T* v, cons
 // flash_attn_qkv_<type>_d<D>[_causal | _mask]: the same on the QKV layout, qkv [B, S, 3, H, D] ->
 // out [B, S, H, D] (self-attention: Sq = Sk = S, Hq = Hkv = H). Without a mask: (qkv, out, B, S,
 // H, scale); with one: (qkv, mask, out, B, S, H, MB, MH, MQ, scale), mask [MB, MH, MQ, S].
+// flash_attn_bshd_<type>_d<D>[_causal | _mask]: the same on the BSHD layout, q [B, Sq, Hq, D], k and
+// v [B, Sk, Hkv, D] -> out [B, Sq, Hq, D], with the parameters of flash_attn_<type>_d<D>[...].
 using bf16 = __nv_bfloat16;
 using f16 = __half;
 using flash_attention::ADDITIVE;
+using flash_attention::BSHD;
 using flash_attention::CAUSAL;
 using flash_attention::forward;
 using flash_attention::NONE;
@@ -776,4 +795,40 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_at
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d128_mask(const f16* qkv, const f16* mask, f16* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
   forward<f16, 128, ADDITIVE, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, mask, out, H, H, S, S, MB, MH, MQ, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_bf16_d64(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<bf16, 64, NONE, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_bf16_d64_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<bf16, 64, CAUSAL, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_bf16_d64_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+  forward<bf16, 64, ADDITIVE, BSHD>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_bf16_d128(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<bf16, 128, NONE, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_bf16_d128_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<bf16, 128, CAUSAL, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_bf16_d128_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+  forward<bf16, 128, ADDITIVE, BSHD>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_f16_d64(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<f16, 64, NONE, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_f16_d64_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<f16, 64, CAUSAL, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_f16_d64_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+  forward<f16, 64, ADDITIVE, BSHD>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_f16_d128(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<f16, 128, NONE, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_f16_d128_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<f16, 128, CAUSAL, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_f16_d128_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+  forward<f16, 128, ADDITIVE, BSHD>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }

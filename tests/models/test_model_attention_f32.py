@@ -29,11 +29,20 @@ CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf o
 BROADCAST_NOTE = "the mask is read as 2x1x16x16, broadcast over its dims of size 1"
 
 # Each f32 export: the kernel both of its attention ops take, and their notes.
-# BERT's q, k and v come from three projections: the library's qkv-layout kinds say why not them.
+# BERT's q, k and v come from three projections: the library's qkv-layout kinds say why not them;
+# the [B, S, H, D] layout is there, but its kernels are bf16 and f16 only: each says so.
 NOT_QKV = "not as {}: q, k and v are not slices of one [B, S, 3E] tensor"
+
+
+def not_bshd(masking: str) -> list[str]:
+    mask = (", bf16", ", f32") if masking else ("", "")
+    return [f"not as sdpa_bshd{masking}: flash_attention.flash_attn_bshd_{t}_d{d}{masking}: takes {t}, {t}, {t}{mask[0].replace('bf16', t)}, "
+            f"the model has f32, f32, f32{mask[1]}" for t in ("bf16", "f16") for d in (64, 128)]
+
+
 TAKEN = {
-    "bert_default_f32": ("flash_attn_f32_d64", [ZERO_NOTE, NOT_QKV.format("sdpa_qkv")]),
-    "bert_default_padded_f32": ("flash_attn_f32_d64_mask", [BROADCAST_NOTE, NOT_QKV.format("sdpa_qkv_mask")]),
+    "bert_default_f32": ("flash_attn_f32_d64", [ZERO_NOTE, NOT_QKV.format("sdpa_qkv"), *not_bshd("")]),
+    "bert_default_padded_f32": ("flash_attn_f32_d64_mask", [BROADCAST_NOTE, NOT_QKV.format("sdpa_qkv_mask"), *not_bshd("_mask")]),
 }
 
 

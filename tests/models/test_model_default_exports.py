@@ -1,12 +1,15 @@
 """Tiny GPT-2, Llama and BERT exported as users export them (transformers' default SDPA attention,
 no hand-built mask; tests/support/default_exports.py): every attention op is found by the sdpa
 kinds and takes the kernel its mask allows (the causal mask transformers builds inside GPT-2 and
-Llama: sdpa_causal; BERT without a mask: sdpa; a [B, S] padding mask: sdpa_mask), the rewritten
+Llama: sdpa_causal; BERT without a mask: sdpa; a [B, S] padding mask: sdpa_mask), on the layouts
+the model holds q, k and v in where it can (GPT-2's one qkv projection: sdpa_qkv; BERT's three
+projections: sdpa_bshd; Llama's q and k, rotated after the transpose, as [B, H, S, D]), the rewritten
 model computes what the original computes on the CPU (the kernels given reference bodies), and
 the models compile for CUDA with and without the kernels. No torch needed: the exports are committed."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -29,6 +32,7 @@ ZERO_NOTE = "the mask is 0 everywhere (every query sees every key): the kernel w
 BROADCAST_NOTE = "the mask is read as 2x1x16x16, broadcast over its dims of size 1"
 GQA_NOTE = "k and v repeat 2 heads 2 times each (grouped-query attention): the kernel reads them as stored (the repeat is not computed)"
 QKV_NOTE = "q, k and v are read from the qkv projection's [B, S, 3E] result and the result is written in [B, S, E] layout (the slices and transposes are not computed)"
+BSHD_NOTE = "q, k and v are read from their projections' [B, S, E] results and the result is written in [B, S, E] layout (the transposes are not computed)"
 
 
 NOT_SLICES = "q, k and v are not slices of one [B, S, 3E] tensor"
@@ -45,8 +49,8 @@ TAKEN = {
     "gpt2_default_bf16": ("flash_attn_qkv_bf16_d64_causal", [QKV_NOTE, CAUSAL_NOTE]),
     "gpt2_default_padded_bf16": ("flash_attn_qkv_bf16_d64_mask", [QKV_NOTE, BROADCAST_NOTE]),
     "llama_default_bf16": ("flash_attn_bf16_d64_causal", [GQA_NOTE, CAUSAL_NOTE]),
-    "bert_default_bf16": ("flash_attn_bf16_d64", [ZERO_NOTE, not_qkv("")]),
-    "bert_default_padded_bf16": ("flash_attn_bf16_d64_mask", [BROADCAST_NOTE, not_qkv("_mask")]),
+    "bert_default_bf16": ("flash_attn_bshd_bf16_d64", [BSHD_NOTE, ZERO_NOTE, not_qkv("")]),
+    "bert_default_padded_bf16": ("flash_attn_bshd_bf16_d64_mask", [BSHD_NOTE, BROADCAST_NOTE, not_qkv("_mask")]),
 }
 F32 = ["bert_default_f32", "bert_default_padded_f32"]
 
@@ -65,8 +69,33 @@ def test_default_attention_taken(name):
         assert (d.capability.label, d.notes) == (f"flash_attention.{kernel}", notes)
         if "gpt2" in name:  # q, k and v as one [B, S, 3, H, D] tensor, the result [B, S, H, D]
             assert d.form.operands[0].shape == (2, 16, 3, 4, 64) and d.form.result_shape == (2, 16, 4, 64)
+        elif "bert" in name:  # q, k and v as three [B, S, H, D] tensors (the projections' [B, S, E] results), the result [B, S, H, D]
+            assert [o.shape for o in d.form.operands[:3]] == [(2, 16, 4, 64)] * 3 and d.form.result_shape == (2, 16, 4, 64)
         else:
             assert [o.shape for o in d.form.operands[:3]] == ([(2, 4, 16, 64), (2, 2, 16, 64), (2, 2, 16, 64)] if "llama" in name else [(2, 4, 16, 64)] * 3)
+
+
+@pytest.mark.parametrize("name", ["bert_default_bf16", "bert_default_padded_bf16"])
+def test_bert_rewrite_reads_the_projections_as_stored(name):
+    """Each call takes q, k and v as their projections' [2, 16, 256] results, each its own tensor,
+    expanded to [2, 16, 4, 64] (a free reshape, not the model's transposed heads), and its
+    [2, 16, 4, 64] result, collapsed to [2, 16, 256], is what the output projection reads."""
+    report, program = rewrite_model(_model(name), [FLASH])
+    kernel = f"flash_attention.{TAKEN[name][0]}"
+    calls = re.findall(rf"(%\w+) = func\.call @{re.escape(kernel)}\((%\w+), (%\w+), (%\w+),", program)
+    assert len(calls) == 2 and report.kernel_counts() == {kernel: 2}
+    for result, *args in calls:
+        sources = []
+        for arg in args:
+            expanded = re.search(rf"{arg} = tensor\.cast (%\w+) : tensor<2x16x4x64xbf16> to tensor<\?x\?x\?x64xbf16>", program)
+            assert expanded, arg
+            source = re.search(rf"{expanded[1]} = tensor\.expand_shape (%\w+) \[\[0\], \[1\], \[2, 3\]\] output_shape \[2, 16, 4, 64\] : "
+                               r"tensor<2x16x256xbf16> into tensor<2x16x4x64xbf16>", program)
+            assert source, arg
+            sources.append(source[1])
+        assert len(set(sources)) == 3  # three projections
+        cast = re.search(rf"(%\w+) = tensor\.cast {result} : tensor<\?x\?x\?x64xbf16> to tensor<2x16x4x64xbf16>", program)
+        assert cast and re.search(rf"tensor\.collapse_shape {cast[1]} \[\[0\], \[1\], \[2, 3\]\] : tensor<2x16x4x64xbf16> into tensor<2x16x256xbf16>", program)
 
 
 @pytest.mark.parametrize("name", F32)

@@ -202,6 +202,8 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
         return sdpa_reference(symbol, op, kernel)
     elif op in ("sdpa_qkv", "sdpa_qkv_causal", "sdpa_qkv_mask"):
         return sdpa_qkv_reference(symbol, op, kernel)
+    elif op in ("sdpa_bshd", "sdpa_bshd_causal", "sdpa_bshd_mask"):
+        return sdpa_bshd_reference(symbol, op, kernel)
     elif op == "attention_qkv":  # the same on q, k, v sliced and transposed from [B, S, 3, H, 64], the result transposed to [B, S, H, 64]
         return attention_qkv_reference(symbol, kernel)
     else:
@@ -353,6 +355,30 @@ def sdpa_qkv_reference(symbol: str, op: str, kernel) -> str:
     body = "\n".join("    " + line for line in lines)
     outer = f"  func.func private @{symbol}({', '.join(args)}) -> {out} {{\n{body}\n  }}"
     return _sdpa_function(f"{symbol}_heads", plain_op, inner_ins, heads) + "\n" + outer
+
+
+def sdpa_bshd_reference(symbol: str, op: str, kernel) -> str:
+    """The sdpa reference on q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] each transposed to [B, H, S, D],
+    its result transposed back to [B, Sq, Hq, D]: a function calling the sdpa one (`symbol`_heads)."""
+    ins, (out,) = kernel_function_type(kernel)
+    dtype = _elem(out)
+    d = re.search(r"x(\d+)x\w+>$", out).group(1)
+    heads = f"tensor<?x?x?x{d}x{dtype}>"
+    lines = [f"%c{i} = arith.constant {i} : index" for i in (0, 1, 2)]
+    for i, name in enumerate("qkv"):  # [B, S, H, D] each, transposed to [B, H, S, D]
+        lines += [f"%{name}b = tensor.dim %a{i}, %c0 : {ins[i]}", f"%{name}s = tensor.dim %a{i}, %c1 : {ins[i]}", f"%{name}h = tensor.dim %a{i}, %c2 : {ins[i]}",
+                  f"%e{name} = tensor.empty(%{name}b, %{name}h, %{name}s) : {heads}",
+                  f"%{name} = linalg.transpose ins(%a{i} : {ins[i]}) outs(%e{name} : {heads}) permutation = [0, 2, 1, 3]"]
+    rest = [f"%a{i}" for i in range(3, len(ins))]
+    inner_ins = [heads, heads, heads, *ins[3:]]
+    lines += [f"%o = func.call @{symbol}_heads(%q, %k, %v, {', '.join(rest)}) : ({', '.join(inner_ins)}) -> {heads}",
+              f"%eo = tensor.empty(%qb, %qs, %qh) : {heads}",
+              f"%ot = linalg.transpose ins(%o : {heads}) outs(%eo : {heads}) permutation = [0, 2, 1, 3]",
+              f"%oc = tensor.cast %ot : {heads} to {out}", f"return %oc : {out}"]
+    args = [f"%a{i}: {t}" for i, t in enumerate(ins)]
+    body = "\n".join("    " + line for line in lines)
+    outer = f"  func.func private @{symbol}({', '.join(args)}) -> {out} {{\n{body}\n  }}"
+    return _sdpa_function(f"{symbol}_heads", op.replace("_bshd", ""), inner_ins, heads) + "\n" + outer
 
 
 def _sdpa_function(symbol: str, op: str, ins: list[str], out: str) -> str:

@@ -4,7 +4,8 @@
 
 sdpa_bf16.torch.mlir: torch's scaled_dot_product_attention in small modules, one function each
 (torch.export + IREE's FX importer, as iree_dispatch.models.torch_export); sdpa_f32.torch.mlir:
-two of them in f32; gpt2_sdpa_bf16.torch.mlir and llama_sdpa_bf16.torch.mlir: a one-layer
+two of them in f32; sdpa_bshd_bf16.torch.mlir: SDPA on q, k and v viewed as heads of [B, S, E]
+tensors and transposed, the result transposed back, as BERT's self-attention holds them; gpt2_sdpa_bf16.torch.mlir and llama_sdpa_bf16.torch.mlir: a one-layer
 transformers GPT-2 and a Llama with grouped-query attention, SDPA attention, an explicit
 [B, 1, S, S] additive causal mask and the parameters as inputs (export_mlir's recipe)."""
 
@@ -46,6 +47,34 @@ def _modules(torch):
     return Plain, Causal, Masked, Scaled, GroupedQuery, Transposed
 
 
+def _bshd_modules(torch):
+    """SDPA on [B, S, E] tensors (separate projections' results) viewed as [B, S, H, D] heads and
+    transposed to [B, H, S, D], the result transposed back to [B, S, E], as BERT's self-attention;
+    `kv_heads` < `heads`: k and v repeated to the query heads after the transpose (transformers'
+    repeat_kv); `keep`: what else the module returns (the transposed q, or the result as [B, H, S, D])."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    class Projected(torch.nn.Module):
+        def __init__(self, heads: int, kv_heads: int, causal: bool = False, keep: str = ""):
+            super().__init__()
+            self.heads, self.kv_heads, self.causal, self.keep = heads, kv_heads, causal, keep
+
+        def forward(self, xq, xk, xv, mask=None):
+            b, sq, _ = xq.shape
+            sk, group = xk.shape[1], self.heads // self.kv_heads
+            q = xq.view(b, sq, self.heads, D).transpose(1, 2)
+            k = xk.view(b, sk, self.kv_heads, D).transpose(1, 2)
+            v = xv.view(b, sk, self.kv_heads, D).transpose(1, 2)
+            if group > 1:
+                k = k[:, :, None].expand(b, self.kv_heads, group, sk, D).reshape(b, self.heads, sk, D)
+                v = v[:, :, None].expand(b, self.kv_heads, group, sk, D).reshape(b, self.heads, sk, D)
+            o = sdpa(q, k, v, attn_mask=mask, is_causal=self.causal)
+            out = o.transpose(1, 2).reshape(b, sq, self.heads * D)
+            return {"": out, "q": (out, q), "context": (out, o)}[self.keep]
+
+    return Projected
+
+
 def _write(importer, path: Path, header: str) -> None:
     path.write_text(f"// {header}\n// Made by: python -m tests.support.sdpa_exports tests/models (torch.export + IREE's FX importer). Test model.\n"
                     + str(importer.module), encoding="utf-8")
@@ -83,7 +112,37 @@ def export_sdpa(out: Path) -> None:
     for name, module in (("plain", Plain()), ("causal", Causal())):
         importer.import_frozen_program(torch.export.export(module, qkv(torch.float32)), func_name=name)
     _write(importer, out / "sdpa_f32.torch.mlir", f"torch {torch.__version__}: scaled_dot_product_attention in f32, B = {B}, H = {H}, S = {S}, D = {D}")
+    export_sdpa_bshd(out)
     _export_transformers(out)
+
+
+def export_sdpa_bshd(out: Path) -> None:
+    import torch
+    from iree.compiler import ir
+    from iree.compiler.extras.fx_importer import FxImporter
+
+    Projected = _bshd_modules(torch)
+    torch.manual_seed(0)
+    bf16, b = torch.bfloat16, 2
+
+    def x(s, heads):
+        return torch.randn(b, s, heads * D, dtype=bf16)
+
+    same = x(S, H)
+    functions = {
+        "plain": (Projected(H, H), (x(S, H), x(S, H), x(S, H))),
+        "gqa_causal": (Projected(H, H // 2, causal=True), (x(S, H), x(S, H // 2), x(S, H // 2))),
+        "padding_mask": (Projected(H, H), (x(S, H), x(S, H), x(S, H), torch.randn(b, 1, 1, S, dtype=bf16))),
+        "cross": (Projected(H, H), (x(S, H), x(2 * S, H), x(2 * S, H))),  # Sq != Sk
+        "same_tensor": (Projected(H, H), (same, same, same)),
+        "q_used": (Projected(H, H, keep="q"), (x(S, H), x(S, H), x(S, H))),
+        "context_used": (Projected(H, H, keep="context"), (x(S, H), x(S, H), x(S, H))),
+    }
+    importer = FxImporter(context=ir.Context())
+    for name, (module, args) in functions.items():
+        importer.import_frozen_program(torch.export.export(module, tuple(args)), func_name=name)
+    _write(importer, out / "sdpa_bshd_bf16.torch.mlir",
+           f"torch {torch.__version__}: scaled_dot_product_attention on [B, S, H * D] tensors viewed as heads and transposed, B = {b}, H = {H}, S = {S}, D = {D} unless named")
 
 
 def _export_transformers(out: Path) -> None:

@@ -19,7 +19,9 @@ Self-attention in a transformer (GPT-2) slices q, k and v out of one qkv project
 and transposes each to [B, H, S, D], and transposes the result back to [B, S, E] for the output
 projection: the sdpa_qkv kinds are the same op on those layouts (qkv [B, S, 3, H, D] -> out
 [B, S, H, D]), tried before the plain ones, so that neither the slices nor the transposes are
-computed.
+computed. BERT's q, k and v come from three projections, each [B, S, E] transposed to
+[B, H, S, D]: the sdpa_bshd kinds read each as stored ([B, S, H, D]) and write [B, S, H, D],
+tried after sdpa_qkv and before the plain ones.
 """
 
 from __future__ import annotations
@@ -29,7 +31,22 @@ from dataclasses import dataclass, replace
 import numpy as np
 from iree.compiler import ir
 
-from ..ir_match import NotEvaluated, Shape, as_generic, evaluate, float_constant, is_copy, location, one_use, producer, reassociation, shape_text, tensor_info
+from ..ir_match import (
+    NotEvaluated,
+    Shape,
+    as_generic,
+    evaluate,
+    float_constant,
+    is_copy,
+    location,
+    one_use,
+    permutation,
+    producer,
+    reassociation,
+    shape_text,
+    tensor_info,
+    users,
+)
 from .attention import _heads_back, _heads_source, _slice_of  # the eager chain's qkv layouts: the importer's same reshapes and transposes
 from .base import Candidate, Family, Form, Matcher, Operand, OpKind, Reason
 
@@ -72,6 +89,26 @@ SDPA_QKV_MASK = OpKind("sdpa_qkv_mask", **{**_QKV_RULES, "input_ranks": (5, 4)})
 _ON_QKV = {SDPA: SDPA_QKV, SDPA_CAUSAL: SDPA_QKV_CAUSAL, SDPA_MASK: SDPA_QKV_MASK}
 
 QKV_NOTE = "q, k and v are read from the qkv projection's [B, S, 3E] result and the result is written in [B, S, E] layout (the slices and transposes are not computed)"
+
+
+def _sdpa_bshd_shapes(ins: list[tuple[str, ...]]) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
+    (b, sq, hq, d), (b2, sk, hkv, d2), (b3, sk2, hkv2, d3) = ins[:3]
+    same = [(b, b2), (b, b3), (sk, sk2), (hkv, hkv2), (d, d2), (d, d3)]
+    if len(ins) == 4:
+        same.append((sk, ins[3][3]))
+    return (b, sq, hq, d), same
+
+
+_BSHD_RULES = {**_RULES, "declared_shapes": _sdpa_bshd_shapes, "fused": True, "named_when_undeclared": False}
+# q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (separate projections' [B, S, H*D] results as stored), the
+# scale -> out [B, Sq, Hq, D]: sdpa per batch b and head h with q = q[b, :, h], k = k[b, :, h / (Hq / Hkv)], v likewise
+SDPA_BSHD = OpKind("sdpa_bshd", **_BSHD_RULES)
+SDPA_BSHD_CAUSAL = OpKind("sdpa_bshd_causal", **_BSHD_RULES)
+# the same with an additive mask [MB, MH, MQ, Sk]
+SDPA_BSHD_MASK = OpKind("sdpa_bshd_mask", **{**_BSHD_RULES, "input_ranks": (4, 4, 4, 4)})
+_ON_BSHD = {SDPA: SDPA_BSHD, SDPA_CAUSAL: SDPA_BSHD_CAUSAL, SDPA_MASK: SDPA_BSHD_MASK}
+
+BSHD_NOTE = "q, k and v are read from their projections' [B, S, E] results and the result is written in [B, S, E] layout (the transposes are not computed)"
 
 # The maps of the op as the torch importer writes it, over (batch..., m, n, k1, k2): q (m, k1),
 # k (k2, k1), v (k2, n), the scale (), the mask (m, k2), the result (m, n).
@@ -217,17 +254,84 @@ def _qkv_layout(op: ir.Operation) -> _QkvLayout | Reason | None:
     return _QkvLayout(Operand(x, (bsz, s_, 3, h, d), ix[1]), out, (bsz, s_, h, d))
 
 
-def _with_qkv_forms(forms: list[Form], layout: _QkvLayout | Reason | None) -> tuple[Form, ...]:
-    """Each form preceded by its sdpa_qkv form on `layout`. Where the layouts are only partly there,
-    one sdpa_qkv form carrying the reason, so that the report says why the plain forms are taken."""
-    if layout is None:
-        return tuple(forms)
-    if isinstance(layout, tuple):
-        return (replace(forms[0], op_kind=_ON_QKV[forms[0].op_kind], refusal=layout), *forms)
-    out_dtype = tensor_info(layout.out)[1]
-    on_qkv = [replace(f, op_kind=_ON_QKV[f.op_kind], operands=(layout.qkv, *f.operands[3:]), result=layout.out, result_shape=layout.heads,
-                      result_dtype=out_dtype, notes=(QKV_NOTE, *f.notes)) for f in forms]
-    return tuple(form for pair in zip(on_qkv, forms) for form in pair)
+@dataclass(frozen=True)
+class _BshdLayout:
+    """Where the sdpa_bshd forms read and write: the [B, S, E] tensors q, k and v are transposed
+    from, seen as [B, Sq, Hq, D] and [B, Sk, Hkv, D], and the [B*S, E] or [B, S, E] value the
+    result is transposed back to."""
+
+    q: Operand
+    k: Operand
+    v: Operand
+    out: ir.Value
+    heads: Shape  # [B, Sq, Hq, D]
+
+
+def _transposed_from(heads: ir.Value) -> tuple[ir.Value, ir.Value] | None:
+    """(the [B, S, E] value, its expand_shape to [B, S, H, D]) when the [B, H, S, D] value `heads` is
+    linalg.transpose [0, 2, 1, 3] of expand_shape [[0], [1], [2, 3]] of it (torch's view as heads,
+    then transpose), else None."""
+    t = producer(heads)
+    if permutation(t) != [0, 2, 1, 3] or t.results[0] != heads:
+        return None
+    e = producer(t.operands[0])
+    if e is None or e.name != "tensor.expand_shape" or reassociation(e) != [[0], [1], [2, 3]]:
+        return None
+    return e.operands[0], t.operands[0]
+
+
+def _used_by_one_op(value: ir.Value) -> bool:
+    """Every use of `value` is by one op (q, k and v heads of the same tensor are one value read
+    two or three times by the attention)."""
+    us = users(value)
+    return bool(us) and all(u == us[0] for u in us)
+
+
+def _bshd_layout(op: ir.Operation, heads: tuple[_Heads, _Heads, _Heads]) -> _BshdLayout | Reason | None:
+    """The layouts around the op as the torch importer writes BERT's self-attention:
+
+        xq, xk, xv = the q, k and v projections' results, [B, S, Hq*D] and [B, S, Hkv*D] (the same
+                     tensor or three)
+        q   = collapse(transpose [0, 2, 1, 3] (expand xq to [B, S, Hq, D]))     [B*Hq, S, D]
+        k, v: the same of xk, xv (with grouped-query attention, repeated to Hq heads after the transpose)
+        out = collapse(transpose [0, 2, 1, 3] (expand the op's result to [B, H, S, D]))  [B*S, E] or [B, S, E]
+
+    `heads`: q, k and v as the kernel reads them, [B, H, S, D] (k and v un-repeated); each reshape
+    and transpose used by nothing but the next step; else the reason it is not there. None where q,
+    k and v are not even heads transposed out of [B, S, E] tensors (SDPA called on tensors the
+    model holds as [B, H, S, D], Llama's q and k rotated after the transpose): there is no
+    [B, S, H, D] layout to speak of."""
+    found = [_transposed_from(h.value) for h in heads]
+    if None in found:
+        return None
+    if not all(_used_by_one_op(v) for v in (*op.operands[:3], *(h.value for h in heads), *(f[1] for f in found))):
+        return ("layout", "the transposed q, k or v has other uses (the transposes would still be computed)")
+    infos = [tensor_info(f[1])[0] for f in found]
+    if any(None in i for i in infos) or any(None in tensor_info(f[0])[0] for f in found):
+        return ("shape", "q, k and v need static [B, S, E] tensors and [B, S, H, D] heads")
+    out, why = _heads_back(op.results[0])
+    if out is None:
+        return why
+    operands = [Operand(x, shape, tensor_info(x)[1]) for (x, _), shape in zip(found, infos)]
+    return _BshdLayout(*operands, out, infos[0])
+
+
+def _with_layout_forms(forms: list[Form], qkv: _QkvLayout | Reason | None, bshd: _BshdLayout | Reason | None) -> tuple[Form, ...]:
+    """Each form preceded by its sdpa_qkv form on `qkv`, then its sdpa_bshd form on `bshd`. Where a
+    layout is only partly there, one form of its kind carrying the reason (before the others), so
+    that the report says why the plain forms are taken."""
+    refused = [replace(forms[0], op_kind=kinds[forms[0].op_kind], refusal=layout)
+               for layout, kinds in ((qkv, _ON_QKV), (bshd, _ON_BSHD)) if isinstance(layout, tuple)]
+    out = []
+    for f in forms:
+        if isinstance(qkv, _QkvLayout):
+            out.append(replace(f, op_kind=_ON_QKV[f.op_kind], operands=(qkv.qkv, *f.operands[3:]), result=qkv.out, result_shape=qkv.heads,
+                               result_dtype=tensor_info(qkv.out)[1], notes=(QKV_NOTE, *f.notes)))
+        if isinstance(bshd, _BshdLayout):
+            out.append(replace(f, op_kind=_ON_BSHD[f.op_kind], operands=(bshd.q, bshd.k, bshd.v, *f.operands[3:]), result=bshd.out,
+                               result_shape=bshd.heads, result_dtype=tensor_info(bshd.out)[1], notes=(BSHD_NOTE, *f.notes)))
+        out.append(f)
+    return (*refused, *out)
 
 
 def match_sdpa(op: ir.Operation) -> Candidate | None:
@@ -276,9 +380,9 @@ def match_sdpa(op: ir.Operation) -> Candidate | None:
     common = {"result": result, "result_shape": q.shape, "result_dtype": tensor_info(result)[1], "compute": "f32", "anchor": op,
               "scale": scale, "scalar": scale_value if scale is None else None}
     qkv = tuple(Operand(h.value, h.shape, q_info[1]) for h in (q, k, v))
-    layout = _qkv_layout(op)
+    layouts = (_qkv_layout(op), _bshd_layout(op, (q, k, v)))
     if not has_mask:
-        return Candidate("sdpa", description, loc, result, forms=_with_qkv_forms([Form(SDPA, qkv, notes=tuple(notes), **common)], layout))
+        return Candidate("sdpa", description, loc, result, forms=_with_layout_forms([Form(SDPA, qkv, notes=tuple(notes), **common)], *layouts))
     mask = _heads(ins[4])
     if mask is None:
         return refused(("shape", "the mask [B*H, Sq, Sk] with a dynamic size is not collapsed from a [B, H, Sq, Sk] tensor"))
@@ -300,7 +404,8 @@ def match_sdpa(op: ir.Operation) -> Candidate | None:
         mask_form = Form(SDPA_MASK, mask_form.operands, refusal=("shape", f"the mask is {shape_text(mask.shape)}: {', '.join(bad)} is neither 1 nor the "
                                                                            f"model's size ({shape_text(wanted)})"), **common)
     forms.append(mask_form)
-    return Candidate("sdpa", description, loc, result, forms=_with_qkv_forms(forms, layout))
+    return Candidate("sdpa", description, loc, result, forms=_with_layout_forms(forms, *layouts))
 
 
-FAMILY = Family(kinds=(SDPA, SDPA_CAUSAL, SDPA_MASK, SDPA_QKV, SDPA_QKV_CAUSAL, SDPA_QKV_MASK), matchers=(Matcher(frozenset({ROOT}), match_sdpa),))
+FAMILY = Family(kinds=(SDPA, SDPA_CAUSAL, SDPA_MASK, SDPA_QKV, SDPA_QKV_CAUSAL, SDPA_QKV_MASK, SDPA_BSHD, SDPA_BSHD_CAUSAL, SDPA_BSHD_MASK),
+                matchers=(Matcher(frozenset({ROOT}), match_sdpa),))
