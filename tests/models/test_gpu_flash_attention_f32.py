@@ -161,7 +161,9 @@ def test_sizes_the_spec_requires_are_refused_before_launch(modules):
     with pytest.raises(ValueError, match=r"flash_attn_f32_d64\(\): requires Hq % Hkv == 0, but Hq = 3, Hkv = 2"):
         call(modules["flash_attention_f32_poisonable"], "flash_attn_f32_d64", q, k, v, None, scale, out)
     q, k, v, _, scale = inputs("flash_attn_f32_d64_mask", Case(3, 2, 2, 10, 10), rng)
+    assert np.all(out == 7.0)
     mask = rng.standard_normal((2, 1, 10, 10)).astype(np.float32)  # MB = 2 of B = 3: would broadcast wrongly
+    out = np.full(q.shape, 7.0, np.float32)
     with pytest.raises(ValueError, match=r"requires MB == 1 or MB == B, but MB = 2, B = 3"):
         call(modules["flash_attention_f32_poisonable"], "flash_attn_f32_d64_mask", q, k, v, mask, scale, out)
     assert np.all(out == 7.0)
