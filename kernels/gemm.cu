@@ -1,6 +1,7 @@
 // Tensor-core GEMM, c[M, N] (f32) = a[M, K] @ b[K, N], a and b row-major bf16 or f16, f32 accumulation;
 // and bf16 ones with fused epilogues for a transformer: h = bf16(gelu(a @ b + bias)) (GELU's tanh or erf form),
-// h = bf16(a @ b + bias) and c = (a @ b + bias) + residual; and a batched bf16 one,
+// h = bf16(a @ b + bias), h = bf16(bf16(a @ b + bias) + residual) and c = (a @ b + bias) + residual;
+// and a batched bf16 one,
 // c[z] = a[z] @ b[z] for z = blockIdx.z (attention's batch matmuls). The entry points are at the
 // end; the epilogues (PlainF32 ...) are what differs between them.
 //
@@ -81,6 +82,8 @@ __device__ __forceinline__ bool vector_loads_ok(const void* a, const void* b, in
 //   gemm_bias_gelu_erf_bf16: h = bf16(gelu_erf(v + bias[col]))         (exact GELU, erff)
 //   gemm_bias_bf16:         h = bf16(v + bias[col])                    (one rounding)
 //   gemm_bias_residual_f32: c = (v + bias[col]) + residual[row, col]  (residual must not alias c)
+//   gemm_bias_residual_bf16: h = bf16(float(bf16(v + bias[col])) + float(residual[row, col]))
+//                           (gemm_bias_bf16's value, then a bf16 model's residual add: in f32, rounded once)
 __device__ __forceinline__ bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 struct PlainF32 {
@@ -146,6 +149,33 @@ struct BiasResidualF32 {
     const float4 b = *reinterpret_cast<const float4*>(bias + col);
     const float4 r = *reinterpret_cast<const float4*>(residual + size_t(row) * N + col);
     *reinterpret_cast<float4*>(out + size_t(row) * N + col) = make_float4((v.x + b.x) + r.x, (v.y + b.y) + r.y, (v.z + b.z) + r.z, (v.w + b.w) + r.w);
+  }
+};
+// gemm_bias_bf16's result followed by a bf16 residual add, as the model computes that add (the
+// two bf16 values widened, added in f32, rounded once): the same bits as gemm_bias_bf16 and then
+// the add, without writing and reading back the intermediate. residual [M, N] bf16, not aliasing out.
+struct BiasResidualBf16 {
+  using Out = __nv_bfloat16;
+  const float* bias;
+  const __nv_bfloat16* residual;
+  __nv_bfloat16* out;
+  int N;
+  static __device__ __forceinline__ float add(float biased, float r) { return __bfloat162float(__float2bfloat16_rn(biased)) + r; }
+  __device__ __forceinline__ float apply(int row, int col, float v) const {
+    return add(v + bias[col], __bfloat162float(residual[size_t(row) * N + col]));
+  }
+  __device__ __forceinline__ bool vec_ok() const { return aligned(bias, 16) && aligned(residual, 8) && aligned(out, 8); }
+  __device__ __forceinline__ void store4(int row, int col, int N, float4 v) const {
+    const float4 b = *reinterpret_cast<const float4*>(bias + col);
+    const uint2 r = *reinterpret_cast<const uint2*>(residual + size_t(row) * N + col);
+    const float2 r01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.x));
+    const float2 r23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.y));
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(add(v.x + b.x, r01.x), add(v.y + b.y, r01.y));
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(add(v.z + b.z, r23.x), add(v.w + b.w, r23.y));
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(out + size_t(row) * N + col) = packed;
   }
 };
 
@@ -692,6 +722,16 @@ extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
 gemm_bias_residual_f32(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
                        const float* __restrict__ residual, float* __restrict__ c, int M, int N, int K) {
   gemm_body(a, b, gemm::BiasResidualF32{bias, residual, c, N}, M, N, K);
+}
+
+// h = bf16(float(bf16(a @ b + bias)) + float(residual)): a bf16 Linear with its bias (gemm_bias_bf16's
+// h) and the residual connection after it (a transformer's attention output projection and MLP's
+// second matmul), the add as a bf16 model computes it (bias: [N] f32, residual: [M, N] bf16, not
+// aliasing h).
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_bias_residual_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
+                        const __nv_bfloat16* __restrict__ residual, __nv_bfloat16* __restrict__ h, int M, int N, int K) {
+  gemm_body(a, b, gemm::BiasResidualBf16{bias, residual, h, N}, M, N, K);
 }
 
 // c[z] = a[z] @ b[z] for each batch z = blockIdx.z: a [B, M, K], b [B, K, N], c [B, M, N], all

@@ -14,8 +14,8 @@ accumulation over K terms, measured at most 2.1e-6 of |a| @ |b| (K = 8192) on an
 RTOL = 1e-5 (~170 float32 ulps of the absolute sum). A dropped, doubled or misplaced term
 shows as ~1/K of that sum per element: at least 2.4e-4 (K = 4097), 24x above RTOL.
 
-The fused kernels (gemm_bias_gelu_bf16, gemm_bias_bf16, gemm_bias_residual_f32) run the same
-three ways, with their own bounds (check_epilogue); so does the batched gemm_batched_bf16
+The fused kernels (gemm_bias_gelu_bf16, gemm_bias_bf16, gemm_bias_residual_f32,
+gemm_bias_residual_bf16) run the same three ways, with their own bounds (check_epilogue); so does the batched gemm_batched_bf16
 (c[z] = a[z] @ b[z], the batch along grid z), with the plain GEMM's bound, on batches whose
 inputs have different means (a tile that reads another batch's rows is off by far more than
 the bound), at GPT-2 small's attention shapes among others.
@@ -108,14 +108,20 @@ def check_epilogue(name: str, got: np.ndarray, a: np.ndarray, b: np.ndarray, bia
       + 4e-3 * |want| (one bf16 rounding of the result, 2^-8) + 1e-6;
     - gemm_bias_bf16: 1e-5 * scale (the accumulation error) + 4e-3 * |want| (one bf16 rounding
       of the result) + 1e-6;
-    - gemm_bias_residual_f32: 1e-5 * (scale + |bias| + |residual|)."""
+    - gemm_bias_residual_f32: 1e-5 * (scale + |bias| + |residual|);
+    - gemm_bias_residual_bf16: h = bf16(bf16(a @ b + bias) + residual), two bf16 roundings: the
+      first's error, 1e-5 * scale + 4e-3 * |a @ b + bias|, carried into the sum, + 4e-3 * |want|
+      for the second, + 1e-6."""
     args = (a, b, bias) if residual is None else (a, b, bias, residual)
-    want = getattr(REFERENCES, name)(*args)
+    want = REFERENCES_HERE[name](*args) if name in REFERENCES_HERE else getattr(REFERENCES, name)(*args)
     scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
     if name == "gemm_bias_gelu_bf16":
         bound = 1.2e-5 * scale + 4e-3 * np.abs(want) + 1e-6
     elif name == "gemm_bias_bf16":
         bound = RTOL * scale + 4e-3 * np.abs(want) + 1e-6
+    elif name == "gemm_bias_residual_bf16":
+        biased = REFERENCES.gemm_bias_bf16(a, b, bias)
+        bound = RTOL * scale + 4e-3 * np.abs(biased) + 4e-3 * np.abs(want) + 1e-6
     else:
         bound = RTOL * (scale + np.abs(bias.astype(np.float64)) + np.abs(residual.astype(np.float64)))
     assert got.shape == want.shape, (got.shape, want.shape)
@@ -126,8 +132,31 @@ def check_epilogue(name: str, got: np.ndarray, a: np.ndarray, b: np.ndarray, bia
     return f"max err/bound {np.max(err / bound):.2f}"
 
 
+def gemm_bias_residual_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """The float64 product + bias rounded to bf16 (gemm_bias_bf16's h), + the bf16 residual in
+    float64 (the kernel rounds this to bf16)."""
+    import ml_dtypes
+
+    return REFERENCES.gemm_bias_bf16(a, b, bias).astype(ml_dtypes.bfloat16).astype(np.float64) + residual.astype(np.float64)
+
+
+REFERENCES_HERE = {"gemm_bias_residual_bf16": gemm_bias_residual_bf16}
+
+
+def test_residual_reference_rounds_between_bias_and_residual():
+    import ml_dtypes
+
+    a, b = np.ones((1, 1), ml_dtypes.bfloat16), np.ones((1, 1), ml_dtypes.bfloat16)
+    bias, residual = np.array([2.0**-9], np.float32), np.array([[2.0**-9]], ml_dtypes.bfloat16)
+    # 1 + 2^-9 rounds to 1 in bf16 (8-bit significand); unrounded, the sum would be 1 + 2^-8
+    assert gemm_bias_residual_bf16(a, b, bias, residual)[0, 0] == 1.0 + 2.0**-9
+
+
+RESIDUALS = ("gemm_bias_residual_f32", "gemm_bias_residual_bf16")  # residual [M, N] f32 and bf16
+
+
 @pytest.mark.parametrize("m, n, k", SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in SIZES])
-@pytest.mark.parametrize("name", ["gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_residual_f32"])
+@pytest.mark.parametrize("name", ["gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_residual_f32", "gemm_bias_residual_bf16"])
 def test_fused_epilogues_match_float64(modules, name, m, n, k):
     import ml_dtypes
 
@@ -135,7 +164,8 @@ def test_fused_epilogues_match_float64(modules, name, m, n, k):
     a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
     b = rng.normal(-0.25, 1.0, (k, n)).astype(ml_dtypes.bfloat16)
     bias = rng.normal(0.5, 2.0, n).astype(np.float32)
-    residual = rng.normal(-0.5, 4.0, (m, n)).astype(np.float32) if name == "gemm_bias_residual_f32" else None
+    residual_dtype = np.float32 if name == "gemm_bias_residual_f32" else ml_dtypes.bfloat16
+    residual = rng.normal(-0.5, 4.0, (m, n)).astype(residual_dtype) if name in RESIDUALS else None
     args = (a, b, bias) if residual is None else (a, b, bias, residual)
     out_dtype = np.float32 if name == "gemm_bias_residual_f32" else ml_dtypes.bfloat16
     reports = [check_epilogue(name, getattr(modules["gemm"], name)(*args), a, b, bias, residual)]

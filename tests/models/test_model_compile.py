@@ -94,9 +94,10 @@ def test_linear_on_3d_input_with_gelu_fused():
 
 
 def test_bf16_linear_with_bias_fused_only_when_wider_is_allowed():
-    """A bf16 Linear with its bias (GPT-2's Conv1D as addmm, and nn.Linear on 3-D input): the model
-    accumulates in f32, rounds to bf16, adds the bf16 bias and rounds again; gemm_bias_bf16 adds the
-    (widened) bias in f32 and rounds once."""
+    """A bf16 Linear with its bias (GPT-2's Conv1D as addmm, and nn.Linear on 3-D input, followed by
+    a residual add): the model accumulates in f32, rounds to bf16, adds the bf16 bias and rounds
+    again; gemm_bias_bf16 adds the (widened) bias in f32 and rounds once, and so does
+    gemm_bias_residual_bf16 before it adds the residual as the model does."""
     strict = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM])
     assert _by_kernel(strict) == [("matmul", "matmul", "gemm.gemm_bf16"), ("batch_matmul", "matmul", "gemm.gemm_bf16")]
     refused = (
@@ -104,10 +105,14 @@ def test_bf16_linear_with_bias_fused_only_when_wider_is_allowed():
         "and after the bias add (--allow-wider-accumulation accepts a wider one)"
     )
     assert strict.replaced[0].notes == [refused]
-    assert strict.replaced[1].notes == ["the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows", refused]
+    refused_residual = (
+        "not as matmul+bias+residual: gemm.gemm_bias_residual_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul "
+        "and after the bias add, then adds the residual in bf16 (--allow-wider-accumulation accepts a wider one)"
+    )
+    assert strict.replaced[1].notes == ["the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows", refused_residual, refused]
     assert "its bias add is left to IREE" not in strict.text()
     wide = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM], allow_wider_accumulation=True)
-    assert _by_kernel(wide) == [("matmul", "matmul+bias", "gemm.gemm_bias_bf16"), ("batch_matmul", "matmul+bias", "gemm.gemm_bias_bf16")]
+    assert _by_kernel(wide) == [("matmul", "matmul+bias", "gemm.gemm_bias_bf16"), ("batch_matmul", "matmul+bias+residual", "gemm.gemm_bias_residual_bf16")]
     d = wide.replaced[0]
     assert d.widen == {2: "f32"} and d.narrow_to is None
     assert d.form.result_dtype == "bf16" and d.form.compute == "bf16"
@@ -115,7 +120,12 @@ def test_bf16_linear_with_bias_fused_only_when_wider_is_allowed():
         "its bias is bf16 in the model, widened to f32 for the kernel (exact)",
         "computes in f32 and rounds once, where the model rounds to bf16 after the matmul and after the bias add (--allow-wider-accumulation)",
     ]
-    assert wide.kernel_counts() == {"gemm.gemm_bias_bf16": 2}
+    assert wide.kernel_counts() == {"gemm.gemm_bias_bf16": 1, "gemm.gemm_bias_residual_bf16": 1}
+    assert wide.replaced[1].notes[-1] == (
+        "computes in f32 and rounds once, where the model rounds to bf16 after the matmul and after the bias add, then adds the residual in bf16 "
+        "(--allow-wider-accumulation)"
+    )
+    assert not wide.unkinded  # the residual add is the kernel's
     assert "#1 matmul 16x64 @ 64x192 bf16 x bf16 -> 16x192 f32 at linear_bias_bf16.torch.mlir:8 -> gemm.gemm_bias_bf16 (as matmul+bias)" in wide.text()
     # Without a bias kernel, the matmul alone, its bias add left to IREE.
     no_bias = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM_PADDED])

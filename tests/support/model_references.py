@@ -62,7 +62,7 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
     lines += c.splitlines()
     args = [f"%a{i}: {t}" for i, t in enumerate(ins)]
     acc = _elem(out)
-    if op == "matmul+bias" and _elem(ins[2]) != acc:  # f32 accumulation and bias add, rounded once (gemm_bias_bf16)
+    if op in ("matmul+bias", "matmul+bias+residual") and _elem(ins[2]) != acc:  # f32 accumulation and bias add, rounded once (gemm_bias_bf16)
         wide = _elem(ins[2])
         wt = f"tensor<?x?x{wide}>"
         lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a1, %c1 : {ins[1]}"]
@@ -74,7 +74,15 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
             f'iterator_types = ["parallel", "parallel"]}} ins(%r, %a2 : {wt}, {ins[2]}) outs(%eo : {out}) {{\n^bb0(%x: {wide}, %y: {wide}, %o: {acc}):\n'
             f"%s = arith.addf %x, %y : {wide}\n%t = arith.truncf %s : {wide} to {acc}\nlinalg.yield %t : {acc}\n}} -> {out}"
         )
-        lines.append(f"return %h : {out}")
+        if op == "matmul+bias+residual":  # then the residual add in the result's type, as the model's (gemm_bias_residual_bf16)
+            lines.append(
+                "%hr = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], "
+                f'iterator_types = ["parallel", "parallel"]}} ins(%h, %a3 : {out}, {ins[3]}) outs(%eo : {out}) {{\n^bb0(%x: {acc}, %y: {acc}, %o: {acc}):\n'
+                f"%s = arith.addf %x, %y : {acc}\nlinalg.yield %s : {acc}\n}} -> {out}"
+            )
+            lines.append(f"return %hr : {out}")
+        else:
+            lines.append(f"return %h : {out}")
     elif op in ("matmul", "matmul+bias", "batch_matmul"):
         batch = op == "batch_matmul"
         named = "linalg.batch_matmul" if batch else "linalg.matmul"

@@ -1,6 +1,6 @@
 """Matmuls: linalg.matmul and linalg.batch_matmul, with what follows them (a bias add, GELU's tanh
-or erf form, the model's rounding of the result) and what precedes their rhs (a transpose of a stored
-[N, K] matrix, a [K, N] matrix broadcast over the batch)."""
+or erf form, a residual add, the model's rounding of the result) and what precedes their rhs (a
+transpose of a stored [N, K] matrix, a [K, N] matrix broadcast over the batch)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,11 @@ def _matmul_shapes(ins: list[tuple[str, ...]]) -> tuple[tuple[str, ...], list[tu
     return (m, n), [(k, k2)] + ([(ins[2][0], n)] if len(ins) > 2 else [])
 
 
+def _matmul_residual_shapes(ins: list[tuple[str, ...]]) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
+    (m, k), (k2, n), (bias_n,), (rm, rn) = ins
+    return (m, n), [(k, k2), (bias_n, n), (rm, m), (rn, n)]
+
+
 def _matmul_nt_shapes(ins: list[tuple[str, ...]]) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
     (m, k), (n, k2) = ins[0], ins[1]
     return (m, n), [(k, k2)]
@@ -56,7 +61,13 @@ MATMUL = OpKind("matmul", (2, 2), 2, _matmul_shapes, narrows=True, **_MATMUL_RUL
                 left_when_undeclared=(("matmul+bias", "its bias add is left to IREE (no kernel declares matmul+bias for it)"), ("matmul+bias+gelu_erf", _ERF_LEFT)))
 # lhs [M, K], rhs [K, N], bias [N] → lhs @ rhs + bias
 MATMUL_BIAS = OpKind("matmul+bias", (2, 2, 1), 2, _matmul_shapes, narrows=True, fused=True, **_MATMUL_RULES,
-                     left_when_undeclared=(("matmul+bias+gelu_erf", "its erf GELU is left to IREE (no kernel declares matmul+bias+gelu_erf for it)"),))
+                     left_when_undeclared=(("matmul+bias+gelu_erf", "its erf GELU is left to IREE (no kernel declares matmul+bias+gelu_erf for it)"),
+                                           ("matmul+bias+residual", "its residual add is left to IREE (no kernel declares matmul+bias+residual for it)")))
+# lhs [M, K], rhs [K, N], bias [N], residual [M, N] → (lhs @ rhs + bias) + residual: a bf16 Linear
+# followed by a transformer's residual connection. Found around every such Linear, so not named
+# when no kernel declares it (plain matmul+bias is then taken, with a note).
+MATMUL_BIAS_RESIDUAL = OpKind("matmul+bias+residual", (2, 2, 1, 2), 2, _matmul_residual_shapes, narrows=True, fused=True,
+                              named_when_undeclared=False, **_MATMUL_RULES)
 # lhs [M, K], rhs [K, N], bias [N] → gelu_tanh(lhs @ rhs + bias)
 MATMUL_BIAS_GELU = OpKind("matmul+bias+gelu", (2, 2, 1), 2, _matmul_shapes, narrows=True, fused=True, **_MATMUL_RULES)
 # lhs [M, K], rhs [K, N], bias [N] → gelu_erf(lhs @ rhs + bias), GELU's exact form 0.5 x (1 + erf(x / sqrt(2)))
@@ -71,7 +82,7 @@ MATMUL_NT_EXTF = OpKind("matmul_nt+extf", (2, 2), 2, _matmul_nt_shapes, fused=Tr
 # lhs [B, M, K], rhs [B, K, N] → [B, M, N]
 BATCH_MATMUL = OpKind("batch_matmul", (3, 3), 3, _batch_matmul_shapes, **_MATMUL_RULES)
 
-_ROOTS = frozenset({"linalg.matmul", "linalg.batch_matmul", "linalg.matmul_transpose_a", "linalg.matmul_transpose_b",
+MATMUL_ROOTS = frozenset({"linalg.matmul", "linalg.batch_matmul", "linalg.matmul_transpose_a", "linalg.matmul_transpose_b",
                     "linalg.batch_matmul_transpose_a", "linalg.batch_matmul_transpose_b"})
 _BROADCAST_NOTE = "the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows"
 
@@ -132,12 +143,67 @@ def _refusal(op: ir.Operation) -> tuple[str, str] | None:
 
 def _bias_forms(op: ir.Operation, bias_add, lhs: Operand, rhs: Operand, shape: Shape, rank: int, result_dims, compute: str) -> list[Form]:
     """The matmul `op` with the bias add that is its result's only use (in its own type), or else
-    the one after the model's rounding of the result (_narrowed_bias_forms)."""
+    the one after the model's rounding of the result (_narrowed_bias_forms); each preceded by its
+    matmul+bias+residual form where the bias add's result goes on to a residual add (_residual_forms)."""
     if bias_add is None:
-        return _narrowed_bias_forms(op, lhs, rhs, shape, rank, result_dims)
+        return _residual_forms(_narrowed_bias_forms(op, lhs, rhs, shape, rank, result_dims), rank)
     g, bias = bias_add
-    return [Form(MATMUL_BIAS, (lhs, rhs, operand(bias, tensor_info(bias))), g.op.results[0], shape, tensor_info(g.op.results[0])[1], compute, g.op,
-                 result_dims=result_dims, widen=(2,))]
+    return _residual_forms([Form(MATMUL_BIAS, (lhs, rhs, operand(bias, tensor_info(bias))), g.op.results[0], shape, tensor_info(g.op.results[0])[1],
+                                 compute, g.op, result_dims=result_dims, widen=(2,))], rank)
+
+
+def _residual_forms(bias_forms: list[Form], rank: int) -> list[Form]:
+    """`bias_forms` (none or one matmul+bias form), preceded by a matmul+bias+residual form when the
+    bias add's half-precision result (a bf16 Linear's) has as its only use, directly or through one
+    reshape of its leading dims (the importer's [B*S, N] <-> [B, S, N]), an add with another tensor
+    of the same shape and type, elementwise (a transformer's residual connection). The add's result
+    is the form's; the model's dims come from the residual, which has its shape."""
+    if not bias_forms:
+        return []
+    (form,) = bias_forms
+    if FLOAT_WIDTH.get(form.result_dtype, 0) != 16:  # an f32 model keeps its plain matmul+bias
+        return bias_forms
+    value = _through_leading_reshape(form.result)
+    found = _residual_add(value, form.result_dtype) if value is not None else None
+    if found is None:
+        return bias_forms
+    add, residual = found
+    info = tensor_info(residual)
+    steps = f"{form.steps}, then adds the residual in {form.compute}" if form.steps else ""
+    fused = Form(MATMUL_BIAS_RESIDUAL, (*form.operands, Operand(residual, form.result_shape, info[1])), add.op.results[0], form.result_shape,
+                 form.result_dtype, form.compute, add.op, notes=form.notes, result_dims=tuple((3, d) for d in range(len(info[0]))),
+                 widen=form.widen, steps=steps)
+    return [fused, *bias_forms]
+
+
+def _through_leading_reshape(value: ir.Value) -> ir.Value | None:
+    """`value`, or the result of the tensor.expand_shape / collapse_shape that is its only use when
+    that only splits or merges its leading dims (the last dim, N, kept whole), or None when its
+    only use is another reshape."""
+    us = users(value)
+    if len(us) != 1 or us[0].name not in ("tensor.expand_shape", "tensor.collapse_shape"):
+        return value
+    groups = [[int(ir.IntegerAttr(i).value) for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(us[0].attributes["reassociation"])]
+    ranks = (len(tensor_info(value)[0]), len(tensor_info(us[0].results[0])[0]))
+    return us[0].results[0] if groups[-1] == [max(ranks) - 1] else None
+
+
+def _residual_add(value: ir.Value, dtype: str) -> tuple[Generic, ir.Value] | None:
+    """(generic, residual) when `value`'s only use adds it elementwise to another tensor of its
+    shape and type `dtype` (no broadcast), written whole."""
+    us = users(value)
+    if len(us) != 1:
+        return None
+    g = as_generic(us[0])
+    if g is None or not g.parallel or len(g.inputs) != 2 or len(g.exprs) != 1 or g.exprs[0][0] != "addf" or not identity_outputs(g):
+        return None
+    rank = len(g.iterators)
+    if sorted(g.exprs[0][1:]) != [("in", 0), ("in", 1)] or g.inputs.count(value) != 1 or not all(elementwise_input(g, i, rank) for i in (0, 1)):
+        return None
+    residual = g.inputs[1 - g.inputs.index(value)]
+    if tensor_info(residual) != tensor_info(value) or tensor_info(g.op.results[0]) != (tensor_info(value)[0], dtype):
+        return None
+    return g, residual
 
 
 def _transposed_matrix(value: ir.Value) -> ir.Value | None:
@@ -372,4 +438,5 @@ def _is_gelu_erf(e: Expr, dtype: str) -> bool:
 
 _GELUS = ((MATMUL_BIAS_GELU, _is_gelu), (MATMUL_BIAS_GELU_ERF, _is_gelu_erf))
 
-FAMILY = Family(kinds=(MATMUL, MATMUL_BIAS, MATMUL_BIAS_GELU, MATMUL_BIAS_GELU_ERF, MATMUL_NT_EXTF, MATMUL_NT, BATCH_MATMUL), matchers=(Matcher(_ROOTS, match),))
+FAMILY = Family(kinds=(MATMUL, MATMUL_BIAS, MATMUL_BIAS_RESIDUAL, MATMUL_BIAS_GELU, MATMUL_BIAS_GELU_ERF, MATMUL_NT_EXTF, MATMUL_NT, BATCH_MATMUL),
+                matchers=(Matcher(MATMUL_ROOTS, match),))
