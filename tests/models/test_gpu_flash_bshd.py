@@ -30,14 +30,11 @@ import numpy as np
 import pytest
 
 from ..support.artifacts.flash_attention import LAYOUT, build_all
+from ..support.flash_heads_last import REFERENCES, check, mask_input, run_three_ways, type_of
 from ..support.gpu_modules import loaded_modules
-from ..support.references import bfloat16, load_references
 
 pytestmark = pytest.mark.gpu
 
-RTOL = 1e-2
-REFERENCES = load_references()
-LOWEST = {"bf16": -3.3895313892515355e38, "f16": -65504.0}  # torch.finfo(dtype).min: how transformers hides a key
 # (B, Hq, Hkv, Sq, Sk)
 SIZES = [(1, 1, 1, 1, 1), (2, 3, 3, 37, 37), (2, 4, 2, 128, 128), (3, 2, 2, 200, 200), (2, 4, 1, 333, 333), (2, 2, 2, 100, 257), (1, 4, 2, 300, 70)]
 # mask name → its shape [MB, MH, MQ, Sk] for (B, Hq, Sq, Sk)
@@ -61,11 +58,6 @@ def modules(tmp_path_factory) -> dict:
     return loaded_modules(tmp_path_factory, "flash_attention", LAYOUT, build_all)
 
 
-def type_of(function: str) -> tuple[str, type, int]:
-    """(type name, numpy type, head dim) of flash_attn_bshd_<type>_d<D>[...]."""
-    name, d = function.split("_")[3:5]
-    return name, (bfloat16() if name == "bf16" else np.float16), int(d[1:])
-
 
 def bshd_inputs(b: int, hq: int, hkv: int, sq: int, sk: int, d: int, np_type, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]: q and k of standard deviation 1.5 (scores of a
@@ -76,36 +68,7 @@ def bshd_inputs(b: int, hq: int, hkv: int, sq: int, sk: int, d: int, np_type, rn
     return tuple(x.astype(np.float32).astype(np_type) for x in (q, k, v))
 
 
-def mask_input(shape: tuple[int, ...], type_name: str, np_type, rng) -> np.ndarray:
-    """Additive values, about a quarter of the keys hidden by the type's lowest value, key 0 never."""
-    m = rng.normal(0.0, 2.0, shape)
-    hidden = rng.random(shape) < 0.25
-    hidden[..., 0] = False
-    return np.where(hidden, LOWEST[type_name], m).astype(np.float32).astype(np_type)
 
-
-def check(got, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, causal: bool, scale: float) -> str:
-    """got [B, Sq, Hq, D] against the float64 reference on q, k and v transposed to [B, H, S, D]."""
-    got = np.asarray(got.to_host() if hasattr(got, "to_host") else got)
-    assert got.shape == q.shape, got.shape
-    qh, kh, vh = (np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for x in (q, k, v))
-    want = REFERENCES.flash_attention(qh, kh, vh, mask=mask, causal=causal, scale=scale).transpose(0, 2, 1, 3)
-    weights = REFERENCES.flash_attention(qh, kh, np.abs(vh.astype(np.float64)), mask=mask, causal=causal, scale=scale).transpose(0, 2, 1, 3)  # p64 @ |v|
-    bound = RTOL * weights + 1e-6
-    err = np.abs(got.astype(np.float64) - want)
-    bad = ~(err <= bound)  # NaN (an element not written) is bad too
-    first = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else ()
-    assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, first at {list(first)}: got {got[first]}, want {want[first]}"
-    return f"max err/bound {np.max(err / bound):.2f}"
-
-
-def run_three_ways(modules: dict, function: str, args: list[np.ndarray], out_shape: tuple[int, ...], np_type, scale: float, checked) -> list[str]:
-    """`function` on the module as built, then on both poisonable copies with a NaN-filled output."""
-    reports = [checked(getattr(modules["flash_attention"], function)(*args, scale))]
-    for module in ("flash_attention_poisonable", "flash_attention_sm80_ptx_poisonable"):
-        poisoned = np.full(out_shape, np.nan, np_type)
-        reports.append(checked(getattr(modules[module], function)(*args, poisoned, scale)))
-    return reports
 
 
 @pytest.mark.parametrize("size", SIZES, ids=[size_id(s) for s in SIZES])

@@ -29,14 +29,12 @@ import numpy as np
 import pytest
 
 from ..support.artifacts.flash_attention import LAYOUT, build_all
+from ..support.flash_heads_last import REFERENCES, check, mask_input, run_three_ways, type_of
 from ..support.gpu_modules import loaded_modules
-from ..support.references import bfloat16, load_references
+from ..support.references import bfloat16
 
 pytestmark = pytest.mark.gpu
 
-RTOL = 1e-2
-REFERENCES = load_references()
-LOWEST = {"bf16": -3.3895313892515355e38, "f16": -65504.0}  # torch.finfo(dtype).min: how transformers hides a key
 # (B, H, S): S off and on the tiles, B > 1 and several heads
 SIZES = [(1, 1, 1), (2, 3, 37), (2, 2, 128), (3, 2, 200), (2, 2, 333)]
 # mask name → its shape [MB, MH, MQ, S] for (B, H, S)
@@ -55,11 +53,6 @@ def modules(tmp_path_factory) -> dict:
     return loaded_modules(tmp_path_factory, "flash_attention", LAYOUT, build_all)
 
 
-def type_of(function: str) -> tuple[str, type, int]:
-    """(type name, numpy type, head dim) of flash_attn_qkv_<type>_d<D>[...]."""
-    name, d = function.split("_")[3:5]
-    return name, (bfloat16() if name == "bf16" else np.float16), int(d[1:])
-
 
 def qkv_input(batch: int, heads: int, s: int, d: int, np_type, rng) -> np.ndarray:
     """qkv [B, S, 3, H, D]: q and k of standard deviation 1.5 (scores of a few units), v of each
@@ -70,37 +63,12 @@ def qkv_input(batch: int, heads: int, s: int, d: int, np_type, rng) -> np.ndarra
     return qkv.astype(np_type)
 
 
-def mask_input(shape: tuple[int, ...], type_name: str, np_type, rng) -> np.ndarray:
-    """Additive values, about a quarter of the keys hidden by the type's lowest value, key 0 never."""
-    m = rng.normal(0.0, 2.0, shape)
-    hidden = rng.random(shape) < 0.25
-    hidden[..., 0] = False
-    return np.where(hidden, LOWEST[type_name], m).astype(np.float32).astype(np_type)
 
 
-def check(got, qkv: np.ndarray, mask: np.ndarray | None, causal: bool, scale: float) -> str:
-    """got [B, S, H, D] against the float64 reference on q, k and v sliced out of qkv."""
-    b, s, _, h, d = qkv.shape
-    got = np.asarray(got.to_host() if hasattr(got, "to_host") else got)
-    assert got.shape == (b, s, h, d), got.shape
-    q, k, v = (np.ascontiguousarray(qkv[:, :, i].transpose(0, 2, 1, 3)) for i in range(3))  # [B, H, S, D] each
-    want = REFERENCES.flash_attention(q, k, v, mask=mask, causal=causal, scale=scale).transpose(0, 2, 1, 3)
-    weights = REFERENCES.flash_attention(q, k, np.abs(v.astype(np.float64)), mask=mask, causal=causal, scale=scale).transpose(0, 2, 1, 3)  # p64 @ |v|
-    bound = RTOL * weights + 1e-6
-    err = np.abs(got.astype(np.float64) - want)
-    bad = ~(err <= bound)  # NaN (an element not written) is bad too
-    first = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else ()
-    assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, first at {list(first)}: got {got[first]}, want {want[first]}"
-    return f"max err/bound {np.max(err / bound):.2f}"
 
-
-def run_three_ways(modules: dict, function: str, args: list[np.ndarray], out_shape: tuple[int, ...], np_type, scale: float, checked) -> list[str]:
-    """`function` on the module as built, then on both poisonable copies with a NaN-filled output."""
-    reports = [checked(getattr(modules["flash_attention"], function)(*args, scale))]
-    for module in ("flash_attention_poisonable", "flash_attention_sm80_ptx_poisonable"):
-        poisoned = np.full(out_shape, np.nan, np_type)
-        reports.append(checked(getattr(modules[module], function)(*args, poisoned, scale)))
-    return reports
+def heads_of(qkv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k and v [B, S, H, D] sliced out of qkv [B, S, 3, H, D]."""
+    return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
 
 @pytest.mark.parametrize("batch, heads, s", SIZES, ids=[f"{b}x{h}x{s}" for b, h, s in SIZES])
@@ -111,7 +79,7 @@ def test_flash_qkv_matches_float64(modules, function, batch, heads, s):
     rng = np.random.default_rng()
     qkv = qkv_input(batch, heads, s, d, np_type, rng)
     scale = float(np.float32(0.9 / np.sqrt(d)))
-    reports = run_three_ways(modules, function, [qkv], (batch, s, heads, d), np_type, scale, lambda got: check(got, qkv, None, causal, scale))
+    reports = run_three_ways(modules, function, [qkv], (batch, s, heads, d), np_type, scale, lambda got: check(got, *heads_of(qkv), None, causal, scale))
     print(f"\n{function} B={batch} H={heads} S={s}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
 
 
@@ -124,7 +92,7 @@ def test_flash_qkv_mask_matches_float64(modules, function, batch, heads, s, mask
     qkv = qkv_input(batch, heads, s, d, np_type, rng)
     mask = mask_input(MASKS[mask_name](batch, heads, s), type_name, np_type, rng)
     scale = float(np.float32(0.9 / np.sqrt(d)))
-    reports = run_three_ways(modules, function, [qkv, mask], (batch, s, heads, d), np_type, scale, lambda got: check(got, qkv, mask, False, scale))
+    reports = run_three_ways(modules, function, [qkv, mask], (batch, s, heads, d), np_type, scale, lambda got: check(got, *heads_of(qkv), mask, False, scale))
     print(f"\n{function} B={batch} H={heads} S={s} mask {mask.shape}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
 
 

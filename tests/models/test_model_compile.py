@@ -493,9 +493,10 @@ def _spec(tmp_path, replaces: str, shapes='{ a = ["M", "K"], b = ["K", "N"], c =
 @pytest.mark.parametrize(
     "replaces, message",
     [
-        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'matmul+bias+gelu', 'matmul+bias+gelu_erf', 'matmul_nt+extf', 'matmul_nt', 'batch_matmul', "
+        ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'matmul+bias+residual', 'matmul+bias+gelu', 'matmul+bias+gelu_erf', "
+         "'matmul_nt+extf', 'matmul_nt', 'batch_matmul', "
          "'softmax', 'layernorm', 'rmsnorm', 'attention', 'attention_qkv', 'sdpa', 'sdpa_causal', 'sdpa_mask', 'sdpa_qkv', 'sdpa_qkv_causal', "
-         "'sdpa_qkv_mask', 'swiglu', got 'conv'"),
+         "'sdpa_qkv_mask', 'sdpa_bshd', 'sdpa_bshd_causal', 'sdpa_bshd_mask', 'swiglu', got 'conv'"),
         ('{ op = "batch_matmul" }', "replaces 'batch_matmul' needs input tensors of ranks [3, 3] in parameter order; the kernel's inputs have ranks [2, 2]"),
         ('{ op = "matmul", blocks = 2 }', "replaces: unknown keys ['blocks']"),
         ('{ op = "matmul", divisible = { Q = 8 } }', "replaces.divisible names ['Q'], which are not shape symbols of the kernel's inputs (K, M, N)"),

@@ -24,8 +24,9 @@ from iree_dispatch.models.kinds.base import operand  # noqa: E402
 from iree_dispatch.models.select import decide  # noqa: E402
 
 MODELS = Path(__file__).parent
-ALL_KINDS = ("matmul", "matmul+bias", "matmul+bias+gelu", "matmul+bias+gelu_erf", "matmul_nt+extf", "matmul_nt", "batch_matmul", "softmax", "layernorm", "rmsnorm", "attention",
-             "attention_qkv", "sdpa", "sdpa_causal", "sdpa_mask", "sdpa_qkv", "sdpa_qkv_causal", "sdpa_qkv_mask", "sdpa_bshd", "sdpa_bshd_causal", "sdpa_bshd_mask", "swiglu")
+ALL_KINDS = ("matmul", "matmul+bias", "matmul+bias+residual", "matmul+bias+gelu", "matmul+bias+gelu_erf", "matmul_nt+extf", "matmul_nt", "batch_matmul",
+             "softmax", "layernorm", "rmsnorm", "attention", "attention_qkv", "sdpa", "sdpa_causal", "sdpa_mask", "sdpa_qkv", "sdpa_qkv_causal", "sdpa_qkv_mask",
+             "sdpa_bshd", "sdpa_bshd_causal", "sdpa_bshd_mask", "swiglu")
 
 MATMUL_BIAS = """
 func.func @f(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %bias: tensor<16xf32>, %init: tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
@@ -89,7 +90,8 @@ def test_registry_lists_every_kind_once_in_order():
         REGISTRY.kind("conv")
     with_eps = [k.name for k in REGISTRY if k.epsilon]
     assert with_eps == ["layernorm", "rmsnorm"]
-    assert [k.name for k in REGISTRY if k.fused] == ["matmul+bias", "matmul+bias+gelu", "matmul+bias+gelu_erf", "matmul_nt+extf", "matmul_nt", "attention", "attention_qkv",
+    assert [k.name for k in REGISTRY if k.fused] == ["matmul+bias", "matmul+bias+residual", "matmul+bias+gelu", "matmul+bias+gelu_erf", "matmul_nt+extf", "matmul_nt",
+                                                       "attention", "attention_qkv",
                                                        "sdpa_qkv", "sdpa_qkv_causal", "sdpa_qkv_mask", "sdpa_bshd", "sdpa_bshd_causal", "sdpa_bshd_mask"]
 
 

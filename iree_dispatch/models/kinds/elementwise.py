@@ -1,14 +1,13 @@
 """Elementwise chains no op kind covers, recognized so that the report accounts for them: RoPE
-(Llama's rotary embedding, x * cos + rotate_half(x) * sin) and residual adds, except those after a
-bf16 Linear's bias add, which the matmul+bias+residual kind covers (matmul.py). No kernel replaces
-them: IREE fuses elementwise ops into its own dispatches, so a kernel would save little."""
+(Llama's rotary embedding, x * cos + rotate_half(x) * sin) and residual adds (a residual add that
+a kernel takes with its Linear, as matmul+bias+residual, is not listed: compiler.py). No kernel replaces
+them on their own: IREE fuses elementwise ops into its own dispatches, so a kernel would save little."""
 
 from __future__ import annotations
 
 from iree.compiler import ir
 
 from ..ir_match import Expr, as_generic, elementwise_input, identity_outputs, inline_over, location, producer, same, shape_text, tensor_info
-from . import matmul
 from .base import Family, Recognizer, Unkinded
 
 ROPE_REASON = "no op kind; IREE fuses the elementwise chain itself"
@@ -74,37 +73,15 @@ def _is_slice(op: ir.Operation | None) -> bool:
 
 def recognize_residual_add(op: ir.Operation) -> Unkinded | None:
     """a + b of two same-shape tensors, neither an elementwise function of the other (a GELU's
-    x + 0.044715 x^3 is one chain, not a residual add): a transformer's residual connection, unless
-    a matmul+bias+residual form computes it."""
+    x + 0.044715 x^3 is one chain, not a residual add): a transformer's residual connection."""
     found = _full_add(op)
     if found is None:
         return None
     a, b, _ = found
     if _mentions_x(inline_over(a, b, 12)) or _mentions_x(inline_over(b, a, 12)):
         return None
-    if _after_linear(op):
-        return None
     shape, dtype = tensor_info(op.results[0])
     return Unkinded("residual add", f"{shape_text(shape)} {dtype}", location(op), RESIDUAL_REASON, op.results[0])
-
-
-# The residual add is at most 4 producers after its matmul: reshape, bias add, rounding, matmul.
-_LINEAR_DEPTH = 4
-
-
-def _after_linear(op: ir.Operation) -> bool:
-    """Whether a matmul candidate a few producers before `op` has a matmul+bias+residual form whose
-    result is `op`'s: an add the matmul+bias+residual kind covers."""
-    frontier, seen = [op], set()
-    for _ in range(_LINEAR_DEPTH):
-        before = [p for o in frontier for v in o.operands if (p := producer(v)) is not None and p not in seen]
-        seen.update(before)
-        for p in before:
-            if p.name in matmul.MATMUL_ROOTS and (cand := matmul.match(p)) is not None:
-                if any(f.op_kind is matmul.MATMUL_BIAS_RESIDUAL and f.result == op.results[0] for f in cand.forms):
-                    return True
-        frontier = before
-    return False
 
 
 def _mentions_x(e: Expr) -> bool:

@@ -82,7 +82,7 @@ MATMUL_NT_EXTF = OpKind("matmul_nt+extf", (2, 2), 2, _matmul_nt_shapes, fused=Tr
 # lhs [B, M, K], rhs [B, K, N] → [B, M, N]
 BATCH_MATMUL = OpKind("batch_matmul", (3, 3), 3, _batch_matmul_shapes, **_MATMUL_RULES)
 
-MATMUL_ROOTS = frozenset({"linalg.matmul", "linalg.batch_matmul", "linalg.matmul_transpose_a", "linalg.matmul_transpose_b",
+_ROOTS = frozenset({"linalg.matmul", "linalg.batch_matmul", "linalg.matmul_transpose_a", "linalg.matmul_transpose_b",
                     "linalg.batch_matmul_transpose_a", "linalg.batch_matmul_transpose_b"})
 _BROADCAST_NOTE = "the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows"
 
@@ -439,4 +439,4 @@ def _is_gelu_erf(e: Expr, dtype: str) -> bool:
 _GELUS = ((MATMUL_BIAS_GELU, _is_gelu), (MATMUL_BIAS_GELU_ERF, _is_gelu_erf))
 
 FAMILY = Family(kinds=(MATMUL, MATMUL_BIAS, MATMUL_BIAS_RESIDUAL, MATMUL_BIAS_GELU, MATMUL_BIAS_GELU_ERF, MATMUL_NT_EXTF, MATMUL_NT, BATCH_MATMUL),
-                matchers=(Matcher(MATMUL_ROOTS, match),))
+                matchers=(Matcher(_ROOTS, match),))
