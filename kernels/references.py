@@ -125,6 +125,14 @@ def gemm_bias_residual_f32(a: np.ndarray, b: np.ndarray, bias: np.ndarray, resid
     return gemm_bf16(a, b) + bias.astype(np.float64) + residual.astype(np.float64)
 
 
+def gemm_bias_residual_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """gemm_bias_bf16's h (the float64 product + bias, rounded to bf16), + the bf16 residual in
+    float64 (the kernel rounds this to bf16 too)."""
+    import ml_dtypes  # bf16 rounding, as the kernel rounds h before the add
+
+    return gemm_bias_bf16(a, b, bias).astype(ml_dtypes.bfloat16).astype(np.float64) + residual.astype(np.float64)
+
+
 def gemm_batched_bf16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """c[z] = a[z] @ b[z] for every batch z: a [B, M, K], b [B, K, N] -> [B, M, N]."""
     return np.matmul(a.astype(np.float64), b.astype(np.float64))

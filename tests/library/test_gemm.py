@@ -66,6 +66,15 @@ def test_every_kernel_has_a_float64_reference():
     assert all(callable(getattr(references, name, None)) for name in KERNELS)
 
 
+def test_residual_reference_rounds_between_bias_and_residual():
+    import ml_dtypes
+
+    a, b = np.ones((1, 1), ml_dtypes.bfloat16), np.ones((1, 1), ml_dtypes.bfloat16)
+    bias, residual = np.array([2.0**-9], np.float32), np.array([[2.0**-9]], ml_dtypes.bfloat16)
+    # 1 + 2^-9 rounds to 1 in bf16 (8-bit significand); unrounded, the sum would be 1 + 2^-8
+    assert load_references().gemm_bias_residual_bf16(a, b, bias, residual)[0, 0] == 1.0 + 2.0**-9
+
+
 def _entry(ptx: str, name: str) -> str:
     """The text of `.entry name` up to its body's opening brace (params and directives)."""
     start = ptx.index(f".entry {name}(")
