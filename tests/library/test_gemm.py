@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import numpy as np
 import pytest
 
 from iree_dispatch.backend.pipeline import build
@@ -67,7 +68,7 @@ def test_every_kernel_has_a_float64_reference():
 
 
 def test_residual_reference_rounds_between_bias_and_residual():
-    import ml_dtypes
+    ml_dtypes = pytest.importorskip("ml_dtypes")
 
     a, b = np.ones((1, 1), ml_dtypes.bfloat16), np.ones((1, 1), ml_dtypes.bfloat16)
     bias, residual = np.array([2.0**-9], np.float32), np.array([[2.0**-9]], ml_dtypes.bfloat16)
