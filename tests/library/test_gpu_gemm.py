@@ -160,6 +160,24 @@ def test_fused_epilogues_match_float64(modules, name, m, n, k):
     print(f"\n{name} {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
 
 
+@pytest.mark.parametrize("m, n, k", SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in SIZES])
+def test_residual_bf16_is_bias_bf16_then_the_add(modules, m, n, k):
+    """gemm_bias_residual_bf16 gives the same bits as gemm_bias_bf16 followed by the model's bf16
+    residual add (the two widened, added in f32, rounded once), on both bodies."""
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.normal(-0.25, 1.0, (k, n)).astype(ml_dtypes.bfloat16)
+    bias = rng.normal(0.5, 2.0, n).astype(np.float32)
+    residual = rng.normal(-0.5, 4.0, (m, n)).astype(ml_dtypes.bfloat16)
+    for module in ("gemm_poisonable", "gemm_sm80_ptx_poisonable"):
+        h = modules[module].gemm_bias_bf16(a, b, bias, np.full((m, n), np.nan, ml_dtypes.bfloat16))
+        want = (np.asarray(h).astype(np.float32) + residual.astype(np.float32)).astype(ml_dtypes.bfloat16)
+        got = modules[module].gemm_bias_residual_bf16(a, b, bias, residual, np.full((m, n), np.nan, ml_dtypes.bfloat16))
+        np.testing.assert_array_equal(np.asarray(got).view(np.uint16), want.view(np.uint16), err_msg=module)
+
+
 @pytest.fixture(scope="module")
 def tensor_maps_cubin(tmp_path_factory):
     if have_compiler():
