@@ -333,6 +333,8 @@ def run(args) -> int:
         if ended:
             done["ended"] = ended
             print(f"[{name}] {ended}", flush=True)
+        kept = results["models"].get(name, {}).get("dtypes", {})  # --keep-others: the dtypes not run this time stay
+        done["dtypes"] = {**{d: r for d, r in kept.items() if wanted_dtypes is not None and d not in wanted_dtypes}, **done["dtypes"]}
         results["models"][name] = done
         (dest / "model.json").write_text(json.dumps(results, indent=2) + "\n")  # what is measured so far
     (dest / "model.md").write_text(table(results))
