@@ -26,6 +26,7 @@ NAIVE = MODELS / "kernels" / "naive.toml"
 LIBRARY_DIR = MODELS.parents[1] / "kernels"  # the kernel library; MODELS / "kernels" holds the test-only specs
 LIBRARY = LIBRARY_DIR / "library.toml"
 GEMM = LIBRARY_DIR / "gemm.toml"
+GEMM_RESIDUAL = MODELS / "kernels" / "gemm_residual.toml"  # gemm_bias_residual_bf16 with its replaces (kernels/gemm.toml declares none)
 GEMM_PADDED = MODELS / "kernels" / "gemm_padded.toml"
 GEMM_BATCHED = MODELS / "kernels" / "gemm_batched.toml"
 ATTENTION = LIBRARY_DIR / "attention.toml"
@@ -98,7 +99,7 @@ def test_bf16_linear_with_bias_fused_only_when_wider_is_allowed():
     a residual add): the model accumulates in f32, rounds to bf16, adds the bf16 bias and rounds
     again; gemm_bias_bf16 adds the (widened) bias in f32 and rounds once, and so does
     gemm_bias_residual_bf16 before it adds the residual as the model does."""
-    strict = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM])
+    strict = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM, GEMM_RESIDUAL])
     assert _by_kernel(strict) == [("matmul", "matmul", "gemm.gemm_bf16"), ("batch_matmul", "matmul", "gemm.gemm_bf16")]
     refused = (
         "not as matmul+bias: gemm.gemm_bias_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul "
@@ -106,13 +107,13 @@ def test_bf16_linear_with_bias_fused_only_when_wider_is_allowed():
     )
     assert strict.replaced[0].notes == [refused]
     refused_residual = (
-        "not as matmul+bias+residual: gemm.gemm_bias_residual_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul "
+        "not as matmul+bias+residual: gemm_residual.gemm_bias_residual_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul "
         "and after the bias add, then adds the residual in bf16 (--allow-wider-accumulation accepts a wider one)"
     )
     assert strict.replaced[1].notes == ["the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows", refused_residual, refused]
     assert "its bias add is left to IREE" not in strict.text()
-    wide = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM], allow_wider_accumulation=True)
-    assert _by_kernel(wide) == [("matmul", "matmul+bias", "gemm.gemm_bias_bf16"), ("batch_matmul", "matmul+bias+residual", "gemm.gemm_bias_residual_bf16")]
+    wide = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM, GEMM_RESIDUAL], allow_wider_accumulation=True)
+    assert _by_kernel(wide) == [("matmul", "matmul+bias", "gemm.gemm_bias_bf16"), ("batch_matmul", "matmul+bias+residual", "gemm_residual.gemm_bias_residual_bf16")]
     d = wide.replaced[0]
     assert d.widen == {2: "f32"} and d.narrow_to is None
     assert d.form.result_dtype == "bf16" and d.form.compute == "bf16"
@@ -120,7 +121,7 @@ def test_bf16_linear_with_bias_fused_only_when_wider_is_allowed():
         "its bias is bf16 in the model, widened to f32 for the kernel (exact)",
         "computes in f32 and rounds once, where the model rounds to bf16 after the matmul and after the bias add (--allow-wider-accumulation)",
     ]
-    assert wide.kernel_counts() == {"gemm.gemm_bias_bf16": 1, "gemm.gemm_bias_residual_bf16": 1}
+    assert wide.kernel_counts() == {"gemm.gemm_bias_bf16": 1, "gemm_residual.gemm_bias_residual_bf16": 1}
     assert wide.replaced[1].notes[-1] == (
         "computes in f32 and rounds once, where the model rounds to bf16 after the matmul and after the bias add, then adds the residual in bf16 "
         "(--allow-wider-accumulation)"

@@ -22,8 +22,9 @@ from ..support.model_references import _compile_cpu, _random_args, _run, with_re
 
 MODELS = Path(__file__).parent
 GEMM = ROOT / "kernels" / "gemm.toml"
+GEMM_RESIDUAL = MODELS / "kernels" / "gemm_residual.toml"  # the kernel with its replaces (kernels/gemm.toml declares none)
 FLASH = ROOT / "kernels" / "flash_attention.toml"
-RESIDUAL = "gemm.gemm_bias_residual_bf16"
+RESIDUAL = "gemm_residual.gemm_bias_residual_bf16"
 # Per export: (projections followed by a residual add, other Linears with a bias, residual adds
 # not after a Linear: the embeddings' sum in BERT).
 COUNTS = {"gpt2_default_bf16": (4, 2, 0), "bert_default_bf16": (4, 8, 1)}
@@ -39,7 +40,7 @@ def test_projections_before_a_residual_add_take_it(name):
     matmul takes the residual add; the other Linears take gemm_bias_bf16; the adds taken are no
     longer listed as left to IREE without a kind."""
     fused, plain, left = COUNTS[name]
-    report = compile_model(_model(name), [FLASH, GEMM], dry_run=True, allow_wider_accumulation=True)
+    report = compile_model(_model(name), [FLASH, GEMM, GEMM_RESIDUAL], dry_run=True, allow_wider_accumulation=True)
     counts = report.kernel_counts()
     assert (counts[RESIDUAL], counts["gemm.gemm_bias_bf16"]) == (fused, plain)
     for d in (d for d in report.replaced if d.capability.label == RESIDUAL):
@@ -48,7 +49,7 @@ def test_projections_before_a_residual_add_take_it(name):
         assert [o.dtype for o in d.form.operands] == ["bf16"] * 4 and d.widen == {2: "f32"}
         assert d.form.result_dims == ((3, 0), (3, 1), (3, 2))  # the model's [B, S, N] add, its dims the residual's
     assert [u.what for u in report.unkinded] == ["residual add"] * left
-    strict = compile_model(_model(name), [FLASH, GEMM], dry_run=True)
+    strict = compile_model(_model(name), [FLASH, GEMM, GEMM_RESIDUAL], dry_run=True)
     assert RESIDUAL not in strict.kernel_counts() and "gemm.gemm_bias_bf16" not in strict.kernel_counts()
 
 
@@ -58,7 +59,7 @@ def test_rewritten_computes_the_same(tmp_path, name):
     rounding, then the residual add in bf16) against IREE's own on the CPU, on fresh random
     parameters: the same bf16 steps but the rounding between matmul and bias add, so close."""
     model = MODELS / (f"{name}.torch.mlir")
-    report, program = rewrite_model(model, [GEMM], allow_wider_accumulation=True)
+    report, program = rewrite_model(model, [GEMM, GEMM_RESIDUAL], allow_wider_accumulation=True)
     assert report.kernel_counts()[RESIDUAL] == (1 if name.startswith("linear") else 4)
     original = model.read_text()
     expected_vmfb = _compile_cpu(original, tmp_path / "original.vmfb")
@@ -118,7 +119,7 @@ def test_biased_result_used_twice_keeps_the_add_iree_s(tmp_path):
     for text, label, unkinded in ((once, RESIDUAL, []), (twice, "gemm.gemm_bias_bf16", ["residual add"])):
         path = tmp_path / "linear.mlir"
         path.write_text(text)
-        report = compile_model(path, [GEMM], dry_run=True, allow_wider_accumulation=True)
+        report = compile_model(path, [GEMM, GEMM_RESIDUAL], dry_run=True, allow_wider_accumulation=True)
         assert [d.capability.label for d in report.replaced] == [label]
         assert [u.what for u in report.unkinded] == unkinded
 
@@ -126,7 +127,7 @@ def test_biased_result_used_twice_keeps_the_add_iree_s(tmp_path):
 def test_f32_models_as_before():
     """f32 BERT: no matmul+bias+residual form (gemm_bias_residual_f32 declares no replacement),
     every residual add still listed as left to IREE without a kind."""
-    report = compile_model(_model("bert_default_f32"), [GEMM], dry_run=True, allow_wider_accumulation=True)
+    report = compile_model(_model("bert_default_f32"), [GEMM, GEMM_RESIDUAL], dry_run=True, allow_wider_accumulation=True)
     assert all(f.kind != "matmul+bias+residual" for d in report.decisions for f in d.candidate.forms)
     assert RESIDUAL not in report.kernel_counts()
     assert [u.what for u in report.unkinded] == ["residual add"] * 5
