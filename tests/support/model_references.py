@@ -354,15 +354,7 @@ def sdpa_qkv_reference(symbol: str, op: str, kernel) -> str:
                   f"%{name} = linalg.transpose ins(%{name}4 : {seq}) outs(%e{name} : {heads}) permutation = [0, 2, 1, 3]"]
     rest = [f"%a{i}" for i in range(1, len(ins))]
     plain_op = op.replace("_qkv", "")
-    inner_ins = [heads, heads, heads, *ins[1:]]
-    lines += [f"%o = func.call @{symbol}_heads(%q, %k, %v, {', '.join(rest)}) : ({', '.join(inner_ins)}) -> {heads}",
-              f"%eo = tensor.empty(%b, %s, %h) : {seq}",
-              f"%ot = linalg.transpose ins(%o : {heads}) outs(%eo : {seq}) permutation = [0, 2, 1, 3]",
-              f"%oc = tensor.cast %ot : {seq} to {out}", f"return %oc : {out}"]
-    args = [f"%a{i}: {t}" for i, t in enumerate(ins)]
-    body = "\n".join("    " + line for line in lines)
-    outer = f"  func.func private @{symbol}({', '.join(args)}) -> {out} {{\n{body}\n  }}"
-    return _sdpa_function(f"{symbol}_heads", plain_op, inner_ins, heads) + "\n" + outer
+    return _heads_transposed(symbol, plain_op, ins, out, lines, rest, heads, "%b, %s, %h")
 
 
 def sdpa_bshd_reference(symbol: str, op: str, kernel) -> str:
@@ -378,15 +370,22 @@ def sdpa_bshd_reference(symbol: str, op: str, kernel) -> str:
                   f"%e{name} = tensor.empty(%{name}b, %{name}h, %{name}s) : {heads}",
                   f"%{name} = linalg.transpose ins(%a{i} : {ins[i]}) outs(%e{name} : {heads}) permutation = [0, 2, 1, 3]"]
     rest = [f"%a{i}" for i in range(3, len(ins))]
-    inner_ins = [heads, heads, heads, *ins[3:]]
-    lines += [f"%o = func.call @{symbol}_heads(%q, %k, %v, {', '.join(rest)}) : ({', '.join(inner_ins)}) -> {heads}",
-              f"%eo = tensor.empty(%qb, %qs, %qh) : {heads}",
-              f"%ot = linalg.transpose ins(%o : {heads}) outs(%eo : {heads}) permutation = [0, 2, 1, 3]",
-              f"%oc = tensor.cast %ot : {heads} to {out}", f"return %oc : {out}"]
+    return _heads_transposed(symbol, op.replace("_bshd", ""), ins, out, lines, rest, heads, "%qb, %qs, %qh")
+
+
+def _heads_transposed(symbol: str, plain_op: str, ins: list[str], out: str, lines: list[str], rest: list[str], heads: str, out_dims: str) -> str:
+    """`symbol`: `lines` (which leave q, k and v as [B, H, S, D] in %q, %k, %v), then the plain sdpa
+    reference (`symbol`_heads) on them and the rest of the arguments, its result transposed back to
+    [B, S, H, D] (sizes `out_dims`) and cast to `out`."""
+    inner_ins = [heads, heads, heads, *ins[len(ins) - len(rest):]]
+    lines = [*lines, f"%o = func.call @{symbol}_heads(%q, %k, %v, {', '.join(rest)}) : ({', '.join(inner_ins)}) -> {heads}",
+             f"%eo = tensor.empty({out_dims}) : {heads}",
+             f"%ot = linalg.transpose ins(%o : {heads}) outs(%eo : {heads}) permutation = [0, 2, 1, 3]",
+             f"%oc = tensor.cast %ot : {heads} to {out}", f"return %oc : {out}"]
     args = [f"%a{i}: {t}" for i, t in enumerate(ins)]
     body = "\n".join("    " + line for line in lines)
     outer = f"  func.func private @{symbol}({', '.join(args)}) -> {out} {{\n{body}\n  }}"
-    return _sdpa_function(f"{symbol}_heads", op.replace("_bshd", ""), inner_ins, heads) + "\n" + outer
+    return _sdpa_function(f"{symbol}_heads", plain_op, inner_ins, heads) + "\n" + outer
 
 
 def _sdpa_function(symbol: str, op: str, ins: list[str], out: str) -> str:
