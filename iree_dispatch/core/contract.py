@@ -141,13 +141,14 @@ class Requirement:
         """None when the relation holds for these sizes, else why the call is refused: the
         function, the message and the value of every size the relation names."""
         relation = _parsed_relation(self.relation)
-        given = ", ".join(f"{n} = {env[n]}" for n in ex.relation_symbols(relation))
         try:
-            if ex.holds(relation, dict(env)):
+            if ex.holds(relation, env):
                 return None
+            why = "but"
         except ZeroDivisionError:
-            return f"{function}(): {self.message}, which divides by zero for {given}"
-        return f"{function}(): {self.message}, but {given}"
+            why = "which divides by zero for"
+        given = ", ".join(f"{n} = {env[n]}" for n in ex.relation_symbols(relation))  # only for the message
+        return f"{function}(): {self.message}, {why} {given}"
 
 
 @dataclass(frozen=True)
