@@ -64,6 +64,7 @@ class KernelFunction:
         self.name: str = description.name
         self._invoke = invoke
         self._device = device
+        self._closed = False
         self._direct = direct
         calls = direct.prepared_calls if direct is not None else None
         # call_prepared(args): the results of a call whose signature (arrays' framework, dtypes,
@@ -84,6 +85,13 @@ class KernelFunction:
 
     def __repr__(self) -> str:
         return f"<iree_dispatch kernel {self.name}({', '.join(self.parameters)})>"
+
+    def close(self) -> None:
+        """Drops the IREE objects, the direct launch and the device this function holds
+        (Module.close): later calls raise."""
+        self.call_prepared = None
+        self._invoke = self._direct = self._device = None
+        self._closed = True
 
     @property
     def launched_directly(self) -> bool:
@@ -171,6 +179,8 @@ class KernelFunction:
             return self._checked_call(args, kwargs)
 
     def _checked_call(self, args, kwargs):
+        if self._closed:
+            raise RuntimeError(f"{self.name}(): its module was closed (Module.close, or interpreter exit): load it again to call it")
         checked = self._checked(args, kwargs)
         tensors, scalars = checked.tensors, checked.scalars
         on_device = any(isinstance(v, (rt.DeviceArray, AsyncArray)) or _foreign(v) for v in tensors)

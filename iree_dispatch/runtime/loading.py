@@ -6,6 +6,7 @@ A GPU no variant of the module can run is reported here (`no_variant_message`).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from .multi_device import OnDevices, check_device_count, program_devices
 
 # iree.abi.model of functions compiled with --iree-execution-model=async-external
 COARSE_FENCES = "coarse-fences"
+CLOSED = "this module was closed (Module.close, or interpreter exit): load it again to call its functions"
 
 
 def no_variant_message(vmfb: Path, capability: tuple[int, int] | None, built: Sequence[str]) -> str:
@@ -83,11 +85,17 @@ class OnDevice:
         self._device = device
 
     def __call__(self, *args, **kwargs):
+        if self._function is None:
+            raise RuntimeError(CLOSED)
         with self._device.bound():
             return self._function(*args, **kwargs)
 
     def __getattr__(self, name: str):
         return getattr(self._function, name)
+
+    def close(self) -> None:
+        """Drops the IREE function and the device (Module.close)."""
+        self._function = self._device = None
 
     def __repr__(self) -> str:
         return repr(self._function)
@@ -147,6 +155,7 @@ class Module:
                 self._load_on_devices()
             else:
                 self._load(max_in_flight)
+        _open_modules.add(self)
 
     def _load_on_devices(self) -> None:
         """Loads a program over several GPUs: IREE's HAL module over all of them, in order."""
@@ -205,10 +214,29 @@ class Module:
             archive.close()
 
     def __getattr__(self, name: str):
+        if self.__dict__.get("closed"):
+            raise AttributeError(f"module {self.__dict__.get('name', '?')}: {CLOSED}")
         functions = self.__dict__.get("functions", {})
         if name in functions:
             return functions[name]
         raise AttributeError(f"module {self.__dict__.get('name', '?')} has no function {name!r} (functions: {', '.join(functions)})")
+
+    def close(self) -> None:
+        """Releases the module's IREE objects now: the calls queued on it are waited for, then
+        its functions (those the program still holds too), context, mapped vmfb and devices are
+        dropped; calls after raise. Every module still open is closed at interpreter exit
+        (exiting.py), so that one kept alive past the program's teardown (say, by a reference
+        cycle through torch.compile's caches) holds no IREE object when IREE's module goes."""
+        if self.__dict__.get("closed"):
+            return
+        timeline = self.__dict__.get("timeline")
+        if timeline is not None:
+            timeline.settle()
+        for function in self.__dict__.get("functions", {}).values():
+            function.close()
+        name, path = self.__dict__.get("name", "?"), self.__dict__.get("path")
+        self.__dict__.clear()
+        self.name, self.path, self.closed = name, path, True
 
     def __getitem__(self, name: str):
         return getattr(self, name)
@@ -228,6 +256,17 @@ class Module:
         """Returns the free buffers of the device's output pool to CUDA."""
         for gpu in self.gpus:
             gpu.trim()
+
+
+# Every module loaded and not collected, closed at interpreter exit (exiting.py).
+_open_modules: weakref.WeakSet[Module] = weakref.WeakSet()
+
+
+def close_modules() -> None:
+    """Closes every module still open (at interpreter exit, while the device table still holds
+    every device: see exiting.py)."""
+    for module in list(_open_modules):
+        module.close()
 
 
 def load(vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32, launch: str | None = None,

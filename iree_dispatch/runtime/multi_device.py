@@ -76,6 +76,8 @@ class OnDevices:
         return self._gpus[self._inputs.get(index, 0)]
 
     def __call__(self, *args) -> DeviceArray | tuple:
+        if self._function is None:
+            raise RuntimeError(f"{self.name}(): its module was closed (Module.close, or interpreter exit): load it again to call it")
         arguments = rt.VmVariantList(len(args))
         keep = []  # the arguments' device copies, alive until the call returns
         for i, value in enumerate(args):
@@ -92,3 +94,8 @@ class OnDevices:
 
     def __repr__(self) -> str:
         return f"<function {self.name} of a program over {len(self._gpus)} GPUs>"
+
+    def close(self) -> None:
+        """Drops the IREE context, function and devices (Module.close)."""
+        self._context = self._function = None
+        self._gpus = ()

@@ -3,7 +3,7 @@
 a process where IREE objects are still alive; plain iree.runtime prints nothing, and neither must
 a process that loaded a module, launched kernels directly (prepared calls, outputs made ahead),
 called asynchronously, read results through the staging buffers and, where torch is installed,
-called on torch tensors and through the kernels' torch ops."""
+called on torch tensors, through the kernels' torch ops and inside torch.compile'd code."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from ..support.environment import ROOT
@@ -49,6 +50,17 @@ if torch is not None and torch.cuda.is_available():
     np.testing.assert_array_equal(out.cpu().numpy(), a * b)
     ops = torch_ops.register(samples, namespace="quiet_exit")
     np.testing.assert_array_equal(ops.simple_mul(ta, tb).cpu().numpy(), a * b)
+
+    def chain_of(n):
+        def chained(p, q):
+            for _ in range(n):
+                p = ops.simple_mul(p, q)
+            return p
+        return chained
+
+    # torch.compile's caches on the inner function's code keep the module alive past teardown.
+    compiled = torch.compile(chain_of(3), fullgraph=True)
+    np.testing.assert_array_equal(compiled(ta, tb).cpu().numpy(), a * b * b * b)
 print("ran")
 """
 SCRIPTS = {
@@ -70,3 +82,23 @@ def test_a_process_that_used_the_runtime_exits_quietly(artifacts, script):
                          capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0 and ran.stdout == "ran\n", ran.stderr[-4000:]
     assert ran.stderr == ""
+
+
+def test_a_closed_module_refuses_calls(artifacts):
+    """Module.close (what interpreter exit does to every module still open): the module and the
+    functions the program kept refuse calls with a clear error; closing twice is harmless, and
+    the vmfb loads again."""
+    from iree_dispatch import runtime
+
+    module = runtime.load(artifacts["samples"])
+    kept = module.simple_mul
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    np.testing.assert_array_equal(kept(a, b), a * b)
+    module.close()
+    module.close()
+    with pytest.raises(AttributeError, match="closed"):
+        module.simple_mul  # noqa: B018
+    with pytest.raises(RuntimeError, match="closed"):
+        kept(a, b)
+    np.testing.assert_array_equal(runtime.load(artifacts["samples"]).simple_mul(a, b), a * b)

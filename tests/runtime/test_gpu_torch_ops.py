@@ -102,59 +102,86 @@ def test_reduce_overhead_compile_replays_equal_numpy(ops, torch):
 
 
 def test_timing_per_launch_eager_compiled_and_graph_replay(ops, torch):
-    """Per launch of simple_mul on 4099 floats (printed): a chain of launches called eagerly,
-    the same chain in one compiled function (fullgraph), and replayed from a captured CUDA graph;
-    and the fixed cost of entering a compiled function, ours against torch's own multiply."""
+    """Per launch of simple_mul on 4099 floats (printed): chains of launches called eagerly, the
+    same chains in one compiled function (fullgraph) each, with Inductor's checks of each op's
+    output (its size, stride and alignment: torch's own, for every custom op) and without them,
+    and replayed from a captured CUDA graph. A chain of n launches takes fixed + n x per-launch;
+    two lengths (10 and 40) separate the two: per launch is the slope, fixed the cost of
+    entering the function (a compiled function's entry, ours against torch's multiply, printed
+    too). Medians of rounds that alternate between the ways."""
+    import statistics
+
+    import torch._inductor.config as inductor_config
+
     rng = np.random.default_rng()
-    n, chain, rounds = 4099, 20, 20
+    n, short, long, rounds = 4099, 10, 40, 15
     a, b = fresh(rng, n), rng.uniform(0.99, 1.01, n).astype(np.float32)  # b near 1: the chain stays finite
     x, y = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-    expected = a.copy()
-    for _ in range(chain):
-        expected = expected * b  # float32, rounded after each product as the kernel does
 
-    def chained(p, q):
-        for _ in range(chain):
-            p = ops.simple_mul(p, q)
-        return p
+    def chain_of(length: int):
+        def chained(p, q):
+            for _ in range(length):
+                p = ops.simple_mul(p, q)
+            return p
+        return chained
 
-    compiled_chain = torch.compile(chained, fullgraph=True)
-    compiled_one = torch.compile(lambda p, q: ops.simple_mul(p, q), fullgraph=True)
-    compiled_torch = torch.compile(lambda p, q: p * q, fullgraph=True)
+    def unchecked_chain_of(length: int):
+        # chain_of's own code: torch.compile caches compiled code on a function's code object,
+        # and this chain must be compiled anew, without the checks.
+        def chained(p, q):
+            for _ in range(length):
+                p = ops.simple_mul(p, q)
+            return p
+        return chained
 
-    def timed(run, launches: int) -> float:
-        run()
+    ways = {}
+    for length in (short, long):
+        ways[("eager", length)] = chain_of(length)
+        ways[("compiled", length)] = torch.compile(chain_of(length), fullgraph=True)
+        ways[("compiled, output checks off", length)] = torch.compile(unchecked_chain_of(length), fullgraph=True)
+        with inductor_config.patch(size_asserts=False, alignment_asserts=False):
+            ways[("compiled, output checks off", length)](x, y)  # compiled at its first call
+    ways[("compiled torch multiply", 1)] = torch.compile(lambda p, q: p * q, fullgraph=True)
+    ways[("compiled simple_mul", 1)] = torch.compile(chain_of(1), fullgraph=True)
+
+    expected = {length: a.copy() for length in (short, long)}
+    for length, value in expected.items():
+        for _ in range(length):
+            value *= b  # float32, rounded after each product as the kernel does
+    for (way, length), function in ways.items():
+        if length in expected:
+            np.testing.assert_array_equal(function(x, y).cpu().numpy(), expected[length], err_msg=way)
+
+    def timed(function, calls: int = 20) -> float:
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        run()
+        for _ in range(calls):
+            function(x, y)
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) * 1000 / launches  # µs per launch
+        return start.elapsed_time(end) * 1000 / calls  # µs per call of the function
 
-    def rounds_of(function):
-        def run():
-            for _ in range(rounds):
-                function(x, y)
-        return run
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        chained(x, y)
-    torch.cuda.current_stream().wait_stream(side)
+    samples: dict = {key: [] for key in ways}
+    for _ in range(rounds):
+        for key, function in ways.items():
+            samples[key].append(timed(function))
+    call = {key: statistics.median(values) for key, values in samples.items()}
+    line = []
+    for way in ("eager", "compiled", "compiled, output checks off"):
+        per_launch = (call[(way, long)] - call[(way, short)]) / (long - short)
+        line.append(f"{way}: {per_launch:.2f} µs per launch + {call[(way, short)] - short * per_launch:.1f} fixed")
+    graph_stream = torch.cuda.Stream()
+    graph_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(graph_stream):
+        ways[("eager", long)](x, y)
+    torch.cuda.current_stream().wait_stream(graph_stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = chained(x, y)
-    launches = rounds * chain
-    times = {
-        "eager chain": timed(rounds_of(chained), launches),
-        "compiled chain": timed(rounds_of(compiled_chain), launches),
-        "graph replay": timed(lambda: [graph.replay() for _ in range(rounds)], launches),
-        "compiled function of one launch": timed(rounds_of(compiled_one), rounds),
-        "compiled function of torch's multiply": timed(rounds_of(compiled_torch), rounds),
-    }
-    print("simple_mul per launch: " + ", ".join(f"{k} {v:.2f} µs" for k, v in times.items()))
-    np.testing.assert_array_equal(out.cpu().numpy(), expected)
-    np.testing.assert_array_equal(compiled_chain(x, y).cpu().numpy(), expected)
-    assert all(v > 0 for v in times.values())
+        out = ways[("eager", long)](x, y)
+    np.testing.assert_array_equal(out.cpu().numpy(), expected[long])
+    replay = statistics.median(timed(lambda p, q: graph.replay()) for _ in range(rounds)) / long
+    line.append(f"graph replay {replay:.2f} µs per launch")
+    line.append(f"entering a compiled function of one launch: ours {call[('compiled simple_mul', 1)]:.1f} µs, torch's multiply {call[('compiled torch multiply', 1)]:.1f} µs")
+    print("simple_mul: " + "; ".join(line))
+    assert all(value > 0 for value in call.values())

@@ -70,6 +70,16 @@ def test_bad_calls_raise_before_any_launch(axpby, args, kwargs, error, message):
     assert recorder.calls == []
 
 
+def test_a_closed_function_raises_and_launches_nothing(axpby):
+    """A function of a closed module (Module.close, interpreter exit) refuses calls by name."""
+    function, recorder = axpby
+    function(f32(4), f32(4), 1.0, 2)
+    function.close()
+    with pytest.raises(RuntimeError, match=r"axpby\(\): its module was closed"):
+        function(f32(4), f32(4), 1.0, 2)
+    assert len(recorder.calls) == 1 and function.call_prepared is None
+
+
 def test_good_call_converts_arguments(axpby):
     function, recorder = axpby
     x = f32(8)[::2]  # non-contiguous: copied into a contiguous array
