@@ -11,10 +11,8 @@ prepared call whose output factories name the device). So `release`, registered 
 when the runtime is imported, drops them in a safe order: the prepared calls (they make
 outputs on a device) and the compiled launch's statics; the asynchronous timelines, whose
 queued calls are waited for and whose kept references are dropped; a collection of what that
-left unreachable; every module still open (Module.close: its functions, context and mapped
-vmfb; a module can outlive the program's teardown, held by a cycle the collector can't see,
-such as torch.compile's caches on the code of a function that calls it); then each device's
-outputs made ahead, staging buffers and semaphore, and the process's table of devices.
+left unreachable; then each device's outputs made ahead, staging buffers and semaphore, and
+the process's table of devices.
 
 The order matters because IREE's buffers and semaphores point into their device (its
 allocator and pools) without holding it: one freed after its device touches freed memory, and
@@ -23,8 +21,8 @@ asynchronous results to the collector died so at exit). Everything that may hold
 a reference cycle (a timeline and the results it keeps, a module and its arrays dropped inside a
 function) is therefore freed while the device table still holds every device. Atexit runs handlers in
 reverse order of registration, so the program's own handlers registered after the import still
-find a working runtime; after `release` a module's calls raise (it is closed), and the arrays
-the program still holds go with its globals.
+find a working runtime; modules and arrays the program still holds stay usable, and go with
+the program's globals.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from __future__ import annotations
 import atexit
 import gc
 
-from . import asynchronous, devices, launch, loading
+from . import asynchronous, devices, launch
 
 
 def release() -> None:
@@ -40,7 +38,6 @@ def release() -> None:
     launch.release_prepared_calls()
     asynchronous.settle_timelines()
     gc.collect()  # the program's cyclic garbage goes while the device table still holds its devices
-    loading.close_modules()
     devices.release_devices()
     gc.collect()  # cycles among what was dropped go now, while IREE's module is whole
 

@@ -180,7 +180,7 @@ class KernelFunction:
 
     def _checked_call(self, args, kwargs):
         if self._closed:
-            raise RuntimeError(f"{self.name}(): its module was closed (Module.close, or interpreter exit): load it again to call it")
+            raise RuntimeError(f"{self.name}(): its module was closed (Module.close): load it again to call it")
         checked = self._checked(args, kwargs)
         tensors, scalars = checked.tensors, checked.scalars
         on_device = any(isinstance(v, (rt.DeviceArray, AsyncArray)) or _foreign(v) for v in tensors)

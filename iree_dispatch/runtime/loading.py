@@ -6,7 +6,6 @@ A GPU no variant of the module can run is reported here (`no_variant_message`).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from .multi_device import OnDevices, check_device_count, program_devices
 
 # iree.abi.model of functions compiled with --iree-execution-model=async-external
 COARSE_FENCES = "coarse-fences"
-CLOSED = "this module was closed (Module.close, or interpreter exit): load it again to call its functions"
+CLOSED = "this module was closed (Module.close): load it again to call its functions"
 
 
 def no_variant_message(vmfb: Path, capability: tuple[int, int] | None, built: Sequence[str]) -> str:
@@ -155,7 +154,6 @@ class Module:
                 self._load_on_devices()
             else:
                 self._load(max_in_flight)
-        _open_modules.add(self)
 
     def _load_on_devices(self) -> None:
         """Loads a program over several GPUs: IREE's HAL module over all of them, in order."""
@@ -224,9 +222,10 @@ class Module:
     def close(self) -> None:
         """Releases the module's IREE objects now: the calls queued on it are waited for, then
         its functions (those the program still holds too), context, mapped vmfb and devices are
-        dropped; calls after raise. Every module still open is closed at interpreter exit
-        (exiting.py), so that one kept alive past the program's teardown (say, by a reference
-        cycle through torch.compile's caches) holds no IREE object when IREE's module goes."""
+        dropped; calls after raise. Arrays it returned stay valid (the process's device table
+        holds their device). For a program whose module something outside it keeps alive past
+        the interpreter's teardown (torch.compile's caches can), closing it before the end keeps
+        the exit quiet."""
         if self.__dict__.get("closed"):
             return
         timeline = self.__dict__.get("timeline")
@@ -256,17 +255,6 @@ class Module:
         """Returns the free buffers of the device's output pool to CUDA."""
         for gpu in self.gpus:
             gpu.trim()
-
-
-# Every module loaded and not collected, closed at interpreter exit (exiting.py).
-_open_modules: weakref.WeakSet[Module] = weakref.WeakSet()
-
-
-def close_modules() -> None:
-    """Closes every module still open (at interpreter exit, while the device table still holds
-    every device: see exiting.py)."""
-    for module in list(_open_modules):
-        module.close()
 
 
 def load(vmfb: str | Path, device: str | None = None, *, asynchronous: bool = False, max_in_flight: int = 32, launch: str | None = None,

@@ -77,7 +77,7 @@ class OnDevices:
 
     def __call__(self, *args) -> DeviceArray | tuple:
         if self._function is None:
-            raise RuntimeError(f"{self.name}(): its module was closed (Module.close, or interpreter exit): load it again to call it")
+            raise RuntimeError(f"{self.name}(): its module was closed (Module.close): load it again to call it")
         arguments = rt.VmVariantList(len(args))
         keep = []  # the arguments' device copies, alive until the call returns
         for i, value in enumerate(args):

@@ -71,7 +71,7 @@ def test_bad_calls_raise_before_any_launch(axpby, args, kwargs, error, message):
 
 
 def test_a_closed_function_raises_and_launches_nothing(axpby):
-    """A function of a closed module (Module.close, interpreter exit) refuses calls by name."""
+    """A function of a closed module (Module.close) refuses calls by name."""
     function, recorder = axpby
     function(f32(4), f32(4), 1.0, 2)
     function.close()
