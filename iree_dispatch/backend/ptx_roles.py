@@ -294,11 +294,14 @@ class _Trace:
     def run(self) -> dict[int, PointerUse]:
         for i in range(len(self.entry.params)):
             self.arguments[(self.entry.name, i)] = {i}
+        # Only the code this entry may run: a module's other entries (a kernel library has
+        # dozens) hold none of its parameters, and walking them too made the trace of each
+        # entry cost as much as all of them.
+        reachable = self._reachable()
         while True:
             self.changed = False
-            for function in self.functions.values():
-                if function.body is not None:
-                    self._walk(function)
+            for function in reachable:
+                self._walk(function)
             if not self.changed:
                 break
         for i, line in self.map_reads.items():
@@ -306,6 +309,22 @@ class _Trace:
                 self._read({i}, line)
         indexes = set(self.reads) | set(self.writes) | set(self.unknown)
         return {i: PointerUse(self.reads.get(i, 0), self.writes.get(i, 0), self.unknown.get(i, "")) for i in sorted(indexes)}
+
+    def _reachable(self) -> list[_Function]:
+        """The entry and every function with a body in this module that it may call, directly
+        or through its callees (an indirect call's target is unknown: the trace loses what it
+        is passed)."""
+        found = {self.entry.name: self.entry}
+        pending = [self.entry]
+        while pending:
+            for ins in pending.pop().body or ():
+                if _base(ins.opcode) != "call" or (match := _CALL.match(ins.text)) is None:
+                    continue
+                callee = self.functions.get(match[2])
+                if callee is not None and callee.body is not None and callee.name not in found:
+                    found[callee.name] = callee
+                    pending.append(callee)
+        return list(found.values())
 
     # -- labels --
 
