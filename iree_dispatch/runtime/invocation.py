@@ -28,6 +28,9 @@ from .dlpack import DeviceArray
 from .invokers import FencedInvoker
 from .launch import DirectLaunch
 
+# What a call of a closed module's function says (Module.close).
+CLOSED = "its module was closed (Module.close): load it again to call it"
+
 
 @dataclass(frozen=True)
 class _Tensor:
@@ -180,7 +183,7 @@ class KernelFunction:
 
     def _checked_call(self, args, kwargs):
         if self._closed:
-            raise RuntimeError(f"{self.name}(): its module was closed (Module.close): load it again to call it")
+            raise RuntimeError(f"{self.name}(): {CLOSED}")
         checked = self._checked(args, kwargs)
         tensors, scalars = checked.tensors, checked.scalars
         on_device = any(isinstance(v, (rt.DeviceArray, AsyncArray)) or _foreign(v) for v in tensors)

@@ -22,14 +22,13 @@ from .asynchronous import Timeline
 from .cuda_driver import compute_capability as cuda_compute_capability
 from .devices import Device
 from .dlpack import DeviceArray
-from .invocation import KernelFunction, numpy_dtype
+from .invocation import CLOSED, KernelFunction, numpy_dtype
 from .invokers import DirectInvoker, FencedInvoker
 from .launch import launch_mode, open_archive, plan_for
 from .multi_device import OnDevices, check_device_count, program_devices
 
 # iree.abi.model of functions compiled with --iree-execution-model=async-external
 COARSE_FENCES = "coarse-fences"
-CLOSED = "this module was closed (Module.close): load it again to call its functions"
 
 
 def no_variant_message(vmfb: Path, capability: tuple[int, int] | None, built: Sequence[str]) -> str:
@@ -85,7 +84,7 @@ class OnDevice:
 
     def __call__(self, *args, **kwargs):
         if self._function is None:
-            raise RuntimeError(CLOSED)
+            raise RuntimeError(f"this function: {CLOSED}")
         with self._device.bound():
             return self._function(*args, **kwargs)
 
@@ -213,7 +212,7 @@ class Module:
 
     def __getattr__(self, name: str):
         if self.__dict__.get("closed"):
-            raise AttributeError(f"module {self.__dict__.get('name', '?')}: {CLOSED}")
+            raise AttributeError(f"module {self.__dict__.get('name', '?')} was closed (Module.close): load it again to call its functions")
         functions = self.__dict__.get("functions", {})
         if name in functions:
             return functions[name]
@@ -223,9 +222,7 @@ class Module:
         """Releases the module's IREE objects now: the calls queued on it are waited for, then
         its functions (those the program still holds too), context, mapped vmfb and devices are
         dropped; calls after raise. Arrays it returned stay valid (the process's device table
-        holds their device). For a program whose module something outside it keeps alive past
-        the interpreter's teardown (torch.compile's caches can), closing it before the end keeps
-        the exit quiet."""
+        holds their device)."""
         if self.__dict__.get("closed"):
             return
         timeline = self.__dict__.get("timeline")

@@ -21,6 +21,7 @@ from ..core.contract import DEVICES_REFLECTION_KEY
 from . import dlpack
 from .devices import Device
 from .dlpack import DeviceArray
+from .invocation import CLOSED
 from .invokers import push_value
 
 _PLACED = re.compile(r"#hal\.device\.(?:affinity|promise)<@([A-Za-z_][A-Za-z0-9_]*)")
@@ -77,7 +78,7 @@ class OnDevices:
 
     def __call__(self, *args) -> DeviceArray | tuple:
         if self._function is None:
-            raise RuntimeError(f"{self.name}(): its module was closed (Module.close): load it again to call it")
+            raise RuntimeError(f"{self.name}(): {CLOSED}")
         arguments = rt.VmVariantList(len(args))
         keep = []  # the arguments' device copies, alive until the call returns
         for i, value in enumerate(args):
