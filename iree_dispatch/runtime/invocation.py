@@ -74,6 +74,9 @@ class KernelFunction:
         # shapes; integer scalars) was checked before, launched at once; None where the call
         # must take the checked path. None where this function has no prepared calls.
         self.call_prepared: Callable[[tuple], Any] | None = calls.call if calls is not None else None
+        # The same for calls writing into given outputs (`call_into`): None where not prepared.
+        into = direct.into_calls if direct is not None else None
+        self.into_prepared: Callable[[tuple], Any] | None = into.call if into is not None else None
         self._inputs = [_Tensor(t.name, numpy_dtype(t.dtype), t.dtype, t.shape) for t in description.inputs]
         self._scalars = description.scalars
         self.parameters = [t.name for t in self._inputs] + [s.name for s in self._scalars]
@@ -92,7 +95,7 @@ class KernelFunction:
     def close(self) -> None:
         """Drops the IREE objects, the direct launch and the device this function holds
         (Module.close): later calls raise."""
-        self.call_prepared = None
+        self.call_prepared = self.into_prepared = None
         self._invoke = self._direct = self._device = None
         self._closed = True
 
@@ -100,6 +103,39 @@ class KernelFunction:
     def launched_directly(self) -> bool:
         """Whether calls launch the kernel directly (else through IREE's invoke)."""
         return self._direct is not None
+
+    @property
+    def writes_into(self) -> bool:
+        """Whether `call_into` writes the kernel's outputs in place: a kernel launched directly
+        whose fresh outputs are not zero-filled (others' calls go through `call_into` too, at
+        the cost of a copy per output)."""
+        return self._direct is not None and self._direct.writes_into
+
+    def call_into(self, *args) -> None:
+        """A call writing the kernel's fresh outputs into arrays the caller made: `args` are the
+        inputs, then one torch tensor or CuPy array per fresh output (the description's order,
+        dtype and shape; contiguous, on this function's GPU), then the scalars. Queued on their
+        framework's current stream, as a call on those arrays is. What the torch op's `into`
+        overload runs (torch_ops.py): torch.compile then allocates the outputs itself."""
+        if self.into_prepared is not None and self.into_prepared(args) is not None:
+            return
+        if self._closed:
+            raise RuntimeError(f"{self.name}(): {CLOSED}")
+        inputs, fresh = len(self._inputs), len(self.description.outputs) - len(self._in_place)
+        if len(args) != len(self.parameters) + fresh:
+            raise TypeError(f"{self.name}(): a call writing into given outputs takes {len(self.parameters) + fresh} arguments "
+                            f"(the inputs, {fresh} output(s), the scalars), got {len(args)}")
+        outputs = args[inputs : inputs + fresh]
+        call = [*args[:inputs], *args[inputs + fresh :]]
+        if not self.writes_into:
+            results = self(*call)
+            results = list(results) if isinstance(results, tuple) else [results]
+            for output, result in zip(outputs, (r for i, r in enumerate(results) if i not in self._in_place)):
+                output[...] = result
+            return
+        with self._device.bound():
+            checked = self._checked(call, {})
+            self._direct.call_into(checked.tensors, outputs, checked.scalars, checked.env, args, checked.shared_memory)
 
     def check(self, *args, **kwargs) -> list:
         """Validated, converted arguments, in order; raises TypeError/ValueError otherwise."""

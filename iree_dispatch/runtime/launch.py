@@ -48,7 +48,7 @@ from ..core.dtypes import ELEMENT_TYPES, SCALAR_TYPES, ScalarType
 from ..core.variants import rule_holds
 from . import cuda_driver, dlpack
 from .compiled import CallsSetup
-from .devices import Device
+from .devices import KDL_CUDA, Device
 from .host_copies import HostCopies
 
 LAUNCH_ENV = "IREE_DISPATCH_LAUNCH"  # "direct" (the default) or "iree"
@@ -225,6 +225,8 @@ class DirectLaunch:
         # The calls prepared so far (compiled.py's Calls), where the compiled launch module
         # exists: a call with the signature of one made before launches without Python.
         self.prepared_calls: Any = None
+        # The same for calls writing into given outputs (call_into), where the kernel `writes_into`.
+        self.into_calls: Any = None
 
     def load(self) -> None:
         """Loads the kernel on the device (when the module is loaded, as IREE loads its own);
@@ -234,14 +236,23 @@ class DirectLaunch:
         module, self._function = launcher.load(self._image, self._entry, self._shared_memory)
         weakref.finalize(self, launcher.unload, module).atexit = False
         if launcher.compiled is not None and not self._structs:  # a struct argument is packed in Python, call by call
-            device = self._device
-            self.prepared_calls = launcher.compiled.Calls(CallsSetup(
-                function=self._function, block=self._block, shared_memory=self._shared_memory, own_stream=launcher.stream, context=launcher.context,
-                ordinal=device.ordinal, device=device, foreign=device.streams_in_use, ahead=device.outputs_made_ahead, before_call=device.before_call,
-                launch_safely=launcher.launch, fail=launcher.check, inputs=len(self._input_names), scalar_kinds=self._scalar_kinds,
-                float_slots=self._float_slots, bindings=self._binding_sources, results=self._result_sources,
-            ))
+            self.prepared_calls = self._calls(len(self._input_names), self._binding_sources, self._result_sources)
+            if self.writes_into:
+                # Calls writing into given outputs take them as arrays after the inputs and return them.
+                first_output = len(self._input_names)
+                into = tuple(i if i >= 0 else first_output - 1 - i for i in self._binding_sources)
+                self.into_calls = self._calls(first_output + len(self.outputs), into, tuple(range(first_output, first_output + len(self.outputs))))
             _with_prepared_calls.add(self)
+
+    def _calls(self, arrays: int, bindings: tuple[int, ...], results: tuple[int, ...]) -> Any:
+        """A prepared-call table (`_launch.c`'s Calls) for calls of `arrays` arrays, then the scalars."""
+        device, launcher = self._device, self._device.launcher
+        return launcher.compiled.Calls(CallsSetup(
+            function=self._function, block=self._block, shared_memory=self._shared_memory, own_stream=launcher.stream, context=launcher.context,
+            ordinal=device.ordinal, device=device, foreign=device.streams_in_use, ahead=device.outputs_made_ahead, before_call=device.before_call,
+            launch_safely=launcher.launch, fail=launcher.check, inputs=arrays, scalar_kinds=self._scalar_kinds,
+            float_slots=self._float_slots, bindings=bindings, results=results,
+        ))
 
     def constants_for(self, env: dict[str, int], scalars: dict[str, int | float]) -> list[int]:
         """The push constants, as IREE's generated function packs them. scalars: the call's
@@ -305,18 +316,9 @@ class DirectLaunch:
         On the launch stream, numpy inputs are copied in and numpy results read out on the
         kernel's stream, and the call waits once (host_copies.py)."""
         device = self._device
-        grid = self.grid_for(env)
-        shapes = [self.shape_of(out, env) for out in self.outputs.values()]
-        if min(grid) <= 0 or any(0 in shape for shape in shapes):
+        prepared = self._prepared_for(env, scalars, shared_memory)
+        if prepared is None:
             return None
-        constants = self.constants_for(env, dict(zip(self._scalar_names, scalars)))
-        # A size over sizes is launched exactly (the call's checks held it to the bound loaded).
-        if self._description.shared_memory_size is None:
-            shared_memory = self._shared_memory
-        elif shared_memory is None:
-            shared_memory = self._description.shared_memory_for_call(env)
-        prepared = _Prepared(grid, tuple(constants), tuple((out, shape, out.itemsize * math.prod(shape)) for out, shape in zip(self.outputs.values(), shapes)),
-                             shared_memory)
         # The current stream of each other framework's array where its framework is known
         # (torch, CuPy), else None: a call on such arrays runs on the first one's stream, and on
         # the launch stream if none is known (their export then orders their producers' work there).
@@ -356,6 +358,65 @@ class DirectLaunch:
         if self.prepared_calls is not None and not host_arrays and len(args) == self._arity:
             self._prepare(tuple(args), prepared, framework)
         return results
+
+    def _prepared_for(self, env: dict[str, int], scalars: Sequence[int | float], shared_memory: int | None) -> _Prepared | None:
+        """The launch of a call with these sizes and converted scalars; None for an empty grid
+        or output (IREE runs such a call: call())."""
+        grid = self.grid_for(env)
+        shapes = [self.shape_of(out, env) for out in self.outputs.values()]
+        if min(grid) <= 0 or any(0 in shape for shape in shapes):
+            return None
+        constants = self.constants_for(env, dict(zip(self._scalar_names, scalars)))
+        # A size over sizes is launched exactly (the call's checks held it to the bound loaded).
+        if self._description.shared_memory_size is None:
+            shared_memory = self._shared_memory
+        elif shared_memory is None:
+            shared_memory = self._description.shared_memory_for_call(env)
+        return _Prepared(grid, tuple(constants), tuple((out, shape, out.itemsize * math.prod(shape)) for out, shape in zip(self.outputs.values(), shapes)),
+                         shared_memory)
+
+    @property
+    def writes_into(self) -> bool:
+        """Whether `call_into` takes this kernel's calls: it has fresh outputs, none of them
+        zero-filled (the caller's arrays are written as they are)."""
+        return bool(self.outputs) and not any(out.zero for out in self.outputs.values())
+
+    def call_into(self, inputs: Sequence, outputs: Sequence, scalars: Sequence[int | float], env: dict[str, int], args: Sequence = (),
+                  shared_memory: int | None = None) -> None:
+        """Runs the kernel on checked inputs, writing its fresh outputs into the caller's arrays
+        (`outputs`, one per fresh output in the description's order; torch tensors or CuPy
+        arrays on this device, checked here against the dtypes and shapes the description
+        gives them), queued on their framework's current stream without waiting, as `call` queues
+        a call on those arrays. Only where `writes_into`. args: the call's positional arguments
+        as given (inputs, outputs, scalars), to prepare later calls with the same signature
+        (`into_calls`). An empty grid or output launches nothing."""
+        framework = dlpack.framework_of(outputs)
+        if framework is None or any(dlpack.framework_of([a]) != framework for a in (*inputs, *outputs)):
+            kinds = ", ".join(type(a).__name__ for a in (*inputs, *outputs))
+            raise TypeError(f"{self.name}(): a call writing into given outputs takes torch tensors or CuPy arrays, all of one framework; got {kinds}")
+        prepared = self._prepared_for(env, scalars, shared_memory)
+        shapes = [self.shape_of(out, env) for out in self.outputs.values()]
+        pointers = [dlpack.export(a, -1, f"{self.name}(): argument {name!r}")[1].data for name, a in zip(self._input_names, inputs)]
+        for out, shape, given in zip(self.outputs.values(), shapes, outputs):
+            where = f"{self.name}(): output {out.name!r}"
+            kind, ordinal = dlpack.device_of(given)
+            if (kind, ordinal) != (KDL_CUDA, self._device.ordinal):
+                raise ValueError(f"{where} is on {dlpack.device_name(kind, ordinal)}, but this kernel runs on cuda:{self._device.ordinal}")
+            _, described = dlpack.export(given, -1, where)
+            wanted = ELEMENT_TYPES[out.mlir_type].numpy
+            if described.dtype != wanted or described.shape != shape:
+                raise ValueError(f"{where} must be {wanted} of shape {list(shape)}, got {described.dtype} of shape {list(described.shape)}")
+            pointers.append(described.data)
+        if prepared is None:
+            return
+        stream = dlpack.current_stream(outputs[0])
+        first_output = len(self._input_names)
+        bound = [pointers[i] if i >= 0 else pointers[first_output - 1 - i] for i in self._binding_sources]
+        if self._device.streams_in_use:
+            self._device.before_call(on_stream=stream)
+        self.launch(bound, prepared.constants, prepared.grid, stream, shared_memory=prepared.shared_memory)
+        if self.into_calls is not None and len(args) == self._arity + len(outputs):
+            self.into_calls.prepare(tuple(args), prepared.grid, prepared.constants, (), False, prepared.shared_memory)
 
     def _prepare(self, args: tuple, prepared: _Prepared, framework: str | None) -> None:
         """Records a checked call's launch for later calls with the same signature (see
@@ -481,7 +542,9 @@ def release_prepared_calls() -> None:
     frameworks (at interpreter exit, exiting.py): both hold references no teardown clears."""
     global _registered_frameworks, _registered_in
     for direct in list(_with_prepared_calls):
-        direct.prepared_calls.forget()
+        for calls in (direct.prepared_calls, direct.into_calls):
+            if calls is not None:
+                calls.forget()
     _with_prepared_calls.clear()
     if _registered_in is not None:
         _registered_in.release_frameworks()

@@ -36,6 +36,8 @@ from .invocation import KernelFunction
 
 _SCHEMA_SCALARS = {"int": "int", "uint": "int", "bool": "bool", "float": "float", "double": "float", "half": "float", "bf16": "float"}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+INTO = "into"  # the overload writing a kernel's fresh outputs into tensors given
+COMPOSITE = "composite"  # the overload made of allocations and INTO, which compiled code calls
 
 
 class TorchOps:
@@ -132,7 +134,18 @@ def register(module: Any, namespace: str = "iree_dispatch") -> TorchOps:
             kernels.append(_Kernel(function))
             library.impl(name, kernels[-1], "CUDA")
             torch.library.register_fake(qualified, _fake(function.description), lib=library)
-            calls[name] = _caller(function.description, getattr(getattr(torch.ops, namespace), name))
+            packet = getattr(getattr(torch.ops, namespace), name)
+            compiled = packet.default
+            if any(not t.inplace for t in function.description.outputs):
+                library.define(into_schema(function.description))
+                kernels.append(_KernelInto(function))
+                library.impl(f"{name}.{INTO}", kernels[-1], "CUDA")
+                torch.library.register_fake(f"{qualified}.{INTO}", _writes_into_given_outputs, lib=library)
+                library.define(schema(function.description, overload=COMPOSITE))
+                library.impl(f"{name}.{COMPOSITE}", _composite(function.description, getattr(packet, INTO)), "CompositeImplicitAutograd")
+                # Compiled code calls it where writing into given outputs saves a copy (see _caller).
+                compiled = getattr(packet, COMPOSITE) if function.writes_into else compiled
+            calls[name] = _caller(function.description, packet, compiled)
     except BaseException:
         library._destroy()
         raise
@@ -152,16 +165,32 @@ def unsupported(description: KernelDescription) -> str | None:
     return None
 
 
-def schema(description: KernelDescription) -> str:
-    """The op's schema: `name(Tensor x, Tensor(a!) y, float alpha) -> (Tensor, Tensor)`."""
-    mutated = [t.name for t in description.inputs if t.name in {o.name for o in description.outputs if o.inplace}]
-    # Each mutated tensor its own alias set: a, b, c, ...
-    alias = {name: "abcdefghijklmnopqrstuvwxyz"[i % 26] + ("" if i < 26 else str(i // 26)) for i, name in enumerate(mutated)}
-    arguments = [f"Tensor({alias[t.name]}!) {t.name}" if t.name in alias else f"Tensor {t.name}" for t in description.inputs]
-    arguments += [f"{_schema_scalar(s)} {s.name}" for s in description.scalars]
+def schema(description: KernelDescription, overload: str = "") -> str:
+    """The op's schema: `name(Tensor x, Tensor(a!) y, float alpha) -> (Tensor, Tensor)`; with
+    an overload name, `name.overload(...)`."""
     fresh = [t for t in description.outputs if not t.inplace]
     returns = "Tensor" if len(fresh) == 1 else "(" + ", ".join("Tensor" for _ in fresh) + ")"
-    return f"{description.name}({', '.join(arguments)}) -> {returns}"
+    name = f"{description.name}.{overload}" if overload else description.name
+    return f"{name}({', '.join(_arguments(description, into=False))}) -> {returns}"
+
+
+def into_schema(description: KernelDescription) -> str:
+    """The schema of the op's `into` overload, which writes each fresh output into a tensor
+    given after the inputs: `name.into(Tensor x, Tensor(a!) y, Tensor(b!) sums, float alpha) -> ()`."""
+    return f"{description.name}.{INTO}({', '.join(_arguments(description, into=True))}) -> ()"
+
+
+def _arguments(description: KernelDescription, into: bool) -> list[str]:
+    """The schema's arguments: the inputs (those written in place mutated), then (into) one
+    mutated tensor per fresh output, then the scalars."""
+    in_place = {o.name for o in description.outputs if o.inplace}
+    mutated = [t.name for t in description.inputs if t.name in in_place]
+    fresh = [t.name for t in description.outputs if not t.inplace] if into else []
+    # Each mutated tensor its own alias set: a, b, c, ...
+    alias = {name: "abcdefghijklmnopqrstuvwxyz"[i % 26] + ("" if i < 26 else str(i // 26)) for i, name in enumerate(mutated + fresh)}
+    arguments = [f"Tensor({alias[t.name]}!) {t.name}" if t.name in alias else f"Tensor {t.name}" for t in description.inputs]
+    arguments += [f"Tensor({alias[name]}!) {name}" for name in fresh]
+    return arguments + [f"{_schema_scalar(s)} {s.name}" for s in description.scalars]
 
 
 def _schema_scalar(scalar: ScalarDescription) -> str:
@@ -171,29 +200,51 @@ def _schema_scalar(scalar: ScalarDescription) -> str:
 def output_shapes(description: KernelDescription, inputs: Sequence[Any], scalars: Sequence[Any]) -> list[tuple]:
     """Each fresh output's shape from the description's expressions over the inputs' sizes and
     the integer scalars (sizes may be torch's symbolic ints)."""
-    env: dict[str, Any] = {}
-    for tensor, value in zip(description.inputs, inputs):
-        for dim, size in zip(tensor.shape, value.shape):
-            if isinstance(dim, str):
-                env.setdefault(dim, size)
-    for scalar, value in zip(description.scalars, scalars):
-        if scalar.kind in ("int", "uint", "bool"):
-            env.setdefault(scalar.name, int(value) if isinstance(value, bool) else value)
-    return [tuple(ex.evaluate(ex.parse(str(d), "shape"), env) for d in t.shape) for t in description.outputs if not t.inplace]
+    return _shape_rules(description)(inputs, scalars)
+
+
+def _shape_rules(description: KernelDescription) -> Callable[[Sequence[Any], Sequence[Any]], list[tuple]]:
+    """output_shapes for one description, its expressions parsed once: what torch.compile
+    traces (it can't trace the parser)."""
+    shapes = [tuple(ex.parse(str(d), "shape") for d in t.shape) for t in description.outputs if not t.inplace]
+    dims = [(i, d, name) for i, t in enumerate(description.inputs) for d, name in enumerate(t.shape) if isinstance(name, str)]
+    integers = [(i, s.name) for i, s in enumerate(description.scalars) if s.kind in ("int", "uint", "bool")]
+
+    def rules(inputs: Sequence[Any], scalars: Sequence[Any]) -> list[tuple]:
+        env: dict[str, Any] = {}
+        for i, d, name in dims:
+            env.setdefault(name, inputs[i].shape[d])
+        for i, name in integers:
+            value = scalars[i]
+            env.setdefault(name, int(value) if isinstance(value, bool) else value)
+        return [tuple(ex.evaluate(e, env) for e in shape) for shape in shapes]
+
+    return rules
+
+
+def _fresh_outputs(description: KernelDescription) -> Callable[[Sequence[Any], Sequence[Any]], list]:
+    """A function making a call's fresh outputs (uninitialized, of the shapes and dtypes the
+    description gives) on the inputs' device: the fake implementation's results, and the
+    outputs a compiled call allocates for the `into` overload."""
+    import torch
+
+    rules = _shape_rules(description)
+    dtypes = [getattr(torch, _TORCH_DTYPES[t.dtype]) for t in description.outputs if not t.inplace]
+
+    def fresh(inputs: Sequence[Any], scalars: Sequence[Any]) -> list:
+        device = inputs[0].device if inputs else torch.device("cuda")
+        return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in zip(rules(inputs, scalars), dtypes)]
+
+    return fresh
 
 
 def _fake(description: KernelDescription) -> Callable[..., Any]:
     """The op's fake implementation: fresh outputs of the right shapes and dtypes, on the inputs' device."""
-    import torch
-
     count = len(description.inputs)
-    dtypes = [getattr(torch, _TORCH_DTYPES[t.dtype]) for t in description.outputs if not t.inplace]
+    fresh = _fresh_outputs(description)
 
     def fake(*args):
-        inputs, scalars = args[:count], args[count:]
-        device = inputs[0].device if inputs else torch.device("cuda")
-        outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in zip(output_shapes(description, inputs, scalars), dtypes)]
-        return _returned(outputs)
+        return _returned(fresh(args[:count], args[count:]))
 
     return fake
 
@@ -229,6 +280,43 @@ class _Kernel:
         return _returned([results[i] if _is_torch(results[i]) else to_framework("torch", results[i]) for i in self._fresh])
 
 
+class _KernelInto:
+    """The `into` overload's CUDA implementation: the kernel writing its fresh outputs into the
+    tensors given (KernelFunction.call_into). `function` is None once the ops are closed."""
+
+    def __init__(self, function: KernelFunction):
+        self.function: KernelFunction | None = function
+
+    def __call__(self, *args) -> None:
+        function = self.function
+        if function is None:
+            raise RuntimeError("this torch op's kernels were closed (torch_ops.TorchOps.close)")
+        if function.into_prepared is not None and function.into_prepared(args) is not None:
+            return
+        # Detached: the runtime takes tensors through DLPack, which refuses ones that require grad.
+        function.call_into(*(a.detach() if _is_torch(a) else a for a in args))
+
+
+def _composite(description: KernelDescription, into: Any) -> Callable[..., Any]:
+    """The `composite` overload: the op's call made of allocations and the `into` overload.
+    Compiled code calls it, and torch.compile's tracing takes it apart (it is
+    CompositeImplicitAutograd), so Inductor allocates the outputs among its own buffers."""
+    count = len(description.inputs)
+    fresh = _fresh_outputs(description)
+
+    def composite(*args):
+        inputs, scalars = args[:count], args[count:]
+        outputs = fresh(inputs, scalars)
+        into(*inputs, *outputs, *scalars)
+        return _returned(outputs)
+
+    return composite
+
+
+def _writes_into_given_outputs(*args) -> None:
+    """The `into` overload's fake implementation: it returns nothing."""
+
+
 def _is_torch(value: Any) -> bool:
     return type(value).__module__.startswith("torch")
 
@@ -240,15 +328,23 @@ def _returned(outputs: list) -> Any:
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def _caller(description: KernelDescription, op: Any) -> Callable[..., Any]:
+def _caller(description: KernelDescription, op: Any, compiled: Any) -> Callable[..., Any]:
     """`ops.<kernel>`: the op called, the kernel's results in their order (in-place outputs as
-    the caller's tensors); one result alone, several as a tuple."""
+    the caller's tensors); one result alone, several as a tuple.
+
+    Traced by torch.compile, the call is `compiled` (an OpOverload): the `composite` overload
+    where the kernel writes into given outputs, so Inductor allocates them among its own
+    buffers (and reuses them) and checks nothing after the call, where it checks each tensor
+    a custom op returns (its size, stride, dtype and alignment: ~1 µs per launch)."""
+    import torch
+
     count = len(description.inputs)
     names = [t.name for t in description.inputs]
     sources = [names.index(t.name) if t.inplace else None for t in description.outputs]
+    compiling = torch.compiler.is_compiling
 
     def call(*args):
-        returned = op(*args)
+        returned = compiled(*args) if compiling() else op(*args)
         fresh = iter(returned if isinstance(returned, tuple) else (returned,) if returned is not None else ())
         results = [args[source] if source is not None and source < count else next(fresh) for source in sources]
         return results[0] if len(results) == 1 else tuple(results)

@@ -51,7 +51,7 @@ def test_a_module_maps_its_vmfb_once(vmfb, monkeypatch):
 class _Launch:
     """Stands in for a kernel's DirectLaunch: records the shared memory each call is given."""
 
-    prepared_calls = None
+    prepared_calls = into_calls = None
 
     def __init__(self):
         self.given: list[int | None] = []

@@ -100,6 +100,7 @@ def test_the_release_at_exit_empties_every_table_in_order(monkeypatch):
 
     class Direct:
         prepared_calls = Prepared()
+        into_calls = None
 
     direct = Direct()
     device = devices.Device(0, runtime.rt.get_device("local-task"), pooled=False, in_order=False, cuda=False)

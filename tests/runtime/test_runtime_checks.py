@@ -138,7 +138,7 @@ GQA = FunctionDescription(
 class _DirectLaunch:
     """Stands in for a kernel's DirectLaunch: records each launch."""
 
-    prepared_calls = None
+    prepared_calls = into_calls = None
 
     def __init__(self):
         self.launched = []

@@ -44,6 +44,11 @@ def test_schemas_follow_the_descriptions():
     assert torch_ops.schema(NOTHING_BACK) == "fill(Tensor(a!) x) -> ()"
 
 
+def test_into_schemas_take_each_fresh_output_as_a_mutated_tensor():
+    assert torch_ops.into_schema(MUL) == "mul.into(Tensor lhs, Tensor rhs, Tensor(a!) out) -> ()"
+    assert torch_ops.into_schema(IN_PLACE) == "scale.into(Tensor x, Tensor(a!) y, Tensor(b!) sums, Tensor(c!) tiles, float alpha, int k, bool flag) -> ()"
+
+
 def test_kernels_a_schema_cant_take_are_named_with_the_reason():
     assert torch_ops.unsupported(MUL) is None and torch_ops.unsupported(IN_PLACE) is None
     assert torch_ops.unsupported(STRUCT) == "scalar p is a Params (struct), which a torch op schema can't take"
@@ -75,6 +80,13 @@ def test_registered_ops_have_the_schemas_and_skip_struct_kernels(ops, torch):
         ops.with_struct  # noqa: B018
     with pytest.raises(AttributeError, match="no torch op 'nope'"):
         ops.nope  # noqa: B018
+
+
+def test_kernels_with_fresh_outputs_have_an_into_overload(ops, torch):
+    assert str(ops.op("scale").into._schema) == f"{ops.namespace}::" + torch_ops.into_schema(IN_PLACE)
+    assert str(ops.op("mul").into._schema) == f"{ops.namespace}::" + torch_ops.into_schema(MUL)
+    assert str(ops.op("mul").composite._schema) == f"{ops.namespace}::" + torch_ops.schema(MUL, overload="composite")
+    assert ops.op("fill").overloads() == ["default"]  # nothing to write into
 
 
 def test_a_namespace_takes_one_modules_kernels(ops, torch):
@@ -117,7 +129,48 @@ def test_fullgraph_compile_traces_the_ops(ops, torch):
     torch.compile(model, fullgraph=True, backend=backend)(torch.randn(6), torch.randn(6))
     (graph,) = graphs
     called = [str(node.target) for node in graph.graph.nodes if node.op == "call_function"]
-    assert called.count(f"{ops.namespace}.mul") == 2 and f"{ops.namespace}.fill" in called
+    assert called.count(f"{ops.namespace}.mul.default") == 2 and f"{ops.namespace}.fill.default" in called
+
+
+class _WritesInto:
+    """Stands in for a kernel's DirectLaunch whose calls write into given outputs."""
+
+    prepared_calls = into_calls = None
+    writes_into = True
+
+
+def test_compiled_code_calls_the_composite_overload_which_writes_into_outputs_it_allocates(torch):
+    """Traced by torch.compile, a kernel launched directly is called through its `composite`
+    overload, which torch's tracing takes apart into allocations (shapes from the description's
+    expressions, symbolic sizes included) and the `into` overload; a kernel called through
+    IREE is called as the functional op."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    module = SimpleNamespace(functions={"mul": KernelFunction(MUL, None, None, direct=_WritesInto()), "scale": KernelFunction(IN_PLACE, None, None)})
+    ops = torch_ops.register(module, namespace="cpu_compiled_into")
+    graphs = []
+
+    def backend(graph, example_inputs):
+        graphs.append(graph)
+        return lambda *args: (torch.zeros(5), torch.zeros(2, 6, dtype=torch.int32))  # the CPU has no implementation to run
+
+    def model(x, y):
+        _, sums, tiles = ops.scale(x, y, 0.5, 3, True)
+        return ops.mul(sums.float(), sums.float()), tiles
+
+    try:
+        for dynamic in (False, True):
+            graphs.clear()
+            torch.compile(model, fullgraph=True, backend=backend, dynamic=dynamic)(torch.zeros(5, 9), torch.zeros(5, 9, dtype=torch.float16))
+            (graph,) = graphs
+            called = [str(node.target) for node in graph.graph.nodes if node.op == "call_function"]
+            assert f"{ops.namespace}.mul.composite" in called and f"{ops.namespace}.scale.default" in called, called
+        for mode in ("fake", "symbolic"):
+            taken_apart = make_fx(lambda x: ops.op("scale").composite(x, x.half(), 0.5, 3, True), tracing_mode=mode)(torch.zeros(5, 9))
+            called = [str(node.target) for node in taken_apart.graph.nodes if node.op == "call_function"]
+            assert called.count("aten.empty.memory_format") == 2 and f"{ops.namespace}.scale.into" in called, called
+    finally:
+        ops.close()
 
 
 def test_a_process_with_registered_ops_exits_quietly(torch):
