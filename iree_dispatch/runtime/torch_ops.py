@@ -15,6 +15,14 @@ current stream without waiting (launch.py), which is what a graph capture record
 `register` returns calls the op and gives back the kernel's results in their order, in-place
 outputs as the caller's own tensors.
 
+A kernel with fresh outputs has two more overloads. `name.into(inputs..., outputs..., scalars...)
+-> ()` writes them into tensors the caller made (KernelFunction.call_into). `name.composite` takes
+the op's arguments and returns its results, made of `torch.empty` and `into`; it is
+CompositeImplicitAutograd, so torch.compile's tracing takes it apart. Traced by torch.compile,
+`ops.<kernel>` calls it where the kernel writes into given outputs (launched directly, no
+zero-filled output): Inductor then allocates the outputs among its own buffers and, unlike after
+an op that returns tensors, checks nothing after the call.
+
 Kernels with struct arguments (packed in Python, call by call) are not registered: `ops.skipped`
 says why, and their attribute raises naming it. torch is imported when `register` runs, never
 by the rest of the runtime. The registrations are dropped with the returned object, and at
@@ -45,14 +53,14 @@ class TorchOps:
     and returns the kernel's results in their order. `ops.namespace`, `ops.names` (the kernels
     registered), `ops.skipped` (kernel → why not), `ops.op(name)` (the OpOverloadPacket)."""
 
-    def __init__(self, namespace: str, library: Any, calls: dict[str, Callable[..., Any]], skipped: dict[str, str], kernels: list[_Kernel]):
+    def __init__(self, namespace: str, library: Any, calls: dict[str, Callable[..., Any]], skipped: dict[str, str], kernels: list[_Kernel | _KernelInto]):
         self.namespace = namespace
         self.names = tuple(calls)
         self.skipped = dict(skipped)
         self._calls = calls
         # Dropping the object (even as cyclic garbage) drops the registrations: torch's dispatcher
         # holds the kernels, which hold the module and its device.
-        self._registrations = weakref.finalize(self, _drop_registrations, kernels, library)
+        self._registrations = weakref.finalize(self, _drop_registrations, kernels, library, namespace, self.names)
         self._registrations.atexit = False  # at exit `_close_all` runs first (see there)
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
@@ -79,11 +87,22 @@ class TorchOps:
         return f"<torch ops {self.namespace}: {', '.join(self.names)}>"
 
 
-def _drop_registrations(kernels: list[_Kernel], library: Any) -> None:
+def _drop_registrations(kernels: list[_Kernel | _KernelInto], library: Any, namespace: str, names: tuple[str, ...]) -> None:
     """Drops the kernels first, then the registrations that call them: whatever torch still
-    holds of them (its dispatcher, its caches) then holds no module, device or IREE object."""
+    holds of them (its dispatcher, its caches) then holds no module, device or IREE object.
+
+    torch's `Library._destroy` drops its cached `torch.ops.<namespace>.<name>` once per op it
+    defined. With several overloads of one name (`into`, `composite`), torch 2.11 looked the name
+    up again after unregistering it, reading freed memory (a UnicodeDecodeError, measured): it
+    is given each name once, its packet cached while the ops are still registered."""
+    import torch
+
     for kernel in kernels:
         kernel.function = None
+    packets = getattr(torch.ops, namespace)
+    for name in names:
+        getattr(packets, name)
+    library._op_defs = {f"{namespace}::{name}" for name in names}
     library._destroy()
 
 
@@ -115,7 +134,8 @@ def register(module: Any, namespace: str = "iree_dispatch") -> TorchOps:
     library = torch.library.Library(namespace, "FRAGMENT")
     calls: dict[str, Callable[..., Any]] = {}
     skipped: dict[str, str] = {}
-    kernels: list[_Kernel] = []
+    kernels: list[_Kernel | _KernelInto] = []
+    defined: list[str] = []
     try:
         for name, function in module.functions.items():
             if not isinstance(function, KernelFunction) or not isinstance(function.description, KernelDescription):
@@ -131,6 +151,7 @@ def register(module: Any, namespace: str = "iree_dispatch") -> TorchOps:
                 if "multiple times" not in str(exc) and "already" not in str(exc):
                     raise
                 raise ValueError(f"torch op {qualified} is registered already (another module's kernel?): register this module under another namespace") from None
+            defined.append(name)
             kernels.append(_Kernel(function))
             library.impl(name, kernels[-1], "CUDA")
             torch.library.register_fake(qualified, _fake(function.description), lib=library)
@@ -147,7 +168,7 @@ def register(module: Any, namespace: str = "iree_dispatch") -> TorchOps:
                 compiled = getattr(packet, COMPOSITE) if function.writes_into else compiled
             calls[name] = _caller(function.description, packet, compiled)
     except BaseException:
-        library._destroy()
+        _drop_registrations(kernels, library, namespace, tuple(defined))
         raise
     ops = TorchOps(namespace, library, calls, skipped, kernels)
     _open.add(ops)
