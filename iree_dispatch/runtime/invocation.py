@@ -114,7 +114,8 @@ class KernelFunction:
     def call_into(self, *args) -> None:
         """A call writing the kernel's fresh outputs into arrays the caller made: `args` are the
         inputs, then one torch tensor or CuPy array per fresh output (the description's order,
-        dtype and shape; contiguous, on this function's GPU), then the scalars. Queued on their
+        dtype and shape; contiguous, on this function's GPU; not overlapping the inputs or each
+        other, which is not checked), then the scalars. Queued on their
         framework's current stream, as a call on those arrays is. What the torch op's `into`
         overload runs (torch_ops.py): torch.compile then allocates the outputs itself."""
         if self.into_prepared is not None and self.into_prepared(args) is not None:

@@ -225,8 +225,8 @@ def output_shapes(description: KernelDescription, inputs: Sequence[Any], scalars
 
 
 def _shape_rules(description: KernelDescription) -> Callable[[Sequence[Any], Sequence[Any]], list[tuple]]:
-    """output_shapes for one description, its expressions parsed once: what torch.compile
-    traces (it can't trace the parser)."""
+    """output_shapes for one description, its expressions parsed once (the fake implementation
+    and the composite overload run it at every trace)."""
     shapes = [tuple(ex.parse(str(d), "shape") for d in t.shape) for t in description.outputs if not t.inplace]
     dims = [(i, d, name) for i, t in enumerate(description.inputs) for d, name in enumerate(t.shape) if isinstance(name, str)]
     integers = [(i, s.name) for i, s in enumerate(description.scalars) if s.kind in ("int", "uint", "bool")]
@@ -246,7 +246,7 @@ def _shape_rules(description: KernelDescription) -> Callable[[Sequence[Any], Seq
 def _fresh_outputs(description: KernelDescription) -> Callable[[Sequence[Any], Sequence[Any]], list]:
     """A function making a call's fresh outputs (uninitialized, of the shapes and dtypes the
     description gives) on the inputs' device: the fake implementation's results, and the
-    outputs a compiled call allocates for the `into` overload."""
+    outputs the composite overload hands the `into` overload."""
     import torch
 
     rules = _shape_rules(description)
