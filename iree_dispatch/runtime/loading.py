@@ -89,14 +89,17 @@ class OnDevice:
             return self._function(*args, **kwargs)
 
     def __getattr__(self, name: str):
-        return getattr(self._function, name)
+        function = self.__dict__.get("_function")
+        if function is None:
+            raise AttributeError(f"{name}: {CLOSED}")
+        return getattr(function, name)
 
     def close(self) -> None:
         """Drops the IREE function and the device (Module.close)."""
         self._function = self._device = None
 
     def __repr__(self) -> str:
-        return repr(self._function)
+        return repr(self._function) if self._function is not None else "<iree_dispatch function, closed>"
 
 
 class _Config(rt.Config):

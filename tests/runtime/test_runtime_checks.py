@@ -80,6 +80,23 @@ def test_a_closed_function_raises_and_launches_nothing(axpby):
     assert len(recorder.calls) == 1 and function.call_prepared is None
 
 
+def test_a_closed_function_without_a_description_says_so():
+    """A program's function (no kernel description) of a closed module: calls and attributes
+    raise naming the closed module, and its repr says closed."""
+    from types import SimpleNamespace
+
+    from iree_dispatch.runtime.loading import OnDevice
+
+    function = OnDevice(SimpleNamespace(name="chain", reflection={}), SimpleNamespace())
+    assert function.name == "chain"
+    function.close()
+    with pytest.raises(RuntimeError, match="this function: its module was closed"):
+        function(1)
+    with pytest.raises(AttributeError, match="reflection: its module was closed"):
+        function.reflection  # noqa: B018
+    assert repr(function) == "<iree_dispatch function, closed>"
+
+
 def test_good_call_converts_arguments(axpby):
     function, recorder = axpby
     x = f32(8)[::2]  # non-contiguous: copied into a contiguous array
