@@ -553,6 +553,154 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
   cluster_sync();
 }
 
+
+// The persistent sm_90a body (the *_persistent kernels): a grid of (clusters, PAIR) CTAs, fewer
+// than the tiles, each cluster taking tile pairs ct = blockIdx.x, + gridDim.x, ... in turn. Tile
+// pair ct is the two 128-row tiles (2 (ct / (N / BN)) + blockIdx.y) * BM at column (ct % (N / BN))
+// * BN. Where a launch's kernel ends after one tile, here the fixed costs (block launch, barrier
+// init, tensor maps, pipeline fill) are paid once per CTA, and the producer loads the next tile
+// while the consumers finish this one: each consumer warpgroup rounds its 64 rows to bf16 into
+// a staging buffer of its own (not the stages) and stores them from there as 16-byte vectors.
+// Room for those buffers leaves PERSISTENT_STAGES stages. Needs M and N multiples of 2 BM and
+// BN (the spec's `requires`), a bf16 output; loads by TMA where vector_loads_ok, else element
+// by element (each CTA its whole B tile), as the body above.
+constexpr int PERSISTENT_STAGES = 3;
+constexpr int EPI_STRIDE = BN + 8;              // bf16 per staged row: 16 bytes of padding against bank conflicts
+constexpr int EPI_BYTES = 64 * EPI_STRIDE * 2;  // one consumer warpgroup's 64 rows
+constexpr int PERSISTENT_SMEM_BYTES = PERSISTENT_STAGES * STAGE_BYTES + 2 * EPI_BYTES + 1024;  // 216064 at the defaults
+
+template <typename T, typename E>
+__device__ __forceinline__ void gemm_sm90_persistent(const T* __restrict__ a, const T* __restrict__ b, const E& ep, int M, int N, int K) {
+  static_assert(__is_same(typename E::Out, __nv_bfloat16), "the persistent body stages bf16 results");
+  constexpr int S = PERSISTENT_STAGES;
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ __align__(8) uint64_t full[S], empty[S];
+  __shared__ __align__(128) uint64_t map_staging[2][16];
+  const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
+  const int k_tiles = (K + BK - 1) / BK;
+  const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
+  const uint32_t rank = cluster_rank();
+  constexpr int active = CLUSTER;  // every CTA's rows lie inside M (M a multiple of 2 BM)
+  const int n_tiles = N / BN, pairs = n_tiles * (M / (2 * BM));
+  const bool tma = vector_loads_ok(a, b, N, K);
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(smem_addr(&full[s]), tma ? 1 : 128);
+      mbar_init(smem_addr(&empty[s]), 8 * active);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  cluster_sync();
+
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n");
+    if (tma) {
+      if (t < 32) {
+        // The maps live in the first row of the last tile this CTA writes: nothing writes there
+        // before this CTA's last epilogue, after its last load.
+        const int last = blockIdx.x + ((pairs - 1 - int(blockIdx.x)) / int(gridDim.x)) * int(gridDim.x);
+        uint8_t* home = tensor_map_home(ep.out, M, N, ((last / n_tiles) * 2 + int(blockIdx.y)) * BM, (last % n_tiles) * BN);
+        build_tensor_maps<T>(map_staging, home, a, b, M, N, K);
+        if (t == 0) {
+          const void *map_a = home, *map_b = home + 128;
+          asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;\n" ::"l"(map_a) : "memory");
+          asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;\n" ::"l"(map_b) : "memory");
+          const uint16_t active_mask = (1u << active) - 1;
+          int g = 0;  // stages filled so far, over all tiles
+          for (int ct = blockIdx.x; ct < pairs; ct += gridDim.x) {
+            const int m0 = ((ct / n_tiles) * 2 + int(blockIdx.y)) * BM, n0 = (ct % n_tiles) * BN;
+            for (int kt = 0; kt < k_tiles; ++kt, ++g) {
+              const int s = g % S;
+              if (g >= S) mbar_wait(smem_addr(&empty[s]), ((g / S) - 1) & 1);
+              const uint32_t sa = smem + s * STAGE_BYTES, sb = sa + A_STAGE_BYTES, bar = smem_addr(&full[s]);
+              mbar_arrive_expect_tx(bar, STAGE_BYTES);
+              tma_load(sa, map_a, kt * BK, m0, bar);
+              for (int block = rank; block < BN / 64; block += active) {
+                if (active > 1) tma_load_multicast(sb + block * B_BLOCK_BYTES, map_b, n0 + block * 64, kt * BK, bar, active_mask);
+                else tma_load(sb + block * B_BLOCK_BYTES, map_b, n0 + block * 64, kt * BK, bar);
+              }
+            }
+          }
+        }
+      }
+    } else {
+      const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
+      const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
+      int g = 0;
+      for (int ct = blockIdx.x; ct < pairs; ct += gridDim.x) {
+        const int m0 = ((ct / n_tiles) * 2 + int(blockIdx.y)) * BM, n0 = (ct % n_tiles) * BN;
+        for (int kt = 0; kt < k_tiles; ++kt, ++g) {
+          const int s = g % S;
+          if (g >= S) mbar_wait(smem_addr(&empty[s]), ((g / S) - 1) & 1);
+          const uint32_t sa = smem + s * STAGE_BYTES, sb = sa + A_STAGE_BYTES;
+          const int k0 = kt * BK;
+          for (int id = t; id < BM * (BK / 8); id += 128) {
+            const int m = id / (BK / 8), chunk = id % (BK / 8);
+            const uint4 v = load_chunk_checked(a16 + size_t(m0 + m) * K, true, k0 + chunk * 8, K);
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sa + a_offset(m, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+          }
+          for (int id = t; id < BK * (BN / 8); id += 128) {
+            const int k = id / (BN / 8), chunk = id % (BN / 8), gk = k0 + k;
+            const uint4 v = load_chunk_checked(b16 + size_t(gk < K ? gk : 0) * N, gk < K, n0 + chunk * 8, N);
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + b_offset(k, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+          }
+          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+          mbar_arrive(smem_addr(&full[s]));
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n");
+    const int half = warpgroup - 1;  // rows [64 * half, 64 * half + 64) of each tile
+    const uint32_t staged_at = smem + S * STAGE_BYTES + half * EPI_BYTES;
+    __nv_bfloat16* staged = reinterpret_cast<__nv_bfloat16*>(smem_raw + (staged_at - smem_addr(smem_raw)));
+    const int warp = t / 32, lane = t % 32;
+    int g = 0;
+    for (int ct = blockIdx.x; ct < pairs; ct += gridDim.x) {
+      const int m0 = ((ct / n_tiles) * 2 + int(blockIdx.y)) * BM + half * 64, n0 = (ct % n_tiles) * BN;
+      float d[BN / 2];
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+      for (int kt = 0; kt < k_tiles; ++kt, ++g) {
+        const int s = g % S;
+        mbar_wait(smem_addr(&full[s]), (g / S) & 1);
+        const uint32_t sa = smem + s * STAGE_BYTES + half * 64 * 128, sb = smem + s * STAGE_BYTES + A_STAGE_BYTES;
+        fence_operands(d);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks)
+          wgmma_tile<T>(d, make_desc(sa + ks * 32, 16, A_ATOM), make_desc(sb + ks * 2 * B_STRIDE, B_LEADING, B_STRIDE), 1);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        fence_operands(d);
+        if (t % 32 == 0) {
+          for (int r = 0; r < active; ++r) mbar_arrive_remote(peer_addr(smem_addr(&empty[s]), r));
+        }
+      }
+      // The epilogue applied in registers (accumulator layout as in the body above), each pair
+      // of columns rounded to bf16 into this warpgroup's rows; 8 rows of a warp lie 528 bytes
+      // apart, 4 banks, so its 32 stores hit 32 banks.
+#pragma unroll
+      for (int i = 0; i < BN / 2; i += 2) {
+        const int r = warp * 16 + lane / 4 + 8 * ((i / 2) % 2), c = 8 * (i / 4) + 2 * (lane % 4);
+        *reinterpret_cast<__nv_bfloat162*>(staged + r * EPI_STRIDE + c) =
+            __floats2bfloat162_rn(ep.apply(m0 + r, n0 + c, d[i]), ep.apply(m0 + r, n0 + c + 1, d[i + 1]));
+      }
+      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + half) : "memory");
+      // The tile's first row holds the tensor maps only in the CTA's last tile, whose loads have
+      // all completed (their stages' full barriers were waited for).
+      constexpr int kChunks = BN / 8;  // 16-byte chunks per row
+      for (int id = t; id < 64 * kChunks; id += 128) {
+        const int r = id / kChunks, c = (id % kChunks) * 8;
+        *reinterpret_cast<uint4*>(ep.out + size_t(m0 + r) * N + n0 + c) = *reinterpret_cast<const uint4*>(staged + r * EPI_STRIDE + c);
+      }
+      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + half) : "memory");  // read out before the next tile's rows go in
+    }
+  }
+  cluster_sync();
+}
+
 }  // namespace gemm
 #else  // not sm_90a: WMMA (mma.sync)
 namespace gemm {
@@ -592,14 +740,13 @@ __device__ __forceinline__ void load_tiles_wmma(const T* a, const T* b, uint8_t*
 }
 
 template <typename T, typename E>
-__device__ __forceinline__ void gemm_wmma(const T* __restrict__ a, const T* __restrict__ b, const E& ep, int M, int N, int K) {
+__device__ __forceinline__ void gemm_wmma(const T* __restrict__ a, const T* __restrict__ b, const E& ep, int M, int N, int K, int m0, int n0) {
   using namespace nvcuda;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
   uint8_t* sa[2] = {smem, smem + WA_BYTES};
   uint8_t* sb[2] = {smem + 2 * WA_BYTES, smem + 2 * WA_BYTES + WB_BYTES};
   float* scratch = reinterpret_cast<float*>(smem + 2 * (WA_BYTES + WB_BYTES));
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr int WN = BN / 4;  // 8 computing warps as 2 x 4, each 64 x WN
   const int wm = warp / 4, wn = warp % 4;
@@ -654,6 +801,19 @@ __device__ __forceinline__ void gemm_wmma(const T* __restrict__ a, const T* __re
     }
 }
 
+
+// The persistent kernels' body on other archs: the same tile pairs, one tile after another.
+constexpr int PERSISTENT_SMEM_BYTES = SMEM_BYTES;
+
+template <typename T, typename E>
+__device__ __forceinline__ void gemm_wmma_persistent(const T* __restrict__ a, const T* __restrict__ b, const E& ep, int M, int N, int K) {
+  const int n_tiles = N / BN, pairs = n_tiles * (M / (2 * BM));
+  for (int ct = blockIdx.x; ct < pairs; ct += gridDim.x) {
+    gemm_wmma<T>(a, b, ep, M, N, K, ((ct / n_tiles) * 2 + int(blockIdx.y)) * BM, (ct % n_tiles) * BN);
+    __syncthreads();  // the next tile's loads reuse the shared memory this one's epilogue read
+  }
+}
+
 }  // namespace gemm
 #endif
 
@@ -674,7 +834,7 @@ __device__ __forceinline__ void gemm_body(const T* a, const T* b, const E& ep, i
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   gemm::gemm_sm90<T>(a, b, ep, M, N, K);
 #else
-  gemm::gemm_wmma<T>(a, b, ep, M, N, K);
+  gemm::gemm_wmma<T>(a, b, ep, M, N, K, blockIdx.y * gemm::BM, blockIdx.x * gemm::BN);
 #endif
 }
 
@@ -743,3 +903,40 @@ gemm_batched_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __re
   const size_t z = blockIdx.z;
   gemm_body(a + z * M * K, b + z * K * N, gemm::BatchedF32{{c + z * M * N}}, M, N, K);
 }
+
+// The persistent kernels (kernels/gemm.toml): the bf16-output Linears above, for M and N
+// multiples of 256 and K of 8 (the spec's `requires`). Block 384, grid (min(pairs, 66), 2) with
+// pairs = (N / 256) (M / 256): at most one CTA per SM of an H100 (132), each taking tile pairs
+// in turn; dynamic shared memory gemm::PERSISTENT_SMEM_BYTES of the arch. Not built with
+// clusters of 4 (a benchmark option): their grid is 2 CTAs high.
+#if GEMM_CLUSTER <= 2
+template <typename T, typename E>
+__device__ __forceinline__ void persistent_body(const T* a, const T* b, const E& ep, int M, int N, int K) {
+  uint32_t dynamic_smem;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
+  if (dynamic_smem < uint32_t(gemm::PERSISTENT_SMEM_BYTES) || gridDim.y != 2 || M % (2 * gemm::BM) != 0 || N % gemm::BN != 0) __trap();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  gemm::gemm_sm90_persistent<T>(a, b, ep, M, N, K);
+#else
+  gemm::gemm_wmma_persistent<T>(a, b, ep, M, N, K);
+#endif
+}
+
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_bias_bf16_persistent(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
+                          __nv_bfloat16* __restrict__ h, int M, int N, int K) {
+  persistent_body(a, b, gemm::BiasBf16{bias, h}, M, N, K);
+}
+
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_bias_gelu_bf16_persistent(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
+                               __nv_bfloat16* __restrict__ h, int M, int N, int K) {
+  persistent_body(a, b, gemm::BiasGeluBf16{bias, h}, M, N, K);
+}
+
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_bias_gelu_erf_bf16_persistent(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
+                                   __nv_bfloat16* __restrict__ h, int M, int N, int K) {
+  persistent_body(a, b, gemm::BiasGeluErfBf16{bias, h}, M, N, K);
+}
+#endif

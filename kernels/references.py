@@ -121,6 +121,11 @@ def gemm_bias_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray
     return gemm_bf16(a, b) + bias.astype(np.float64)  # the kernel rounds this to bf16
 
 
+# The persistent kernels compute the same values tile by tile.
+gemm_bias_bf16_persistent = gemm_bias_bf16
+gemm_bias_gelu_bf16_persistent = gemm_bias_gelu_bf16
+
+
 def gemm_bias_residual_f32(a: np.ndarray, b: np.ndarray, bias: np.ndarray, residual: np.ndarray) -> np.ndarray:
     return gemm_bf16(a, b) + bias.astype(np.float64) + residual.astype(np.float64)
 
@@ -244,3 +249,6 @@ def _gelu_erf(v: np.ndarray) -> np.ndarray:
 
 def gemm_bias_gelu_erf_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
     return _gelu_erf(gemm_bf16(a, b) + bias.astype(np.float64))  # the kernel rounds this to bf16
+
+
+gemm_bias_gelu_erf_bf16_persistent = gemm_bias_gelu_erf_bf16  # the same values, tile by tile

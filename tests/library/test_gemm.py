@@ -21,15 +21,19 @@ from ..support.environment import ROOT, needs_build_tools
 from ..support.references import load_references
 
 SPEC = ROOT / "kernels" / "gemm.toml"
-KERNELS = ["gemm_bf16", "gemm_f16", "gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_residual_f32", "gemm_bias_residual_bf16", "gemm_batched_bf16"]
+KERNELS = ["gemm_bf16", "gemm_f16", "gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_bf16_persistent", "gemm_bias_gelu_bf16_persistent",
+           "gemm_bias_residual_f32", "gemm_bias_residual_bf16", "gemm_batched_bf16"]
 # Buffers each kernel takes before M, N, K: a, b, (bias, residual,) output.
-BUFFERS = {"gemm_bf16": 3, "gemm_f16": 3, "gemm_bias_gelu_bf16": 4, "gemm_bias_bf16": 4, "gemm_bias_residual_f32": 5, "gemm_bias_residual_bf16": 5,
-           "gemm_batched_bf16": 3}
+BUFFERS = {"gemm_bf16": 3, "gemm_f16": 3, "gemm_bias_gelu_bf16": 4, "gemm_bias_bf16": 4, "gemm_bias_bf16_persistent": 4, "gemm_bias_gelu_bf16_persistent": 4,
+           "gemm_bias_residual_f32": 5, "gemm_bias_residual_bf16": 5, "gemm_batched_bf16": 3}
+PERSISTENT = {"gemm_bias_bf16_persistent", "gemm_bias_gelu_bf16_persistent"}  # grid (min(tile pairs, 66), 2)
 BATCHED = {"gemm_batched_bf16"}  # a [B, M, K], b [B, K, N], c [B, M, N]; the batch along grid z
 # gemm.cu, per arch: sm_90a 4 stages x (16 KB of A + 32 KB of B) + 1 KB to align the tiles to
 # 1024 bytes; sm_80 two buffers of A (128 x 40) and B (32 x 264) bf16 tiles + 8 warps' 16 x 16
 # float scratch tiles + 128 for alignment, under the 99 KB of sm_86/sm_89.
 SHARED_MEMORY = {"sm_90a": 4 * (16384 + 32768) + 1024, "sm_80": 2 * (128 * 40 + 32 * 264) * 2 + 8 * 1024 + 128}
+# The persistent kernels on sm_90a: 3 stages + two warpgroups' 64 x 264 bf16 staging buffers + 1024.
+PERSISTENT_SHARED_MEMORY = {"sm_90a": 3 * (16384 + 32768) + 2 * 64 * 264 * 2 + 1024, "sm_80": SHARED_MEMORY["sm_80"]}
 
 
 def test_spec_declares_shapes_block_grid_and_shared_memory():
@@ -43,6 +47,8 @@ def test_spec_declares_shapes_block_grid_and_shared_memory():
         "gemm_f16": ([("a", "f16"), ("b", "f16")], ("c", "f32")),
         "gemm_bias_gelu_bf16": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
         "gemm_bias_bf16": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
+        "gemm_bias_bf16_persistent": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
+        "gemm_bias_gelu_bf16_persistent": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
         "gemm_bias_residual_f32": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32"), ("residual", "f32")], ("c", "f32")),
         "gemm_bias_residual_bf16": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32"), ("residual", "bf16")], ("h", "bf16")),
         "gemm_batched_bf16": ([("a", "bf16"), ("b", "bf16")], ("c", "f32")),
@@ -57,6 +63,11 @@ def test_spec_declares_shapes_block_grid_and_shared_memory():
         assert [(t["name"], t["dtype"], t["shape"], t["inplace"]) for t in d["outputs"]] == [(out, out_dtype, [*lead, "M", "N"], False)]
         assert d["scalars"] == []  # M, N, K come from the shapes (B only sizes the grid)
         assert d["block"] == [384, 1, 1]
+        if kernel.function in PERSISTENT:
+            assert d["grid"] == ["min((ceildiv(N, 256) * ceildiv(M, 256)), 66)", "2", "1"]
+            assert d["shared_memory"] == PERSISTENT_SHARED_MEMORY
+            assert [r["relation"] for r in d["requires"]] == ["M % 256 == 0", "N % 256 == 0"]
+            continue
         assert d["grid"] == ["ceildiv(N, 256)", "(2 * ceildiv(M, 256))", "B" if batched else "1"]
         assert d["shared_memory"] == SHARED_MEMORY
     assert SHARED_MEMORY["sm_80"] <= 99 * 1024
@@ -100,7 +111,8 @@ def test_builds_for_sm90a_and_sm80_with_the_body_for_each(tmp_path):
     # Each variant's exports declare that arch's shared memory (sm_90a PTX: the sm_90a size).
     for variant, arch in (("sm_90a_cubin", "sm_90a"), ("sm_80_cubin", "sm_80"), ("sm_90a", "sm_90a")):
         text = mlir.split(f"hal.executable.variant public @{variant} ", 1)[1].split("hal.executable.variant", 1)[0]
-        assert re.findall(r"workgroup_local_memory = (\d+) : index", text) == [str(SHARED_MEMORY[arch])] * len(KERNELS), variant
+        want = [str((PERSISTENT_SHARED_MEMORY if name in PERSISTENT else SHARED_MEMORY)[arch]) for name in KERNELS]
+        assert re.findall(r"workgroup_local_memory = (\d+) : index", text) == want, variant
     for name in KERNELS:
         assert f"func.func @{name}(" in mlir
         # The buffers, then M, N, K as 32-bit push constants: what IREE passes.

@@ -178,6 +178,65 @@ def test_residual_bf16_is_bias_bf16_then_the_add(modules, m, n, k):
         np.testing.assert_array_equal(np.asarray(got).view(np.uint16), want.view(np.uint16), err_msg=module)
 
 
+# (M, N, K) for the persistent kernels (M and N multiples of 256): one tile pair; K not a multiple
+# of 64 (the last stage's columns TMA zeros); 36 pairs (fewer than the 66 clusters); 96 pairs
+# (some clusters take two).
+PERSISTENT_SIZES = [(256, 256, 8), (256, 512, 72), (512, 768, 1000), (1024, 2304, 768), (2048, 3072, 128)]
+
+
+def _bits(x) -> np.ndarray:
+    return np.asarray(x).view(np.uint16)
+
+
+@pytest.mark.parametrize("m, n, k", PERSISTENT_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in PERSISTENT_SIZES])
+@pytest.mark.parametrize("name", ["gemm_bias_bf16", "gemm_bias_gelu_bf16"])
+def test_persistent_kernels_give_the_one_tile_kernels_bits(modules, name, m, n, k):
+    """Each *_persistent kernel against the float64 reference (check_epilogue's bound), and bit
+    for bit what the one-tile-per-CTA kernel gives: as built, poisoned, and the sm_80 PTX body."""
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.normal(-0.25, 1.0, (k, n)).astype(ml_dtypes.bfloat16)
+    bias = rng.normal(0.5, 2.0, n).astype(np.float32)
+    one_tile = getattr(modules["gemm"], name)(a, b, bias)
+    got = getattr(modules["gemm"], f"{name}_persistent")(a, b, bias)
+    reports = [check_epilogue(name, got, a, b, bias, None)]
+    np.testing.assert_array_equal(_bits(got), _bits(one_tile))
+    for module in ("gemm_poisonable", "gemm_sm80_ptx_poisonable"):
+        poisoned = getattr(modules[module], f"{name}_persistent")(a, b, bias, np.full((m, n), np.nan, ml_dtypes.bfloat16))
+        reports.append(check_epilogue(name, poisoned, a, b, bias, None))
+        np.testing.assert_array_equal(_bits(poisoned), _bits(getattr(modules[module], name)(a, b, bias, np.full((m, n), np.nan, ml_dtypes.bfloat16))))
+    print(f"\n{name}_persistent {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
+def test_persistent_kernels_refuse_sizes_off_their_tiles(modules):
+    import ml_dtypes
+
+    a, b, bias = np.zeros((300, 64), ml_dtypes.bfloat16), np.zeros((64, 256), ml_dtypes.bfloat16), np.zeros(256, np.float32)
+    with pytest.raises(ValueError, match=r"gemm_bias_bf16_persistent\(\): requires M % 256 == 0, but M = 300"):
+        modules["gemm"].gemm_bias_bf16_persistent(a, b, bias)
+
+
+def test_persistent_kernel_loads_misaligned_inputs_element_by_element(modules):
+    """torch views 2 bytes past an aligned address: no TMA (16-byte aligned rows only), the
+    element-by-element loads, the same bits as the one-tile kernel's own element path."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device here")
+    m, n, k = 512, 768, 136
+    g = torch.Generator(device="cuda").manual_seed(7)
+    a = torch.randn(m * k + 1, device="cuda", generator=g).bfloat16()[1:].view(m, k)
+    b = torch.randn(k * n + 1, device="cuda", generator=g).bfloat16()[1:].view(k, n)
+    bias = torch.randn(n, device="cuda", generator=g)
+    assert a.data_ptr() % 16 and b.data_ptr() % 16
+    got = modules["gemm"].gemm_bias_bf16_persistent(a, b, bias)
+    one_tile = modules["gemm"].gemm_bias_bf16(a, b, bias)
+    torch.cuda.synchronize()
+    assert torch.equal(got.view(torch.int16), one_tile.view(torch.int16))
+    check_epilogue("gemm_bias_bf16", got.float().cpu().numpy(), a.float().cpu().numpy(), b.float().cpu().numpy(), bias.cpu().numpy(), None)
+
+
 @pytest.fixture(scope="module")
 def tensor_maps_cubin(tmp_path_factory):
     if have_compiler():

@@ -90,3 +90,23 @@ def test_gemm_bias_gelu_erf_matches_float64(modules, m, n, k):
         poisoned = np.full((m, n), np.nan, bf16)
         reports.append(_assert_within(getattr(modules[module], name)(a, b, bias, poisoned), want, bound))
     print(f"\n{name} {m}x{n}x{k}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
+PERSISTENT_SIZES = [(256, 256, 72), (1024, 3072, 768)]  # one tile pair, K not a multiple of 64; BERT's MLP shape at 1024 rows
+
+
+@pytest.mark.parametrize("m, n, k", PERSISTENT_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in PERSISTENT_SIZES])
+def test_gemm_bias_gelu_erf_persistent_gives_the_one_tile_kernels_bits(modules, m, n, k):
+    bf16 = bfloat16()
+    rng = np.random.default_rng()
+    a = rng.normal(0.25, 1.0, (m, k)).astype(np.float32).astype(bf16)
+    b = rng.normal(-0.25, 1.0, (k, n)).astype(np.float32).astype(bf16)
+    bias = rng.normal(0.5, 2.0, n).astype(np.float32)
+    want = REFERENCES.gemm_bias_gelu_erf_bf16_persistent(a, b, bias)
+    bound = 1.2e-5 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))) + 4e-3 * np.abs(want) + 1e-6
+    for module in ("model_ops", *POISONABLE):
+        given = () if module == "model_ops" else (np.full((m, n), np.nan, bf16),)
+        got = modules[module].gemm_bias_gelu_erf_bf16_persistent(a, b, bias, *given)
+        _assert_within(got, want, bound)
+        one_tile = modules[module].gemm_bias_gelu_erf_bf16(a, b, bias, *(np.full((m, n), np.nan, bf16) for _ in given))
+        np.testing.assert_array_equal(np.asarray(got).view(np.uint16), np.asarray(one_tile).view(np.uint16), err_msg=module)
