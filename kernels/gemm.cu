@@ -377,6 +377,42 @@ __device__ __forceinline__ void build_tensor_maps(uint64_t (&staging)[2][16], ui
   }
 }
 
+// One stage filled element by element, bounds-checked, by the 128 threads of the producer
+// warpgroup (t: the thread's index among them): A's rows m0 .. m0 + BM - 1 and B's columns
+// n0 .. n0 + BN - 1 at K columns k0 .. k0 + BK - 1, zeros past M, N and K, in the swizzled
+// layout wgmma reads; then fenced for the async proxy (written through the generic one).
+template <typename T>
+__device__ __forceinline__ void load_stage_checked(const T* a, const T* b, uint32_t sa, uint32_t sb, int m0, int n0, int k0, int M, int N, int K, int t) {
+  const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
+  const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
+  for (int id = t; id < BM * (BK / 8); id += 128) {
+    const int m = id / (BK / 8), chunk = id % (BK / 8), gm = m0 + m;
+    const uint4 v = load_chunk_checked(a16 + size_t(gm < M ? gm : 0) * K, gm < M, k0 + chunk * 8, K);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sa + a_offset(m, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+  }
+  for (int id = t; id < BK * (BN / 8); id += 128) {
+    const int k = id / (BN / 8), chunk = id % (BN / 8), gk = k0 + k;
+    const uint4 v = load_chunk_checked(b16 + size_t(gk < K ? gk : 0) * N, gk < K, n0 + chunk * 8, N);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + b_offset(k, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// One stage's products added into a consumer warpgroup's accumulators and committed as one
+// wgmma group: its 64 rows of A at sa, B at sb. first_scale: the scale-d of the stage's first
+// product (0 overwrites d, 1 accumulates); the others accumulate.
+template <typename T>
+__device__ __forceinline__ void multiply_stage(float (&d)[BN / 2], uint32_t sa, uint32_t sb, int first_scale) {
+  fence_operands(d);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int ks = 0; ks < BK / 16; ++ks) {
+    // K step of 16: 32 bytes along A's swizzled rows; two 8-row atoms down B.
+    wgmma_tile<T>(d, make_desc(sa + ks * 32, 16, A_ATOM), make_desc(sb + ks * 2 * B_STRIDE, B_LEADING, B_STRIDE), ks > 0 ? 1 : first_scale);
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
 // The sm_90a body. The CTAs of a cluster (CLUSTER of them stacked along M, same n0) need the
 // same B tiles: of the `active` ones (those whose rows start inside M), CTA r loads B's 64-column
 // blocks r, r + active, ... of each stage once and multicasts them into every active CTA, so each
@@ -452,25 +488,11 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
       }
     } else {
       // Element by element, bounds-checked: every CTA loads its whole B tile itself.
-      const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
-      const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % STAGES;
         if (kt >= STAGES) mbar_wait(smem_addr(&empty[s]), ((kt / STAGES) - 1) & 1);
-        const uint32_t sa = smem + s * STAGE_BYTES, sb = sa + A_STAGE_BYTES;
-        const int k0 = kt * BK;
-        for (int id = t; id < BM * (BK / 8); id += 128) {
-          const int m = id / (BK / 8), chunk = id % (BK / 8), gm = m0 + m;
-          const uint4 v = load_chunk_checked(a16 + size_t(gm < M ? gm : 0) * K, gm < M, k0 + chunk * 8, K);
-          asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sa + a_offset(m, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-        }
-        for (int id = t; id < BK * (BN / 8); id += 128) {
-          const int k = id / (BN / 8), chunk = id % (BN / 8), gk = k0 + k;
-          const uint4 v = load_chunk_checked(b16 + size_t(gk < K ? gk : 0) * N, gk < K, n0 + chunk * 8, N);
-          asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + b_offset(k, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-        }
-        // Written through the generic proxy; wgmma reads through the async proxy.
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        const uint32_t sa = smem + s * STAGE_BYTES;
+        load_stage_checked<T>(a, b, sa, sa + A_STAGE_BYTES, m0, n0, kt * BK, M, N, K, t);
         mbar_arrive(smem_addr(&full[s]));
       }
     }
@@ -488,16 +510,7 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = kt % STAGES;
       mbar_wait(smem_addr(&full[s]), (kt / STAGES) & 1);
-      const uint32_t sa = smem + s * STAGE_BYTES + half * 64 * 128, sb = smem + s * STAGE_BYTES + A_STAGE_BYTES;
-      fence_operands(d);
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-      for (int ks = 0; ks < BK / 16; ++ks) {
-        // K step of 16: 32 bytes along A's swizzled rows; two 8-row atoms down B.
-        wgmma_tile<T>(d, make_desc(sa + ks * 32, 16, A_ATOM), make_desc(sb + ks * 2 * B_STRIDE, B_LEADING, B_STRIDE),
-                      GEMM_WGMMA_IN_FLIGHT ? (kt > 0 || ks > 0) : 1);
-      }
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      multiply_stage<T>(d, smem + s * STAGE_BYTES + half * 64 * 128, smem + s * STAGE_BYTES + A_STAGE_BYTES, GEMM_WGMMA_IN_FLIGHT ? kt > 0 : 1);
 #if GEMM_WGMMA_IN_FLIGHT
       // This stage's group stays in flight; the previous stage's is done and its stage released.
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -625,27 +638,14 @@ __device__ __forceinline__ void gemm_sm90_persistent(const T* __restrict__ a, co
         }
       }
     } else {
-      const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
-      const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
       int g = 0;
       for (int ct = blockIdx.x; ct < pairs; ct += gridDim.x) {
         const int m0 = ((ct / n_tiles) * 2 + int(blockIdx.y)) * BM, n0 = (ct % n_tiles) * BN;
         for (int kt = 0; kt < k_tiles; ++kt, ++g) {
           const int s = g % S;
           if (g >= S) mbar_wait(smem_addr(&empty[s]), ((g / S) - 1) & 1);
-          const uint32_t sa = smem + s * STAGE_BYTES, sb = sa + A_STAGE_BYTES;
-          const int k0 = kt * BK;
-          for (int id = t; id < BM * (BK / 8); id += 128) {
-            const int m = id / (BK / 8), chunk = id % (BK / 8);
-            const uint4 v = load_chunk_checked(a16 + size_t(m0 + m) * K, true, k0 + chunk * 8, K);
-            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sa + a_offset(m, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-          }
-          for (int id = t; id < BK * (BN / 8); id += 128) {
-            const int k = id / (BN / 8), chunk = id % (BN / 8), gk = k0 + k;
-            const uint4 v = load_chunk_checked(b16 + size_t(gk < K ? gk : 0) * N, gk < K, n0 + chunk * 8, N);
-            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + b_offset(k, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-          }
-          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+          const uint32_t sa = smem + s * STAGE_BYTES;
+          load_stage_checked<T>(a, b, sa, sa + A_STAGE_BYTES, m0, n0, kt * BK, M, N, K, t);
           mbar_arrive(smem_addr(&full[s]));
         }
       }
@@ -665,13 +665,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const T* __restrict__ a, co
       for (int kt = 0; kt < k_tiles; ++kt, ++g) {
         const int s = g % S;
         mbar_wait(smem_addr(&full[s]), (g / S) & 1);
-        const uint32_t sa = smem + s * STAGE_BYTES + half * 64 * 128, sb = smem + s * STAGE_BYTES + A_STAGE_BYTES;
-        fence_operands(d);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int ks = 0; ks < BK / 16; ++ks)
-          wgmma_tile<T>(d, make_desc(sa + ks * 32, 16, A_ATOM), make_desc(sb + ks * 2 * B_STRIDE, B_LEADING, B_STRIDE), 1);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        multiply_stage<T>(d, smem + s * STAGE_BYTES + half * 64 * 128, smem + s * STAGE_BYTES + A_STAGE_BYTES, 1);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         fence_operands(d);
         if (t % 32 == 0) {
