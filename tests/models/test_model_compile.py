@@ -70,11 +70,15 @@ def test_matmul_bias_gelu_fused_only_when_wider_is_allowed():
     strict = _dry("mlp_gelu_bf16.torch.mlir", kernels=[GEMM])
     # the LM-head-like matmul (N = 100, not a multiple of 8) stays IREE's: gemm.toml doesn't pad
     assert _by_kernel(strict) == [("matmul", "matmul", "gemm.gemm_bf16"), ("matmul", "matmul", "gemm.gemm_bf16")]
+    # Each kernel that would take the op is named with its reason: the persistent forms (preferred) first.
+    gelu_refused = ("accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul, after the bias add and after each GELU step "
+                    "(--allow-wider-accumulation accepts a wider one)")
+    bias_refused = "accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul and after the bias add (--allow-wider-accumulation accepts a wider one)"
     assert strict.replaced[0].notes == [
-        "not as matmul+bias+gelu: gemm.gemm_bias_gelu_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul, "
-        "after the bias add and after each GELU step (--allow-wider-accumulation accepts a wider one)",
-        "not as matmul+bias: gemm.gemm_bias_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul "
-        "and after the bias add (--allow-wider-accumulation accepts a wider one)",
+        f"not as matmul+bias+gelu: gemm.gemm_bias_gelu_bf16_persistent: {gelu_refused}",
+        f"not as matmul+bias+gelu: gemm.gemm_bias_gelu_bf16: {gelu_refused}",
+        f"not as matmul+bias: gemm.gemm_bias_bf16_persistent: {bias_refused}",
+        f"not as matmul+bias: gemm.gemm_bias_bf16: {bias_refused}",
     ]
     wide = _dry("mlp_gelu_bf16.torch.mlir", kernels=[GEMM], allow_wider_accumulation=True)
     fused = ("matmul", "matmul+bias+gelu", "gemm.gemm_bias_gelu_bf16")
@@ -101,16 +105,15 @@ def test_bf16_linear_with_bias_fused_only_when_wider_is_allowed():
     gemm_bias_residual_bf16 before it adds the residual as the model does."""
     strict = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM, GEMM_RESIDUAL])
     assert _by_kernel(strict) == [("matmul", "matmul", "gemm.gemm_bf16"), ("batch_matmul", "matmul", "gemm.gemm_bf16")]
-    refused = (
-        "not as matmul+bias: gemm.gemm_bias_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul "
-        "and after the bias add (--allow-wider-accumulation accepts a wider one)"
-    )
-    assert strict.replaced[0].notes == [refused]
+    reason = "accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul and after the bias add (--allow-wider-accumulation accepts a wider one)"
+    # The persistent form (preferred where the sizes allow) named first, each with its reason.
+    refused = [f"not as matmul+bias: gemm.gemm_bias_bf16_persistent: {reason}", f"not as matmul+bias: gemm.gemm_bias_bf16: {reason}"]
+    assert strict.replaced[0].notes == refused
     refused_residual = (
         "not as matmul+bias+residual: gemm_residual.gemm_bias_residual_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul "
         "and after the bias add, then adds the residual in bf16 (--allow-wider-accumulation accepts a wider one)"
     )
-    assert strict.replaced[1].notes == ["the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows", refused_residual, refused]
+    assert strict.replaced[1].notes == ["the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows", refused_residual, *refused]
     assert "its bias add is left to IREE" not in strict.text()
     wide = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM, GEMM_RESIDUAL], allow_wider_accumulation=True)
     assert _by_kernel(wide) == [("matmul", "matmul+bias", "gemm.gemm_bias_bf16"), ("batch_matmul", "matmul+bias+residual", "gemm_residual.gemm_bias_residual_bf16")]
