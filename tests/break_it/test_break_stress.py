@@ -174,7 +174,10 @@ def test_ctrl_c_exits_130_at_once(tmp_path, monkeypatch, whole_group):
     (os.killpg if whole_group else os.kill)(proc.pid, signal.SIGINT)
     rest = proc.communicate(timeout=30)[1]
     elapsed = time.monotonic() - started
-    assert proc.returncode == 130 and elapsed < 1.0, (proc.returncode, elapsed, rest)
+    # At once: 0.04-0.05 s alone on a 2-core machine; 1.01 s was seen there late in the whole
+    # suite (the compilers it stops hold the output pipes until they are gone). The build it
+    # would otherwise wait for takes over 10 s.
+    assert proc.returncode == 130 and elapsed < 2.0, (proc.returncode, elapsed, rest)
     assert "Traceback" not in rest and rest.endswith("iree-dispatch build: interrupted\n"), rest
     time.sleep(0.3)
     assert _compilers_mentioning(str(tmp_path)) == []
