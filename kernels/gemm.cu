@@ -899,7 +899,7 @@ gemm_batched_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __re
 }
 
 // The persistent kernels (kernels/gemm.toml): the bf16-output Linears above, for M and N
-// multiples of 256 and K of 8 (the spec's `requires`). Block 384, grid (min(pairs, 66), 2) with
+// multiples of 256 (the spec's `requires`; any K, by TMA where K % 8 == 0). Block 384, grid (min(pairs, 66), 2) with
 // pairs = (N / 256) (M / 256): at most one CTA per SM of an H100 (132), each taking tile pairs
 // in turn; dynamic shared memory gemm::PERSISTENT_SMEM_BYTES of the arch. Not built with
 // clusters of 4 (a benchmark option): their grid is 2 CTAs high.
