@@ -38,7 +38,7 @@ SOURCES = ("flash_attention.cu", "attention.cu")  # attention.cu: the previous k
 # Launch configuration, as flash_attention.cu's Launch (the same for every variant): threads and
 # query rows per block; dynamic shared memory bytes per arch and head dim.
 THREADS, ROWS = 256, 128
-SHARED_MEMORY = {"sm_90a": {64: 50176, 128: 99328}, "sm_80": {64: 36864, 128: 69632}}
+SHARED_MEMORY = {"sm_90a": {64: 50176, 128: 230704}, "sm_80": {64: 36864, 128: 69632}}
 
 
 def prepare() -> None:

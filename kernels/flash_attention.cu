@@ -57,6 +57,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "sm90_pipeline.cuh"
+
 namespace flash_attention {
 
 enum Masking { NONE, CAUSAL, ADDITIVE };
@@ -166,21 +168,21 @@ struct MaskView {
   bool pairs;
 };
 
-// Scale and mask the scores of 64 keys from k0: the additive mask, the causal rule (only where
+// Scale and mask the scores of NK keys from k0: the additive mask, the causal rule (only where
 // the tile crosses the diagonal of these rows), and -inf for keys past Sk.
-template <typename T, Masking MASKING>
-__device__ __forceinline__ void scale_and_mask(float (&s)[BK / 8][4], int row_base, int k0, int Sk, float score_scale, MaskView<T> mask) {
+template <typename T, Masking MASKING, int NK = BK>
+__device__ __forceinline__ void scale_and_mask(float (&s)[NK / 8][4], int row_base, int k0, int Sk, float score_scale, MaskView<T> mask) {
   using E = Elem<T>;
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
-  const bool key_tail = k0 + BK > Sk;
-  const bool diagonal = MASKING == CAUSAL && k0 + BK - 1 > row_base;  // some key of the tile is after some row
+  const bool key_tail = k0 + NK > Sk;
+  const bool diagonal = MASKING == CAUSAL && k0 + NK - 1 > row_base;  // some key of the tile is after some row
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = row_base + g + 8 * half;
     const T* mrow = nullptr;
     if (MASKING == ADDITIVE) mrow = mask.slice + static_cast<long>(min(row, mask.MQ - 1)) * Sk;
 #pragma unroll
-    for (int n = 0; n < BK / 8; ++n) {
+    for (int n = 0; n < NK / 8; ++n) {
       const int key = k0 + 8 * n + 2 * c;
       float x0 = s[n][2 * half] * score_scale, x1 = s[n][2 * half + 1] * score_scale;
       if (MASKING == ADDITIVE) {
@@ -204,40 +206,53 @@ __device__ __forceinline__ void scale_and_mask(float (&s)[BK / 8][4], int row_ba
   }
 }
 
-// Online softmax: the new row max, weights in place of the scores, the running sum and the
-// outputs rescaled. m is in log2 units without a mask, in natural units with one.
-template <Masking MASKING, int D>
-__device__ __forceinline__ void online_softmax(float (&s)[BK / 8][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4]) {
+// Online softmax of NK keys' scores: the new row max, weights in place of the scores, the
+// running sum, and alpha, the factor the outputs so far are to be rescaled by. m is in log2
+// units without a mask, in natural units with one.
+template <Masking MASKING, int NK = BK>
+__device__ __forceinline__ void softmax_weights(float (&s)[NK / 8][4], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float mx = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < BK / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
+    for (int n = 0; n < NK / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 threads of a row
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m[half], mx);
     const float base = m_new == -INFINITY ? 0.0f : m_new;  // all -inf so far: weights 0, not NaN
     // With the mask, differences first, then log2(e): finfo.min * log2(e) would overflow.
     const float unit = MASKING == ADDITIVE ? LOG2E : 1.0f;
-    const float alpha = ex2((m[half] - base) * unit);
+    alpha[half] = ex2((m[half] - base) * unit);
     float sum = 0.0f;
 #pragma unroll
-    for (int n = 0; n < BK / 8; ++n) {
+    for (int n = 0; n < NK / 8; ++n) {
       float& p0 = s[n][2 * half];
       float& p1 = s[n][2 * half + 1];
       p0 = ex2((p0 - base) * unit), p1 = ex2((p1 - base) * unit);
       sum += p0 + p1;
     }
     m[half] = m_new;
-    l[half] = l[half] * alpha + sum;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) o[i][2 * half] *= alpha, o[i][2 * half + 1] *= alpha;
+    l[half] = l[half] * alpha[half] + sum;
   }
 }
 
+template <int D>
+__device__ __forceinline__ void rescale(float (&o)[D / 8][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] *= alpha[0], o[i][1] *= alpha[0], o[i][2] *= alpha[1], o[i][3] *= alpha[1];
+}
+
+// softmax_weights of 64 keys and the outputs rescaled at once.
+template <Masking MASKING, int D>
+__device__ __forceinline__ void online_softmax(float (&s)[BK / 8][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4]) {
+  float alpha[2];
+  softmax_weights<MASKING>(s, m, l, alpha);
+  rescale<D>(o, alpha);
+}
+
 // The weights of keys 16kc .. 16kc + 15 as an A fragment: accumulators 2kc and 2kc + 1.
-template <typename T>
-__device__ __forceinline__ void weights_fragment(unsigned (&pa)[4], const float (&s)[BK / 8][4], int kc) {
+template <typename T, int NK = BK>
+__device__ __forceinline__ void weights_fragment(unsigned (&pa)[4], const float (&s)[NK / 8][4], int kc) {
   pa[0] = Elem<T>::pack(s[2 * kc][0], s[2 * kc][1]);
   pa[1] = Elem<T>::pack(s[2 * kc][2], s[2 * kc][3]);
   pa[2] = Elem<T>::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
@@ -512,17 +527,35 @@ __device__ __forceinline__ void flash_attention_fwd(const T* __restrict__ q, con
   }
 
 
+// d[16][4] (+)= A(desc) @ B(desc), m64n128k16, A and B K-major (B: 128 keys x d, d contiguous);
+// accumulate 0 overwrites d (the first step of a tile's scores: no zeroing of 64 registers).
+#define FA_DEFINE_WGMMA_QK128(NAME, TY) \
+  __device__ __forceinline__ void NAME(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b, int accumulate) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate)); \
+  }
+
 FA_DEFINE_WGMMA_QK(wgmma_qk_bf16, "bf16")
 FA_DEFINE_WGMMA_QK(wgmma_qk_f16, "f16")
 FA_DEFINE_WGMMA_PV64(wgmma_pv64_bf16, "bf16")
 FA_DEFINE_WGMMA_PV64(wgmma_pv64_f16, "f16")
 FA_DEFINE_WGMMA_PV128(wgmma_pv128_bf16, "bf16")
 FA_DEFINE_WGMMA_PV128(wgmma_pv128_f16, "f16")
+FA_DEFINE_WGMMA_QK128(wgmma_qk128_bf16, "bf16")
+FA_DEFINE_WGMMA_QK128(wgmma_qk128_f16, "f16")
 
 template <typename T>
 __device__ __forceinline__ void wgmma_qk(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b) {
   if constexpr (__is_same(T, __nv_bfloat16)) wgmma_qk_bf16(d, desc_a, desc_b);
   else wgmma_qk_f16(d, desc_a, desc_b);
+}
+template <typename T>
+__device__ __forceinline__ void wgmma_qk(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  if constexpr (__is_same(T, __nv_bfloat16)) wgmma_qk128_bf16(d, desc_a, desc_b, accumulate);
+  else wgmma_qk128_f16(d, desc_a, desc_b, accumulate);
 }
 template <typename T>
 __device__ __forceinline__ void wgmma_pv(float (&d)[8][4], const unsigned (&a)[4], uint64_t desc_b) {
@@ -667,6 +700,164 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
   }
   store_rows<T, D>(w.oh, w.out_stride, o, l, row_base, Sq, (reinterpret_cast<uintptr_t>(out) & 3) == 0);
 }
+
+// The d128 body with TMA (sm_90a), for blocks whose q, k, v are 16-byte aligned and whose first
+// output row can hold two tensor maps (tma_ready). Key tiles of NK = 128 keys; thread 0 loads k
+// and v tiles by TMA into a ring of TMA_STAGES stages (full/empty mbarriers per stage: a stage is
+// refilled once both warpgroups have released it), through tensor maps it builds and publishes in
+// the block's first output row (TMA reads maps from global memory only; the row is written with
+// results at the end, after every load has landed). Each warpgroup overlaps its own work: while
+// the tensor cores run this tile's scores and the previous tile's p @ v, it waits for the scores
+// only, masks and softmaxes them, then waits for p @ v, rescales the outputs and converts the new
+// weights (FlashAttention-3's intra-warpgroup pipelining). Registers: scores 64, outputs 64,
+// weights 32 a thread (one block of 256 threads per SM: up to 255 registers).
+constexpr int TMA_NK = 128, TMA_STAGES = 3;
+constexpr uint32_t TMA_Q_BYTES = 128 * 128 * 2, TMA_TILE_BYTES = TMA_NK * 128 * 2, TMA_STAGE_BYTES = 2 * TMA_TILE_BYTES;
+// q, the stages, two maps' staging (128-byte aligned), full and empty barriers; + 1024 to align.
+constexpr uint32_t TMA_SMEM_BYTES = 1024 + TMA_Q_BYTES + TMA_STAGES * TMA_STAGE_BYTES + 256 + 16 * TMA_STAGES;
+static_assert(TMA_SMEM_BYTES == 230704, "the d128 kernels' sm_90a shared_memory in kernels/flash_attention.toml");
+
+template <typename T>
+__device__ __forceinline__ uint8_t* tensor_map_home(const BlockWork<T>& w) {
+  return reinterpret_cast<uint8_t*>(w.oh + static_cast<long>(w.q0) * w.out_stride);
+}
+
+// Whether the TMA body can run this block: 16-byte aligned rows of q, k, v (TMA's global address
+// and row stride; rows are D * 2 = 256 bytes or more apart, multiples of 16) and a 128-byte aligned
+// first output row (256 contiguous bytes in every layout) for the maps.
+template <typename T>
+__device__ __forceinline__ bool tma_ready(const BlockWork<T>& w) {
+  return w.valid && aligned16(w.qh) && aligned16(w.kh) && aligned16(w.vh) && (reinterpret_cast<uintptr_t>(tensor_map_home(w)) & 127) == 0;
+}
+
+template <typename T, Masking MASKING>
+__device__ __forceinline__ void flash_attention_fwd_sm90_tma(const BlockWork<T>& w, int Sq, int Sk, float scale) {
+  constexpr int D = 128, BQ = 128, NK = TMA_NK, STAGES = TMA_STAGES;
+  namespace pipe = sm90_pipeline;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  const uint32_t base = (smem(shared_bytes) + 1023) & ~1023u;
+  unsigned char* base_ptr = shared_bytes + (base - smem(shared_bytes));
+  const uint32_t stages = base + TMA_Q_BYTES, staging = stages + STAGES * TMA_STAGE_BYTES;
+  const uint32_t full = staging + 256, empty = full + 8 * STAGES;
+  uint64_t* staging_words = reinterpret_cast<uint64_t*>(base_ptr + TMA_Q_BYTES + STAGES * TMA_STAGE_BYTES);
+  const int tid = threadIdx.x, warpgroup = tid >> 7, warp = (tid >> 5) & 3;
+  const int k_tiles = (w.k_tiles * BK + NK - 1) / NK;  // block_work counts 64-key tiles
+  uint8_t* home = tensor_map_home(w);
+  const void *map_k = home, *map_v = home + 128;
+
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) pipe::mbar_init(full + 8 * s, 1), pipe::mbar_init(empty + 8 * s, 2);
+  }
+  load_swizzled<T, BQ, D, 256>(base_ptr, w.qh, w.q_stride, w.q0, Sq, true);
+  cp_async_commit();
+  __syncthreads();  // the barriers exist
+
+  // Tile t's k and v: two 64-column boxes of 128 rows each (rows past Sk arrive as zeros).
+  auto load_tile = [&](int t) {
+    const uint32_t stage = stages + (t % STAGES) * TMA_STAGE_BYTES, bar = full + 8 * (t % STAGES);
+    pipe::mbar_arrive_expect_tx(bar, TMA_STAGE_BYTES);
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      pipe::tma_load(stage + c * (TMA_TILE_BYTES / 2), map_k, c * 64, t * NK, bar);
+      pipe::tma_load(stage + TMA_TILE_BYTES + c * (TMA_TILE_BYTES / 2), map_v, c * 64, t * NK, bar);
+    }
+  };
+  if (tid < 32) {
+    staging_words[tid] = 0;
+    __syncwarp();
+    if (tid == 0) {
+      pipe::encode_tensor_map<T>(staging, w.kh, Sk, D, uint64_t(w.kv_stride) * 2, NK);
+      pipe::encode_tensor_map<T>(staging + 128, w.vh, Sk, D, uint64_t(w.kv_stride) * 2, NK);
+    }
+    __syncwarp();
+    for (int i = 0; i < 2; ++i) {
+      asm volatile("tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.cta.sync.aligned [%0], [%1], 128;\n" ::"l"(home + 128 * i),
+                   "r"(staging + 128 * i)
+                   : "memory");
+    }
+    if (tid == 0) {
+      asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;\n" ::"l"(map_k) : "memory");
+      asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;\n" ::"l"(map_v) : "memory");
+      for (int t = 0; t < min(STAGES, k_tiles); ++t) load_tile(t);
+    }
+  }
+  cp_async_wait_all();
+  fence_proxy_async();
+  __syncthreads();  // q is in place for both warpgroups
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+  float s[NK / 8][4];
+  unsigned p[NK / 16][4];
+  const int row_base = w.q0 + warpgroup * 64 + warp * 16;
+  const float score_scale = MASKING == ADDITIVE ? scale : scale * LOG2E;
+  const uint64_t q_desc = make_desc(base + warpgroup * 64 * 128, 16, 1024);
+
+  // The scores of tile t into s, issued (one commit group).
+  auto issue_scores = [&](int t) {
+    const uint64_t k_desc = make_desc(stages + (t % STAGES) * TMA_STAGE_BYTES, 16, 1024);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t block = ks >> 2, step = (ks & 3) * 32;
+      wgmma_qk<T>(s, desc_at(q_desc, block * BQ * 128 + step), desc_at(k_desc, block * NK * 128 + step), ks > 0);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  };
+  // o += p @ v of tile t, issued (one commit group).
+  auto issue_pv = [&](int t) {
+    const uint64_t v_desc = make_desc(stages + (t % STAGES) * TMA_STAGE_BYTES + TMA_TILE_BYTES, NK * 128, 1024);
+#pragma unroll
+    for (int kc = 0; kc < NK / 16; ++kc) wgmma_pv<T>(o, p[kc], desc_at(v_desc, kc * 2 * 1024));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  };
+  auto to_weights = [&]() {
+#pragma unroll
+    for (int kc = 0; kc < NK / 16; ++kc) weights_fragment<T, NK>(p[kc], s, kc);
+  };
+
+  pipe::mbar_wait(full, 0);
+  fence_operands(s);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  issue_scores(0);
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  fence_operands(s);
+  scale_and_mask<T, MASKING, NK>(s, row_base, 0, Sk, score_scale, w.mask);
+  softmax_weights<MASKING, NK>(s, m, l, alpha);
+  to_weights();
+
+  for (int t = 1; t < k_tiles; ++t) {
+    pipe::mbar_wait(full + 8 * (t % STAGES), (t / STAGES) & 1);
+    fence_operands(s);
+    fence_operands(o);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    issue_scores(t);
+    issue_pv(t - 1);
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the scores; p @ v runs on
+    fence_operands(s);
+    scale_and_mask<T, MASKING, NK>(s, row_base, t * NK, Sk, score_scale, w.mask);
+    softmax_weights<MASKING, NK>(s, m, l, alpha);
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    fence_operands(o);
+    const int done = t - 1;  // its stage is no longer read by this warpgroup
+    if ((tid & 127) == 0) pipe::mbar_arrive(empty + 8 * (done % STAGES));
+    rescale<D>(o, alpha);
+    to_weights();
+    if (tid == 0 && done + STAGES < k_tiles) {
+      pipe::mbar_wait(empty + 8 * (done % STAGES), (done / STAGES) & 1);
+      load_tile(done + STAGES);
+    }
+  }
+  fence_operands(o);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  issue_pv(k_tiles - 1);
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  fence_operands(o);
+  // Every load has landed (this warpgroup waited for each tile; the other one's stores are rows
+  // of its own): the maps' row may take results.
+  store_rows<T, D>(w.oh, w.out_stride, o, l, row_base, Sq, (reinterpret_cast<uintptr_t>(w.oh) & 3) == 0);
+}
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // The launch configuration of every variant, the same for both bodies (a spec's block and grid
@@ -688,6 +879,11 @@ __device__ __forceinline__ void forward(const T* q, const T* k, const T* v, cons
   using L = Launch;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(L::BQ == 64 * (L::WARPS / 4), "both bodies take the same rows per block");
+  if constexpr (D == 128) {
+    static_assert(L::BQ == 128 && L::WARPS == 8, "the TMA body: two warpgroups of 64 rows");
+    const BlockWork<T> w = block_work<T, MASKING, LAYOUT, L::BQ, D>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ);
+    if (tma_ready(w)) return flash_attention_fwd_sm90_tma<T, MASKING>(w, Sq, Sk, scale);
+  }
   flash_attention_fwd_sm90<T, D, MASKING, LAYOUT, L::WARPS / 4>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 #else
   flash_attention_fwd<T, D, MASKING, LAYOUT, L::WARPS, L::MT>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
@@ -714,15 +910,15 @@ using flash_attention::NONE;
 using flash_attention::QKV;
 
 #define FA_THREADS (32 * flash_attention::Launch::WARPS)
-// Blocks per SM the registers are budgeted for. sm_90a: 2 (at most 128 registers a thread; the
-// wgmma body's d128 variants spill ~28 bytes but run 1.2x faster than with 1 block of ~160
-// registers: 349 vs 292 TFLOP/s at B1 H32 S4096 causal, H100). The mma.sync body: 1 (its
-// registers hold q's fragments; capped it spills).
+// Blocks per SM the registers are budgeted for. sm_90a d64: 2 (at most 128 registers a thread).
+// sm_90a d128: 1, the TMA body's (its shared memory takes the SM; up to 255 registers). The
+// mma.sync body: 1 (its registers hold q's fragments; capped it spills).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FA_MIN_BLOCKS 2
 #else
 #define FA_MIN_BLOCKS 1
 #endif
+#define FA_MIN_BLOCKS_D128 1
 
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bf16_d64(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<bf16, 64, NONE>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
@@ -733,13 +929,13 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_at
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bf16_d64_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<bf16, 64, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bf16_d128(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_bf16_d128(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<bf16, 128, NONE>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bf16_d128_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_bf16_d128_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<bf16, 128, CAUSAL>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bf16_d128_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_bf16_d128_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<bf16, 128, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d64(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
@@ -751,13 +947,13 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_at
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d64_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<f16, 64, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d128(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_f16_d128(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<f16, 128, NONE>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d128_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_f16_d128_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<f16, 128, CAUSAL>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_f16_d128_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_f16_d128_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<f16, 128, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_bf16_d64(const bf16* qkv, bf16* out, int B, int S, int H, float scale) {
@@ -769,13 +965,13 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_at
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_bf16_d64_mask(const bf16* qkv, const bf16* mask, bf16* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
   forward<bf16, 64, ADDITIVE, QKV>(qkv, qkv + static_cast<long>(H) * 64, qkv + 2 * static_cast<long>(H) * 64, mask, out, H, H, S, S, MB, MH, MQ, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_bf16_d128(const bf16* qkv, bf16* out, int B, int S, int H, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_qkv_bf16_d128(const bf16* qkv, bf16* out, int B, int S, int H, float scale) {
   forward<bf16, 128, NONE, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, nullptr, out, H, H, S, S, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_bf16_d128_causal(const bf16* qkv, bf16* out, int B, int S, int H, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_qkv_bf16_d128_causal(const bf16* qkv, bf16* out, int B, int S, int H, float scale) {
   forward<bf16, 128, CAUSAL, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, nullptr, out, H, H, S, S, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_bf16_d128_mask(const bf16* qkv, const bf16* mask, bf16* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_qkv_bf16_d128_mask(const bf16* qkv, const bf16* mask, bf16* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
   forward<bf16, 128, ADDITIVE, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, mask, out, H, H, S, S, MB, MH, MQ, scale);
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d64(const f16* qkv, f16* out, int B, int S, int H, float scale) {
@@ -787,13 +983,13 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_at
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d64_mask(const f16* qkv, const f16* mask, f16* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
   forward<f16, 64, ADDITIVE, QKV>(qkv, qkv + static_cast<long>(H) * 64, qkv + 2 * static_cast<long>(H) * 64, mask, out, H, H, S, S, MB, MH, MQ, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d128(const f16* qkv, f16* out, int B, int S, int H, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_qkv_f16_d128(const f16* qkv, f16* out, int B, int S, int H, float scale) {
   forward<f16, 128, NONE, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, nullptr, out, H, H, S, S, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d128_causal(const f16* qkv, f16* out, int B, int S, int H, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_qkv_f16_d128_causal(const f16* qkv, f16* out, int B, int S, int H, float scale) {
   forward<f16, 128, CAUSAL, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, nullptr, out, H, H, S, S, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_qkv_f16_d128_mask(const f16* qkv, const f16* mask, f16* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_qkv_f16_d128_mask(const f16* qkv, const f16* mask, f16* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
   forward<f16, 128, ADDITIVE, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, mask, out, H, H, S, S, MB, MH, MQ, scale);
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_bf16_d64(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
@@ -805,13 +1001,13 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_at
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_bf16_d64_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<bf16, 64, ADDITIVE, BSHD>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_bf16_d128(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_bshd_bf16_d128(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<bf16, 128, NONE, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_bf16_d128_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_bshd_bf16_d128_causal(const bf16* q, const bf16* k, const bf16* v, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<bf16, 128, CAUSAL, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_bf16_d128_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_bshd_bf16_d128_mask(const bf16* q, const bf16* k, const bf16* v, const bf16* mask, bf16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<bf16, 128, ADDITIVE, BSHD>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_f16_d64(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
@@ -823,12 +1019,12 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_at
 extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_f16_d64_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<f16, 64, ADDITIVE, BSHD>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_f16_d128(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_bshd_f16_d128(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<f16, 128, NONE, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_f16_d128_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_bshd_f16_d128_causal(const f16* q, const f16* k, const f16* v, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
   forward<f16, 128, CAUSAL, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
 }
-extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS) flash_attn_bshd_f16_d128_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_MIN_BLOCKS_D128) flash_attn_bshd_f16_d128_mask(const f16* q, const f16* k, const f16* v, const f16* mask, f16* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<f16, 128, ADDITIVE, BSHD>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }

@@ -310,36 +310,7 @@ __device__ __forceinline__ uint32_t b_offset(int k, int n_chunk) {
 }
 constexpr uint32_t A_ATOM = 1024, B_LEADING = (BK / 8) * 1024, B_STRIDE = 1024, B_BLOCK_BYTES = BK * 64 * 2;
 
-// ---- Tensor maps built on the device ---------------------------------------------------------
-// tensormap.replace sets every field of a CUtensorMap; started from zeros, the result is
-// byte-identical to cuTensorMapEncodeTiled's for these maps (compared on an H100, driver 580,
-// docs/gemm.md), once words 8 and 9, which no replace instruction sets, hold what the driver
-// derives: the box's bytes and the swizzle span (TMA also loaded correctly with them zero).
-// Field codes (PTX ISA, tensormap.replace): element type f16 6, bf16 10; swizzle 128B 3; rank
-// is the number of dimensions - 1.
-template <typename T>
-__device__ __forceinline__ void encode_tensor_map(uint32_t map, const void* base, int rows, int cols, int box_rows) {
-  constexpr int kElemType = __is_same(T, __nv_bfloat16) ? 10 : 6;
-  const uint64_t address = reinterpret_cast<uint64_t>(base), row_bytes = uint64_t(cols) * 2;
-  asm volatile(
-      "tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n"
-      "tensormap.replace.tile.rank.shared::cta.b1024.b32 [%0], 1;\n"
-      "tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 0, %2;\n"
-      "tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 1, %3;\n"
-      "tensormap.replace.tile.global_stride.shared::cta.b1024.b64 [%0], 0, %4;\n"
-      "tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 0, 64;\n"
-      "tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 1, %5;\n"
-      "tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 0, 1;\n"
-      "tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 1, 1;\n"
-      "tensormap.replace.tile.elemtype.shared::cta.b1024.b32 [%0], %6;\n"
-      "tensormap.replace.tile.interleave_layout.shared::cta.b1024.b32 [%0], 0;\n"
-      "tensormap.replace.tile.swizzle_mode.shared::cta.b1024.b32 [%0], 3;\n"
-      "tensormap.replace.tile.fill_mode.shared::cta.b1024.b32 [%0], 0;\n"
-      "st.shared.v2.u64 [%0 + 64], {%7, 1024};\n" ::"r"(map),
-      "l"(address), "r"(cols), "r"(rows), "l"(row_bytes), "r"(box_rows), "n"(kElemType), "l"(uint64_t(box_rows) * 128)
-      : "memory");
-}
-
+// ---- Tensor maps built on the device (sm90_pipeline::encode_tensor_map) -------------------
 // Where a block publishes its two tensor maps (TMA reads maps from global memory only, and IREE
 // gives the kernel no scratch buffer): 256 bytes, 128-byte aligned, inside row m0 of the block's
 // own tile of the output, which nothing else touches until this block writes its results over
@@ -366,8 +337,8 @@ __device__ __forceinline__ void build_tensor_maps(uint64_t (&staging)[2][16], ui
   (&staging[0][0])[lane] = 0;
   __syncwarp();
   if (lane == 0) {
-    encode_tensor_map<T>(smem_addr(staging[0]), a, M, K, BM);
-    encode_tensor_map<T>(smem_addr(staging[1]), b, K, N, BK);
+    encode_tensor_map<T>(smem_addr(staging[0]), a, M, K, uint64_t(K) * 2, BM);
+    encode_tensor_map<T>(smem_addr(staging[1]), b, K, N, uint64_t(N) * 2, BK);
   }
   __syncwarp();
   for (int i = 0; i < 2; ++i) {

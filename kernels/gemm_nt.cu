@@ -180,32 +180,6 @@ __device__ __forceinline__ void mbar_arrive_remote_release_cluster(uint32_t clus
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
 }
 
-// A bf16 [rows, cols] row-major tensor map with 64 x 128 boxes (64 columns: one 128-byte swizzle
-// span), built in shared memory at `map` (zeroed before). tensormap.replace sets every field of a
-// CUtensorMap; words 8 and 9, which no replace instruction sets, get what the driver derives (the
-// box's bytes, the swizzle span), as kernels/gemm.cu found on an H100. Field codes (PTX ISA,
-// tensormap.replace): element type bf16 10; swizzle 128B 3; rank = dimensions - 1.
-__device__ __forceinline__ void encode_tensor_map(uint32_t map, const void* base, int rows, int cols) {
-  const uint64_t address = reinterpret_cast<uint64_t>(base), row_bytes = uint64_t(cols) * 2;
-  asm volatile(
-      "tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n"
-      "tensormap.replace.tile.rank.shared::cta.b1024.b32 [%0], 1;\n"
-      "tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 0, %2;\n"
-      "tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 1, %3;\n"
-      "tensormap.replace.tile.global_stride.shared::cta.b1024.b64 [%0], 0, %4;\n"
-      "tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 0, 64;\n"
-      "tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 1, 128;\n"
-      "tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 0, 1;\n"
-      "tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 1, 1;\n"
-      "tensormap.replace.tile.elemtype.shared::cta.b1024.b32 [%0], 10;\n"
-      "tensormap.replace.tile.interleave_layout.shared::cta.b1024.b32 [%0], 0;\n"
-      "tensormap.replace.tile.swizzle_mode.shared::cta.b1024.b32 [%0], 3;\n"
-      "tensormap.replace.tile.fill_mode.shared::cta.b1024.b32 [%0], 0;\n"
-      "st.shared.v2.u64 [%0 + 64], {%5, 1024};\n" ::"r"(map),
-      "l"(address), "r"(cols), "r"(rows), "l"(row_bytes), "l"(uint64_t(128 * 128))
-      : "memory");
-}
-
 // Where the tensor maps live in global memory (TMA reads maps from there only, and IREE gives the
 // kernel no scratch buffer): two 128-byte aligned slots of c inside the tile (m0, n0), which no
 // other block writes and its own block writes last. With N odd, c's rows start at every even
@@ -247,8 +221,8 @@ __device__ __forceinline__ void build_tensor_maps(uint64_t (&staging)[2][16], co
   (&staging[0][0])[lane] = 0;
   __syncwarp();
   if (lane == 0) {
-    encode_tensor_map(smem_addr(staging[0]), a, M, K);
-    encode_tensor_map(smem_addr(staging[1]), b, N, K);
+    encode_tensor_map<bf16>(smem_addr(staging[0]), a, M, K, uint64_t(K) * 2, 128);  // 128 x 64 boxes
+    encode_tensor_map<bf16>(smem_addr(staging[1]), b, N, K, uint64_t(K) * 2, 128);
   }
   __syncwarp();
   asm volatile("tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.cluster.sync.aligned [%0], [%1], 128;\n" ::"l"(home.a),

@@ -1,10 +1,11 @@
 // The load pipeline the sm_90a GEMM bodies share (gemm.cu, gemm_nt.cu): shared-memory addresses,
 // mbarrier init / arrive / expect_tx / wait, cluster rank, peer addresses and barrier, remote
-// arrivals, and TMA tile loads (plain and multicast); and load_chunk_checked, the bounds-checked
+// arrivals, TMA tile loads (plain and multicast) and tensor maps built on the device; and load_chunk_checked, the bounds-checked
 // element-by-element fill where TMA can't be used, for any arch (gemm.cu's sm_80 body too).
 #pragma once
 
 #include <cstdint>
+#include <cuda_bf16.h>
 
 namespace sm90_pipeline {
 
@@ -81,6 +82,38 @@ __device__ __forceinline__ void tma_load_multicast(uint32_t dst, const void* map
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
       "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+// A 2-D tensor map for 128-byte swizzled boxes of box_rows rows x 64 columns (128 bytes) of a
+// 16-bit matrix [rows, cols] whose rows are row_bytes apart, written into the 128-byte map at
+// shared address `map` (zeroed first). IREE passes only buffers and 32-bit constants, so maps
+// can't come from the host (cuTensorMapEncodeTiled): kernels build them with tensormap.replace,
+// which sets every field; the result is byte-identical to the driver's for these maps (compared
+// on an H100, driver 580, docs/gemm.md) once words 8 and 9, which no replace instruction sets,
+// hold what the driver derives: the box's bytes and the swizzle span. Field codes (PTX ISA,
+// tensormap.replace): element type f16 6, bf16 10; swizzle 128B 3; rank = dimensions - 1.
+template <typename T>
+__device__ __forceinline__ void encode_tensor_map(uint32_t map, const void* base, int rows, int cols, uint64_t row_bytes, int box_rows) {
+  static_assert(sizeof(T) == 2, "16-bit elements");
+  constexpr int kElemType = __is_same(T, __nv_bfloat16) ? 10 : 6;
+  const uint64_t address = reinterpret_cast<uint64_t>(base);
+  asm volatile(
+      "tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n"
+      "tensormap.replace.tile.rank.shared::cta.b1024.b32 [%0], 1;\n"
+      "tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 0, %2;\n"
+      "tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 1, %3;\n"
+      "tensormap.replace.tile.global_stride.shared::cta.b1024.b64 [%0], 0, %4;\n"
+      "tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 0, 64;\n"
+      "tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 1, %5;\n"
+      "tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 0, 1;\n"
+      "tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 1, 1;\n"
+      "tensormap.replace.tile.elemtype.shared::cta.b1024.b32 [%0], %6;\n"
+      "tensormap.replace.tile.interleave_layout.shared::cta.b1024.b32 [%0], 0;\n"
+      "tensormap.replace.tile.swizzle_mode.shared::cta.b1024.b32 [%0], 3;\n"
+      "tensormap.replace.tile.fill_mode.shared::cta.b1024.b32 [%0], 0;\n"
+      "st.shared.v2.u64 [%0 + 64], {%7, 1024};\n" ::"r"(map),
+      "l"(address), "r"(cols), "r"(rows), "l"(row_bytes), "r"(box_rows), "n"(kElemType), "l"(uint64_t(box_rows) * 128)
       : "memory");
 }
 
