@@ -27,6 +27,7 @@ import datetime as _dt
 import math
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,9 +37,16 @@ ARCHS = ("sm_90a", "sm_80")
 SOURCES = ("flash_attention.cu", "attention.cu")  # attention.cu: the previous kernel, timed beside
 
 # Launch configuration, as flash_attention.cu's Launch (the same for every variant): threads and
-# query rows per block; dynamic shared memory bytes per arch and head dim.
+# query rows per block; dynamic shared memory bytes per arch and head dim from the spec.
 THREADS, ROWS = 256, 128
-SHARED_MEMORY = {"sm_90a": {64: 50176, 128: 230704}, "sm_80": {64: 36864, 128: 69632}}
+
+
+def shared_memory(arch: str, head_dim: int) -> int:
+    """The spec's dynamic shared memory for the head dim's kernels on `arch` (kernels/flash_attention.toml)."""
+    spec = tomllib.loads((ROOT / "kernels" / "flash_attention.toml").read_text())
+    sizes = {k["shared_memory"][arch] for k in spec["kernel"] if k["name"].endswith((f"_d{head_dim}", f"_d{head_dim}_causal", f"_d{head_dim}_mask"))}
+    (size,) = sizes  # one size per arch and head dim
+    return size
 
 
 def prepare() -> None:
@@ -109,7 +117,7 @@ class Kernels:
 
         dtype = "bf16" if q.dtype == self.torch.bfloat16 else "f16"
         suffix = {"none": "", "causal": "_causal", "mask": "_mask"}[case.masking]
-        threads, rows, smem = THREADS, ROWS, SHARED_MEMORY[self.arch][case.D]
+        threads, rows, smem = THREADS, ROWS, shared_memory(self.arch, case.D)
         fn = self.function(f"flash_attn_{dtype}_d{case.D}{suffix}", smem)
         grid = (case.B * case.Hq, math.ceil(case.Sq / rows))
         ptr = lambda t: np.uint64(t.data_ptr())  # noqa: E731

@@ -208,9 +208,11 @@ __device__ __forceinline__ void scale_and_mask(float (&s)[NK / 8][4], int row_ba
 
 // Online softmax of NK keys' scores: the new row max, weights in place of the scores, the
 // running sum, and alpha, the factor the outputs so far are to be rescaled by. m is in log2
-// units without a mask, in natural units with one.
+// units without a mask, in natural units with one. Without a mask the scores may come unscaled
+// with `pre` > 0 their scale (the max of s * pre is pre * the max of s; each weight one FMA and
+// an exp2); with one, pre is 1.
 template <Masking MASKING, int NK = BK>
-__device__ __forceinline__ void softmax_weights(float (&s)[NK / 8][4], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+__device__ __forceinline__ void softmax_weights(float (&s)[NK / 8][4], float (&m)[2], float (&l)[2], float (&alpha)[2], float pre = 1.0f) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float mx = -INFINITY;
@@ -218,7 +220,7 @@ __device__ __forceinline__ void softmax_weights(float (&s)[NK / 8][4], float (&m
     for (int n = 0; n < NK / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 threads of a row
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[half], mx);
+    const float m_new = fmaxf(m[half], mx * pre);
     const float base = m_new == -INFINITY ? 0.0f : m_new;  // all -inf so far: weights 0, not NaN
     // With the mask, differences first, then log2(e): finfo.min * log2(e) would overflow.
     const float unit = MASKING == ADDITIVE ? LOG2E : 1.0f;
@@ -228,7 +230,8 @@ __device__ __forceinline__ void softmax_weights(float (&s)[NK / 8][4], float (&m
     for (int n = 0; n < NK / 8; ++n) {
       float& p0 = s[n][2 * half];
       float& p1 = s[n][2 * half + 1];
-      p0 = ex2((p0 - base) * unit), p1 = ex2((p1 - base) * unit);
+      if (MASKING == ADDITIVE) p0 = ex2((p0 - base) * unit), p1 = ex2((p1 - base) * unit);
+      else p0 = ex2(fmaf(p0, pre, -base)), p1 = ex2(fmaf(p1, pre, -base));
       sum += p0 + p1;
     }
     m[half] = m_new;
@@ -702,44 +705,53 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
 }
 
 // The d128 body with TMA (sm_90a), for blocks whose q, k, v are 16-byte aligned and whose first
-// output row can hold two tensor maps (tma_ready). Key tiles of NK = 128 keys; thread 0 loads k
-// and v tiles by TMA into a ring of TMA_STAGES stages (full/empty mbarriers per stage: a stage is
+// output row can hold two tensor maps (tma_ready); d64 keeps the body above (two blocks per SM:
+// measured faster there than this one with its 64 columns, see docs/flash_attention.md). Key tiles of NK = 128 keys; thread 0 loads k and v
+// tiles by TMA into a ring of TMA_STAGES stages (full/empty mbarriers per stage: a stage is
 // refilled once both warpgroups have released it), through tensor maps it builds and publishes in
-// the block's first output row (TMA reads maps from global memory only; the row is written with
-// results at the end, after every load has landed). Each warpgroup overlaps its own work: while
-// the tensor cores run this tile's scores and the previous tile's p @ v, it waits for the scores
-// only, masks and softmaxes them, then waits for p @ v, rescales the outputs and converts the new
-// weights (FlashAttention-3's intra-warpgroup pipelining). Registers: scores 64, outputs 64,
-// weights 32 a thread (one block of 256 threads per SM: up to 255 registers).
+// the block's first output row (TMA reads maps from global memory only; the row is written
+// with results at the end, after every load has landed). Each warpgroup overlaps its own work:
+// while the tensor cores run this tile's scores and the previous tile's p @ v, it waits for the
+// scores only, masks and softmaxes them, then waits for p @ v, rescales the outputs and converts
+// the new weights (FlashAttention-3's intra-warpgroup pipelining). Without a mask the softmax
+// scale is applied in the exponent's FMA, exp2(s * scale * log2(e) - max), not to each score
+// first. Registers: scores 64, outputs 64, weights 32 a thread (one block of 256 threads per SM:
+// up to 255 registers).
 constexpr int TMA_NK = 128, TMA_STAGES = 3;
-constexpr uint32_t TMA_Q_BYTES = 128 * 128 * 2, TMA_TILE_BYTES = TMA_NK * 128 * 2, TMA_STAGE_BYTES = 2 * TMA_TILE_BYTES;
 // q, the stages, two maps' staging (128-byte aligned), full and empty barriers; + 1024 to align.
-constexpr uint32_t TMA_SMEM_BYTES = 1024 + TMA_Q_BYTES + TMA_STAGES * TMA_STAGE_BYTES + 256 + 16 * TMA_STAGES;
-static_assert(TMA_SMEM_BYTES == 230704, "the d128 kernels' sm_90a shared_memory in kernels/flash_attention.toml");
+struct TmaLayout {
+  static constexpr uint32_t Q_BYTES = 128 * 128 * 2, TILE_BYTES = TMA_NK * 128 * 2, STAGE_BYTES = 2 * TILE_BYTES;
+  static constexpr uint32_t SMEM_BYTES = 1024 + Q_BYTES + TMA_STAGES * STAGE_BYTES + 256 + 16 * TMA_STAGES;
+};
+static_assert(TmaLayout::SMEM_BYTES == 230704, "the d128 kernels' sm_90a shared_memory in kernels/flash_attention.toml");
 
+// The maps' home: the 256 bytes of the block's first output row (q0 < Sq: every block has it).
 template <typename T>
 __device__ __forceinline__ uint8_t* tensor_map_home(const BlockWork<T>& w) {
   return reinterpret_cast<uint8_t*>(w.oh + static_cast<long>(w.q0) * w.out_stride);
 }
 
 // Whether the TMA body can run this block: 16-byte aligned rows of q, k, v (TMA's global address
-// and row stride; rows are D * 2 = 256 bytes or more apart, multiples of 16) and a 128-byte aligned
-// first output row (256 contiguous bytes in every layout) for the maps.
-template <typename T>
-__device__ __forceinline__ bool tma_ready(const BlockWork<T>& w) {
-  return w.valid && aligned16(w.qh) && aligned16(w.kh) && aligned16(w.vh) && (reinterpret_cast<uintptr_t>(tensor_map_home(w)) & 127) == 0;
+// and row stride; rows are 256 bytes or more apart, multiples of 16), a 128-byte aligned home for
+// the maps, and, without a mask, a positive scale (folded into the exponent's FMA). Otherwise the
+// body above runs (cp.async or element loads, any scale).
+template <typename T, Masking MASKING>
+__device__ __forceinline__ bool tma_ready(const BlockWork<T>& w, float scale) {
+  return w.valid && aligned16(w.qh) && aligned16(w.kh) && aligned16(w.vh) && (reinterpret_cast<uintptr_t>(tensor_map_home(w)) & 127) == 0 &&
+         (MASKING == ADDITIVE || scale > 0.0f);
 }
 
 template <typename T, Masking MASKING>
 __device__ __forceinline__ void flash_attention_fwd_sm90_tma(const BlockWork<T>& w, int Sq, int Sk, float scale) {
   constexpr int D = 128, BQ = 128, NK = TMA_NK, STAGES = TMA_STAGES;
+  using L = TmaLayout;
   namespace pipe = sm90_pipeline;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   const uint32_t base = (smem(shared_bytes) + 1023) & ~1023u;
   unsigned char* base_ptr = shared_bytes + (base - smem(shared_bytes));
-  const uint32_t stages = base + TMA_Q_BYTES, staging = stages + STAGES * TMA_STAGE_BYTES;
+  const uint32_t stages = base + L::Q_BYTES, staging = stages + STAGES * L::STAGE_BYTES;
   const uint32_t full = staging + 256, empty = full + 8 * STAGES;
-  uint64_t* staging_words = reinterpret_cast<uint64_t*>(base_ptr + TMA_Q_BYTES + STAGES * TMA_STAGE_BYTES);
+  uint64_t* staging_words = reinterpret_cast<uint64_t*>(base_ptr + L::Q_BYTES + STAGES * L::STAGE_BYTES);
   const int tid = threadIdx.x, warpgroup = tid >> 7, warp = (tid >> 5) & 3;
   const int k_tiles = (w.k_tiles * BK + NK - 1) / NK;  // block_work counts 64-key tiles
   uint8_t* home = tensor_map_home(w);
@@ -752,14 +764,14 @@ __device__ __forceinline__ void flash_attention_fwd_sm90_tma(const BlockWork<T>&
   cp_async_commit();
   __syncthreads();  // the barriers exist
 
-  // Tile t's k and v: two 64-column boxes of 128 rows each (rows past Sk arrive as zeros).
+  // Tile t's k and v: two boxes of 64 columns x 128 rows each (rows past Sk arrive as zeros).
   auto load_tile = [&](int t) {
-    const uint32_t stage = stages + (t % STAGES) * TMA_STAGE_BYTES, bar = full + 8 * (t % STAGES);
-    pipe::mbar_arrive_expect_tx(bar, TMA_STAGE_BYTES);
+    const uint32_t stage = stages + (t % STAGES) * L::STAGE_BYTES, bar = full + 8 * (t % STAGES);
+    pipe::mbar_arrive_expect_tx(bar, L::STAGE_BYTES);
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      pipe::tma_load(stage + c * (TMA_TILE_BYTES / 2), map_k, c * 64, t * NK, bar);
-      pipe::tma_load(stage + TMA_TILE_BYTES + c * (TMA_TILE_BYTES / 2), map_v, c * 64, t * NK, bar);
+      pipe::tma_load(stage + c * NK * 128, map_k, c * 64, t * NK, bar);
+      pipe::tma_load(stage + L::TILE_BYTES + c * NK * 128, map_v, c * 64, t * NK, bar);
     }
   };
   if (tid < 32) {
@@ -793,11 +805,12 @@ __device__ __forceinline__ void flash_attention_fwd_sm90_tma(const BlockWork<T>&
   unsigned p[NK / 16][4];
   const int row_base = w.q0 + warpgroup * 64 + warp * 16;
   const float score_scale = MASKING == ADDITIVE ? scale : scale * LOG2E;
+  constexpr bool FOLD = MASKING != ADDITIVE;  // the scale applied in the exponent's FMA (scale > 0)
   const uint64_t q_desc = make_desc(base + warpgroup * 64 * 128, 16, 1024);
 
   // The scores of tile t into s, issued (one commit group).
   auto issue_scores = [&](int t) {
-    const uint64_t k_desc = make_desc(stages + (t % STAGES) * TMA_STAGE_BYTES, 16, 1024);
+    const uint64_t k_desc = make_desc(stages + (t % STAGES) * L::STAGE_BYTES, 16, 1024);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint32_t block = ks >> 2, step = (ks & 3) * 32;
@@ -807,7 +820,7 @@ __device__ __forceinline__ void flash_attention_fwd_sm90_tma(const BlockWork<T>&
   };
   // o += p @ v of tile t, issued (one commit group).
   auto issue_pv = [&](int t) {
-    const uint64_t v_desc = make_desc(stages + (t % STAGES) * TMA_STAGE_BYTES + TMA_TILE_BYTES, NK * 128, 1024);
+    const uint64_t v_desc = make_desc(stages + (t % STAGES) * L::STAGE_BYTES + L::TILE_BYTES, NK * 128, 1024);
 #pragma unroll
     for (int kc = 0; kc < NK / 16; ++kc) wgmma_pv<T>(o, p[kc], desc_at(v_desc, kc * 2 * 1024));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -823,21 +836,21 @@ __device__ __forceinline__ void flash_attention_fwd_sm90_tma(const BlockWork<T>&
   issue_scores(0);
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   fence_operands(s);
-  scale_and_mask<T, MASKING, NK>(s, row_base, 0, Sk, score_scale, w.mask);
-  softmax_weights<MASKING, NK>(s, m, l, alpha);
+  scale_and_mask<T, MASKING, NK>(s, row_base, 0, Sk, FOLD ? 1.0f : score_scale, w.mask);
+  softmax_weights<MASKING, NK>(s, m, l, alpha, FOLD ? score_scale : 1.0f);
   to_weights();
 
   for (int t = 1; t < k_tiles; ++t) {
     pipe::mbar_wait(full + 8 * (t % STAGES), (t / STAGES) & 1);
     fence_operands(s);
-    fence_operands(o);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
     issue_scores(t);
+    fence_operands(o);
     issue_pv(t - 1);
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the scores; p @ v runs on
     fence_operands(s);
-    scale_and_mask<T, MASKING, NK>(s, row_base, t * NK, Sk, score_scale, w.mask);
-    softmax_weights<MASKING, NK>(s, m, l, alpha);
+    scale_and_mask<T, MASKING, NK>(s, row_base, t * NK, Sk, FOLD ? 1.0f : score_scale, w.mask);
+    softmax_weights<MASKING, NK>(s, m, l, alpha, FOLD ? score_scale : 1.0f);
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands(o);
     const int done = t - 1;  // its stage is no longer read by this warpgroup
@@ -882,7 +895,7 @@ __device__ __forceinline__ void forward(const T* q, const T* k, const T* v, cons
   if constexpr (D == 128) {
     static_assert(L::BQ == 128 && L::WARPS == 8, "the TMA body: two warpgroups of 64 rows");
     const BlockWork<T> w = block_work<T, MASKING, LAYOUT, L::BQ, D>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ);
-    if (tma_ready(w)) return flash_attention_fwd_sm90_tma<T, MASKING>(w, Sq, Sk, scale);
+    if (tma_ready<T, MASKING>(w, scale)) return flash_attention_fwd_sm90_tma<T, MASKING>(w, Sq, Sk, scale);
   }
   flash_attention_fwd_sm90<T, D, MASKING, LAYOUT, L::WARPS / 4>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 #else
