@@ -76,6 +76,7 @@ class Case:
     masking: str
     mask_dims: tuple[int, int, int] = (0, 0, 0)  # (MB, MH, MQ) for masking == "mask"
     misaligned: bool = False  # q, k, v, mask and out start 2 bytes past a 16-byte boundary
+    scale: float | None = None  # the softmax scale; None: SDPA's default, 1 / sqrt(D)
 
     def flops(self) -> float:
         full = 4.0 * self.B * self.Hq * self.Sq * self.Sk * self.D
@@ -83,7 +84,7 @@ class Case:
 
     def label(self) -> str:
         mask = f" mask[{','.join(map(str, self.mask_dims))},{self.Sk}]" if self.masking == "mask" else ""
-        return f"B{self.B} Hq{self.Hq} Hkv{self.Hkv} Sq{self.Sq} Sk{self.Sk} d{self.D} {self.masking}{mask}" + (" misaligned" if self.misaligned else "")
+        return f"B{self.B} Hq{self.Hq} Hkv{self.Hkv} Sq{self.Sq} Sk{self.Sk} d{self.D} {self.masking}{mask}" + (" misaligned" if self.misaligned else "") + ("" if self.scale is None else f" scale {self.scale:g}")
 
 
 def bodies(torch) -> list[tuple[str, str]]:
@@ -194,6 +195,14 @@ def correctness(torch, kernels: Kernels) -> bool:
             Case(1, 2, 2, 257, 255, d, "none", misaligned=True),
             Case(1, 2, 1, 150, 150, d, "causal", misaligned=True),
             Case(2, 2, 2, 70, 33, d, "mask", (2, 2, 70), misaligned=True),
+            # More key tiles than the d128 body's ring has stages (each stage refilled, twice).
+            Case(1, 4, 2, 1100, 1100, d, "causal"),
+            Case(2, 2, 2, 600, 1000, d, "none"),
+            Case(1, 2, 2, 700, 1300, d, "mask", (1, 1, 700)),
+            # Scales other than SDPA's: negative and zero (the d128 body's cp.async fallback without a mask).
+            Case(1, 2, 2, 300, 300, d, "causal", scale=-0.3),
+            Case(1, 2, 2, 200, 200, d, "none", scale=0.0),
+            Case(2, 2, 2, 130, 130, d, "mask", (2, 1, 130), scale=-0.2),
         ]
     tolerance = {torch.bfloat16: (2e-2, 2e-2), torch.float16: (3e-3, 3e-3)}
     ok = True
@@ -202,7 +211,7 @@ def correctness(torch, kernels: Kernels) -> bool:
     for dtype in (torch.bfloat16, torch.float16):
         for case in cases:
             q, k, v, mask = make_inputs(torch, case, dtype, gen)
-            scale = 1.0 / math.sqrt(case.D)
+            scale = 1.0 / math.sqrt(case.D) if case.scale is None else case.scale
             out = torch.full((case.B * case.Hq * case.Sq * case.D + 1,), math.nan, dtype=dtype, device="cuda")
             out = out[1:] if case.misaligned else out[:-1]
             out = out.view(case.B, case.Hq, case.Sq, case.D)
@@ -268,6 +277,8 @@ def benchmark(torch, cupy, all_kernels: list[Kernels], warmup: int, reps: int) -
         ("GPT-2", Case(8, 12, 12, 1024, 1024, 64, "causal")),
         ("Llama GQA", Case(4, 16, 4, 1024, 1024, 64, "causal")),
         ("BERT", Case(16, 12, 12, 512, 512, 64, "mask", (16, 1, 1))),
+        # The padding mask as transformers' BERT hands it to SDPA: expanded over the query rows.
+        ("BERT, mask per row", Case(16, 12, 12, 512, 512, 64, "mask", (16, 1, 512))),
         ("long context", Case(1, 32, 32, 4096, 4096, 128, "causal")),
     ]
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)]
@@ -281,6 +292,7 @@ def benchmark(torch, cupy, all_kernels: list[Kernels], warmup: int, reps: int) -
             lengths = torch.randint(case.Sk // 2, case.Sk + 1, (case.B,), generator=gen, device="cuda")
             pad = torch.arange(case.Sk, device="cuda")[None, :] >= lengths[:, None]
             mask = torch.zeros(case.B, 1, 1, case.Sk, dtype=dtype, device="cuda").masked_fill(pad[:, None, None, :], -math.inf)
+            mask = mask.expand(*case.mask_dims, case.Sk).contiguous()
         scale = 1.0 / math.sqrt(case.D)
         out = torch.empty(case.B, case.Hq, case.Sq, case.D, dtype=dtype, device="cuda")
         ours = kernels.launcher(case, q, k, v, mask, out, scale)
