@@ -37,15 +37,14 @@ ARCHS = ("sm_90a", "sm_80")
 SOURCES = ("flash_attention.cu", "attention.cu")  # attention.cu: the previous kernel, timed beside
 
 # Launch configuration, as flash_attention.cu's Launch (the same for every variant): threads and
-# query rows per block; dynamic shared memory bytes per arch and head dim from the spec.
+# query rows per block; each entry point's dynamic shared memory per arch from the spec.
 THREADS, ROWS = 256, 128
+SPEC = ROOT / "kernels" / "flash_attention.toml"
 
 
-def shared_memory(arch: str, head_dim: int) -> int:
-    """The spec's dynamic shared memory for the head dim's kernels on `arch` (kernels/flash_attention.toml)."""
-    spec = tomllib.loads((ROOT / "kernels" / "flash_attention.toml").read_text())
-    sizes = {k["shared_memory"][arch] for k in spec["kernel"] if k["name"].endswith((f"_d{head_dim}", f"_d{head_dim}_causal", f"_d{head_dim}_mask"))}
-    (size,) = sizes  # one size per arch and head dim
+def shared_memory(arch: str, function: str) -> int:
+    """The spec's dynamic shared memory for `function` on `arch` (kernels/flash_attention.toml)."""
+    (size,) = [k["shared_memory"][arch] for k in tomllib.loads(SPEC.read_text())["kernel"] if k["name"] == function]
     return size
 
 
@@ -118,8 +117,9 @@ class Kernels:
 
         dtype = "bf16" if q.dtype == self.torch.bfloat16 else "f16"
         suffix = {"none": "", "causal": "_causal", "mask": "_mask"}[case.masking]
-        threads, rows, smem = THREADS, ROWS, shared_memory(self.arch, case.D)
-        fn = self.function(f"flash_attn_{dtype}_d{case.D}{suffix}", smem)
+        name = f"flash_attn_{dtype}_d{case.D}{suffix}"
+        threads, rows, smem = THREADS, ROWS, shared_memory(self.arch, name)
+        fn = self.function(name, smem)
         grid = (case.B * case.Hq, math.ceil(case.Sq / rows))
         ptr = lambda t: np.uint64(t.data_ptr())  # noqa: E731
         sizes = [np.int32(x) for x in (case.B, case.Hq, case.Hkv, case.Sq, case.Sk)]

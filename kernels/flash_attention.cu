@@ -168,10 +168,17 @@ struct MaskView {
   bool pairs;
 };
 
+// A block's mask tile staged in shared memory: its rows MASK_PITCH elements apart (64 keys + 8:
+// the 8 rows of a warp's quads then read distinct banks).
+constexpr int MASK_PITCH = BK + 8;
+
 // Scale and mask the scores of NK keys from k0: the additive mask, the causal rule (only where
-// the tile crosses the diagonal of these rows), and -inf for keys past Sk.
+// the tile crosses the diagonal of these rows), and -inf for keys past Sk. `staged`, when not
+// null, is the mask tile in shared memory (keys k0 .., row_base's row first), read instead of
+// global memory.
 template <typename T, Masking MASKING, int NK = BK>
-__device__ __forceinline__ void scale_and_mask(float (&s)[NK / 8][4], int row_base, int k0, int Sk, float score_scale, MaskView<T> mask) {
+__device__ __forceinline__ void scale_and_mask(float (&s)[NK / 8][4], int row_base, int k0, int Sk, float score_scale, MaskView<T> mask,
+                                               const T* staged = nullptr) {
   using E = Elem<T>;
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const bool key_tail = k0 + NK > Sk;
@@ -179,17 +186,18 @@ __device__ __forceinline__ void scale_and_mask(float (&s)[NK / 8][4], int row_ba
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = row_base + g + 8 * half;
+    // The mask row from key 0 (mrow[key]): in global memory, or in the staged tile (keys from k0).
     const T* mrow = nullptr;
-    if (MASKING == ADDITIVE) mrow = mask.slice + static_cast<long>(min(row, mask.MQ - 1)) * Sk;
+    if (MASKING == ADDITIVE) mrow = staged ? staged + (g + 8 * half) * MASK_PITCH - k0 : mask.slice + static_cast<long>(min(row, mask.MQ - 1)) * Sk;
 #pragma unroll
     for (int n = 0; n < NK / 8; ++n) {
       const int key = k0 + 8 * n + 2 * c;
       float x0 = s[n][2 * half] * score_scale, x1 = s[n][2 * half + 1] * score_scale;
       if (MASKING == ADDITIVE) {
         float a0 = -INFINITY, a1 = -INFINITY;  // keys past Sk
-        if (mask.pairs) {
+        if (mask.pairs || staged) {
           if (key < Sk) {
-            const float2 pair = E::unpack(__ldg(reinterpret_cast<const unsigned*>(mrow + key)));
+            const float2 pair = E::unpack(*reinterpret_cast<const unsigned*>(mrow + key));  // a generic load: shared or global
             a0 = pair.x, a1 = pair.y;
           }
         } else {
@@ -624,6 +632,23 @@ __device__ __forceinline__ void load_swizzled(unsigned char* tile, const T* src,
   }
 }
 
+// The mask's rows r0 .. r0 + ROWS - 1, keys k0 .. k0 + 63, into a tile of MASK_PITCH-element
+// rows by cp.async (16-byte chunks: the slice 16-byte aligned, Sk % 8 == 0); rows from `rows`
+// on and keys from Sk on are zeros (those keys get -inf from scale_and_mask, those rows are not
+// stored).
+template <typename T, int ROWS, int THREADS>
+__device__ __forceinline__ void load_mask_tile(unsigned char* tile, MaskView<T> mask, int r0, int rows, int k0, int Sk) {
+  constexpr int CHUNKS_PER_ROW = BK / 8, CHUNKS = ROWS * CHUNKS_PER_ROW;
+  static_assert(CHUNKS % THREADS == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int j = 0; j < CHUNKS / THREADS; ++j) {
+    const int i = threadIdx.x + j * THREADS, r = i / CHUNKS_PER_ROW, c = i % CHUNKS_PER_ROW;
+    const bool in = r0 + r < rows && k0 + c * 8 < Sk;
+    const T* src = mask.slice + static_cast<long>(r0 + r) * Sk + k0 + c * 8;
+    cp_async16(reinterpret_cast<T*>(tile) + r * MASK_PITCH + c * 8, in ? src : mask.slice, in);
+  }
+}
+
 // cp.async and plain stores write through the generic proxy, wgmma reads through the async one.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -632,7 +657,10 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
                                                          const T* __restrict__ mask, T* __restrict__ out, int Hq, int Hkv, int Sq, int Sk,
                                                          int MB, int MH, int MQ, float scale) {
   constexpr int BQ = 64 * WG, THREADS = 128 * WG;
-  constexpr uint32_t Q_BYTES = BQ * D * 2, TILE_BYTES = BK * D * 2, STAGE_BYTES = 2 * TILE_BYTES;
+  // A stage: k, v and, with a mask, the block's mask tile (used where the mask has a row per query).
+  constexpr uint32_t Q_BYTES = BQ * D * 2, TILE_BYTES = BK * D * 2, MASK_BYTES = MASKING == ADDITIVE ? BQ * MASK_PITCH * 2 : 0;
+  constexpr uint32_t STAGE_BYTES = 2 * TILE_BYTES + MASK_BYTES;
+  static_assert(MASK_BYTES % 1024 == 0, "stages stay 1024-aligned");
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   // The dynamic shared memory base is only 16-byte aligned; swizzle atoms need 1024.
   const uint32_t base = (smem(shared_bytes) + 1023) & ~1023u;
@@ -642,10 +670,14 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
   if (!w.valid) return fill_nan<T, LAYOUT, BQ, D>(w, Sq);
   const int warpgroup = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
   const bool async = aligned16(q) && aligned16(k) && aligned16(v);
+  // A mask with a row per query (transformers' padding mask, expanded) is staged tile by tile:
+  // read where it lies, each thread's pairs of keys from rows of their own, it is uncoalesced.
+  const bool staged = MASKING == ADDITIVE && w.mask.MQ > 1 && async && aligned16(w.mask.slice) && Sk % 8 == 0;
 
   load_swizzled<T, BQ, D, THREADS>(base_ptr, w.qh, w.q_stride, w.q0, Sq, async);
   load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES, w.kh, w.kv_stride, 0, Sk, async);
   load_swizzled<T, BK, D, THREADS>(base_ptr + Q_BYTES + TILE_BYTES, w.vh, w.kv_stride, 0, Sk, async);
+  if (staged) load_mask_tile<T, BQ, THREADS>(base_ptr + Q_BYTES + 2 * TILE_BYTES, w.mask, w.q0, min(Sq, w.mask.MQ), 0, Sk);
   cp_async_commit();
 
   float o[D / 8][4];
@@ -665,6 +697,7 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
       unsigned char* next = base_ptr + Q_BYTES + ((t + 1) & 1) * STAGE_BYTES;
       load_swizzled<T, BK, D, THREADS>(next, w.kh, w.kv_stride, (t + 1) * BK, Sk, async);
       load_swizzled<T, BK, D, THREADS>(next + TILE_BYTES, w.vh, w.kv_stride, (t + 1) * BK, Sk, async);
+      if (staged) load_mask_tile<T, BQ, THREADS>(next + 2 * TILE_BYTES, w.mask, w.q0, min(Sq, w.mask.MQ), (t + 1) * BK, Sk);
       cp_async_commit();
     }
     const int k0 = t * BK;
@@ -686,7 +719,8 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands(s);
 
-    scale_and_mask<T, MASKING>(s, row_base, k0, Sk, score_scale, w.mask);
+    const T* mask_tile = reinterpret_cast<const T*>(base_ptr + Q_BYTES + (t & 1) * STAGE_BYTES + 2 * TILE_BYTES) + (row_base - w.q0) * MASK_PITCH;
+    scale_and_mask<T, MASKING>(s, row_base, k0, Sk, score_scale, w.mask, staged ? mask_tile : nullptr);
     online_softmax<MASKING, D>(s, m, l, o);
 
     unsigned pa[BK / 16][4];
