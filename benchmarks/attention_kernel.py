@@ -83,7 +83,8 @@ class Case:
 
     def label(self) -> str:
         mask = f" mask[{','.join(map(str, self.mask_dims))},{self.Sk}]" if self.masking == "mask" else ""
-        return f"B{self.B} Hq{self.Hq} Hkv{self.Hkv} Sq{self.Sq} Sk{self.Sk} d{self.D} {self.masking}{mask}" + (" misaligned" if self.misaligned else "") + ("" if self.scale is None else f" scale {self.scale:g}")
+        label = f"B{self.B} Hq{self.Hq} Hkv{self.Hkv} Sq{self.Sq} Sk{self.Sk} d{self.D} {self.masking}{mask}"
+        return label + (" misaligned" if self.misaligned else "") + ("" if self.scale is None else f" scale {self.scale:g}")
 
 
 def bodies(torch) -> list[tuple[str, str]]:

@@ -7,7 +7,8 @@ the sdpa_bshd kinds' kernels) against the float64 reference of torch's scaled_do
 q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (separate projections' [B, S, H * D] results as stored)
 -> out [B, Sq, Hq, D]: out[b, :, h] = softmax(q[b, :, h] @ k[b, :, h / G]ᵀ * scale + mask) @ v[b, :, h / G],
 G = Hq / Hkv. Sequence lengths off the 128-row and 64-key tiles (1, 37, 200, 333, 70, 257) and on
-them (128), keys past the d128 body's ring of key tiles (1300: 11 tiles of 128 through 3 stages), B > 1 and several heads, grouped-query (Hq 4 over Hkv 2) and multi-query (Hkv 1)
+them (128), keys past the d128 body's ring of key tiles (1300: 11 tiles of 128 through 3
+stages), B > 1 and several heads, grouped-query (Hq 4 over Hkv 2) and multi-query (Hkv 1)
 attention, so that q's and k's / v's different row strides (Hq * D, Hkv * D) are both exercised,
 and Sq != Sk (causal top-left, as torch's is_causal): a block reading another head's or batch
 entry's rows, the wrong key/value head, or writing another head's columns, fails (every (b, kv

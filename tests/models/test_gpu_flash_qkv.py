@@ -7,7 +7,8 @@ kinds' kernels) against the float64 reference of torch's scaled_dot_product_atte
 qkv [B, S, 3, H, D] (the projection's [B, S, 3E] result as stored) -> out [B, S, H, D]:
 out[b, :, h] = softmax(q @ kᵀ * scale + mask) @ v with q = qkv[b, :, 0, h], k = qkv[b, :, 1, h],
 v = qkv[b, :, 2, h]. Sequence lengths off the 128-row and 64-key tiles (1, 37, 200, 333) and on
-them (128), one past the d128 body's ring of key tiles (1100: 9 tiles of 128 through 3 stages), B > 1 and several heads, so that a block reading another head's or batch entry's rows,
+them (128), one past the d128 body's ring of key tiles (1100: 9 tiles of 128 through 3 stages),
+B > 1 and several heads, so that a block reading another head's or batch entry's rows,
 k where v belongs, or writing another head's columns, fails: every (b, h)'s v has its own mean.
 The scale is 0.9 / sqrt(D), not the default 1 / sqrt(D), so that a kernel ignoring its scale
 argument fails. Masks [B, 1, 1, S] (a padding mask), [B, 1, S, S], [B, H, S, S] and [1, 1, S, S]
