@@ -177,6 +177,33 @@ struct BiasResidualBf16 {
     packed.y = *reinterpret_cast<const uint32_t*>(&hi);
     *reinterpret_cast<uint2*>(out + size_t(row) * N + col) = packed;
   }
+  // The persistent body's form: gemm_bias_bf16's value is what it stages (rounded to bf16 there),
+  // and the residual is added where it stores 16-byte vectors of the staged rows (coalesced reads
+  // of the residual, not one 2-byte read per accumulator).
+  static constexpr bool kResidualAtStore = true;
+  __device__ __forceinline__ float staged(int, int col, float v) const { return v + bias[col]; }
+  __device__ __forceinline__ uint4 finish(size_t at, uint4 staged8) const {
+    uint4 r;
+    if (aligned(residual, 16)) {
+      r = *reinterpret_cast<const uint4*>(residual + at);
+    } else {  // IREE bindings and torch views are only element-aligned
+      const uint16_t* r16 = reinterpret_cast<const uint16_t*>(residual + at);
+      r = make_uint4(r16[0] | (uint32_t(r16[1]) << 16), r16[2] | (uint32_t(r16[3]) << 16), r16[4] | (uint32_t(r16[5]) << 16),
+                     r16[6] | (uint32_t(r16[7]) << 16));
+    }
+    const uint32_t* h = &staged8.x;
+    const uint32_t* rr = &r.x;
+    uint4 result;
+    uint32_t* o = &result.x;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 hv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(h + i));
+      const float2 rv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(rr + i));
+      const __nv_bfloat162 sum = __floats2bfloat162_rn(hv.x + rv.x, hv.y + rv.y);
+      o[i] = *reinterpret_cast<const uint32_t*>(&sum);
+    }
+    return result;
+  }
 };
 
 // gemm_batched_bf16: c = v, as PlainF32, for one batch's c, with the sm_90a body's two provisions
@@ -195,6 +222,16 @@ struct NarrowN {
 template <typename E>
 struct NarrowN<E, decltype(void(E::kNarrowN))> {
   static constexpr bool value = E::kNarrowN;
+};
+// E::kResidualAtStore where the epilogue declares it (BiasResidualBf16), else false: the persistent
+// body stages ep.apply's value and stores it as it is.
+template <typename E, typename = void>
+struct ResidualAtStore {
+  static constexpr bool value = false;
+};
+template <typename E>
+struct ResidualAtStore<E, decltype(void(E::kResidualAtStore))> {
+  static constexpr bool value = E::kResidualAtStore;
 };
 
 __device__ __forceinline__ void store1(float* p, float v) { *p = v; }
@@ -649,8 +686,10 @@ __device__ __forceinline__ void gemm_sm90_persistent(const T* __restrict__ a, co
 #pragma unroll
       for (int i = 0; i < BN / 2; i += 2) {
         const int r = warp * 16 + lane / 4 + 8 * ((i / 2) % 2), c = 8 * (i / 4) + 2 * (lane % 4);
-        *reinterpret_cast<__nv_bfloat162*>(staged + r * EPI_STRIDE + c) =
-            __floats2bfloat162_rn(ep.apply(m0 + r, n0 + c, d[i]), ep.apply(m0 + r, n0 + c + 1, d[i + 1]));
+        float v0, v1;
+        if constexpr (ResidualAtStore<E>::value) v0 = ep.staged(m0 + r, n0 + c, d[i]), v1 = ep.staged(m0 + r, n0 + c + 1, d[i + 1]);
+        else v0 = ep.apply(m0 + r, n0 + c, d[i]), v1 = ep.apply(m0 + r, n0 + c + 1, d[i + 1]);
+        *reinterpret_cast<__nv_bfloat162*>(staged + r * EPI_STRIDE + c) = __floats2bfloat162_rn(v0, v1);
       }
       asm volatile("bar.sync %0, 128;\n" ::"r"(2 + half) : "memory");
       // The tile's first row holds the tensor maps only in the CTA's last tile, whose loads have
@@ -658,7 +697,10 @@ __device__ __forceinline__ void gemm_sm90_persistent(const T* __restrict__ a, co
       constexpr int kChunks = BN / 8;  // 16-byte chunks per row
       for (int id = t; id < 64 * kChunks; id += 128) {
         const int r = id / kChunks, c = (id % kChunks) * 8;
-        *reinterpret_cast<uint4*>(ep.out + size_t(m0 + r) * N + n0 + c) = *reinterpret_cast<const uint4*>(staged + r * EPI_STRIDE + c);
+        const size_t at = size_t(m0 + r) * N + n0 + c;
+        const uint4 v = *reinterpret_cast<const uint4*>(staged + r * EPI_STRIDE + c);
+        if constexpr (ResidualAtStore<E>::value) *reinterpret_cast<uint4*>(ep.out + at) = ep.finish(at, v);
+        else *reinterpret_cast<uint4*>(ep.out + at) = v;
       }
       asm volatile("bar.sync %0, 128;\n" ::"r"(2 + half) : "memory");  // read out before the next tile's rows go in
     }
@@ -897,6 +939,13 @@ extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
 gemm_bias_gelu_bf16_persistent(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
                                __nv_bfloat16* __restrict__ h, int M, int N, int K) {
   persistent_body(a, b, gemm::BiasGeluBf16{bias, h}, M, N, K);
+}
+
+// h = bf16(float(bf16(a @ b + bias)) + float(residual)): gemm_bias_residual_bf16's bits.
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_bias_residual_bf16_persistent(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
+                                   const __nv_bfloat16* __restrict__ residual, __nv_bfloat16* __restrict__ h, int M, int N, int K) {
+  persistent_body(a, b, gemm::BiasResidualBf16{bias, residual, h, N}, M, N, K);
 }
 
 extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)

@@ -138,6 +138,9 @@ def gemm_bias_residual_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray, resi
     return gemm_bias_bf16(a, b, bias).astype(ml_dtypes.bfloat16).astype(np.float64) + residual.astype(np.float64)
 
 
+gemm_bias_residual_bf16_persistent = gemm_bias_residual_bf16  # the same values, tile by tile
+
+
 def gemm_batched_bf16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """c[z] = a[z] @ b[z] for every batch z: a [B, M, K], b [B, K, N] -> [B, M, N]."""
     return np.matmul(a.astype(np.float64), b.astype(np.float64))

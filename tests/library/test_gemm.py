@@ -22,11 +22,11 @@ from ..support.references import load_references
 
 SPEC = ROOT / "kernels" / "gemm.toml"
 KERNELS = ["gemm_bf16", "gemm_f16", "gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_bf16_persistent", "gemm_bias_gelu_bf16_persistent",
-           "gemm_bias_residual_f32", "gemm_bias_residual_bf16", "gemm_batched_bf16"]
+           "gemm_bias_residual_bf16_persistent", "gemm_bias_residual_f32", "gemm_bias_residual_bf16", "gemm_batched_bf16"]
 # Buffers each kernel takes before M, N, K: a, b, (bias, residual,) output.
 BUFFERS = {"gemm_bf16": 3, "gemm_f16": 3, "gemm_bias_gelu_bf16": 4, "gemm_bias_bf16": 4, "gemm_bias_bf16_persistent": 4, "gemm_bias_gelu_bf16_persistent": 4,
-           "gemm_bias_residual_f32": 5, "gemm_bias_residual_bf16": 5, "gemm_batched_bf16": 3}
-PERSISTENT = {"gemm_bias_bf16_persistent", "gemm_bias_gelu_bf16_persistent"}  # grid (min(tile pairs, 66), 2)
+           "gemm_bias_residual_bf16_persistent": 5, "gemm_bias_residual_f32": 5, "gemm_bias_residual_bf16": 5, "gemm_batched_bf16": 3}
+PERSISTENT = {"gemm_bias_bf16_persistent", "gemm_bias_gelu_bf16_persistent", "gemm_bias_residual_bf16_persistent"}  # grid (min(tile pairs, 66), 2)
 BATCHED = {"gemm_batched_bf16"}  # a [B, M, K], b [B, K, N], c [B, M, N]; the batch along grid z
 # gemm.cu, per arch: sm_90a 4 stages x (16 KB of A + 32 KB of B) + 1 KB to align the tiles to
 # 1024 bytes; sm_80 two buffers of A (128 x 40) and B (32 x 264) bf16 tiles + 8 warps' 16 x 16
@@ -49,6 +49,7 @@ def test_spec_declares_shapes_block_grid_and_shared_memory():
         "gemm_bias_bf16": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
         "gemm_bias_bf16_persistent": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
         "gemm_bias_gelu_bf16_persistent": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32")], ("h", "bf16")),
+        "gemm_bias_residual_bf16_persistent": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32"), ("residual", "bf16")], ("h", "bf16")),
         "gemm_bias_residual_f32": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32"), ("residual", "f32")], ("c", "f32")),
         "gemm_bias_residual_bf16": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32"), ("residual", "bf16")], ("h", "bf16")),
         "gemm_batched_bf16": ([("a", "bf16"), ("b", "bf16")], ("c", "f32")),

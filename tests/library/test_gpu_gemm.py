@@ -189,7 +189,7 @@ def _bits(x) -> np.ndarray:
 
 
 @pytest.mark.parametrize("m, n, k", PERSISTENT_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in PERSISTENT_SIZES])
-@pytest.mark.parametrize("name", ["gemm_bias_bf16", "gemm_bias_gelu_bf16"])
+@pytest.mark.parametrize("name", ["gemm_bias_bf16", "gemm_bias_gelu_bf16", "gemm_bias_residual_bf16"])
 def test_persistent_kernels_give_the_one_tile_kernels_bits(modules, name, m, n, k):
     """Each *_persistent kernel against the float64 reference (check_epilogue's bound), and bit
     for bit what the one-tile-per-CTA kernel gives: as built, poisoned, and the sm_80 PTX body."""
@@ -199,14 +199,16 @@ def test_persistent_kernels_give_the_one_tile_kernels_bits(modules, name, m, n, 
     a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
     b = rng.normal(-0.25, 1.0, (k, n)).astype(ml_dtypes.bfloat16)
     bias = rng.normal(0.5, 2.0, n).astype(np.float32)
-    one_tile = getattr(modules["gemm"], name)(a, b, bias)
-    got = getattr(modules["gemm"], f"{name}_persistent")(a, b, bias)
-    reports = [check_epilogue(name, got, a, b, bias, None)]
+    residual = rng.normal(-0.5, 4.0, (m, n)).astype(ml_dtypes.bfloat16) if name in RESIDUALS else None
+    args = (a, b, bias) if residual is None else (a, b, bias, residual)
+    one_tile = getattr(modules["gemm"], name)(*args)
+    got = getattr(modules["gemm"], f"{name}_persistent")(*args)
+    reports = [check_epilogue(name, got, a, b, bias, residual)]
     np.testing.assert_array_equal(_bits(got), _bits(one_tile))
     for module in ("gemm_poisonable", "gemm_sm80_ptx_poisonable"):
-        poisoned = getattr(modules[module], f"{name}_persistent")(a, b, bias, np.full((m, n), np.nan, ml_dtypes.bfloat16))
-        reports.append(check_epilogue(name, poisoned, a, b, bias, None))
-        np.testing.assert_array_equal(_bits(poisoned), _bits(getattr(modules[module], name)(a, b, bias, np.full((m, n), np.nan, ml_dtypes.bfloat16))))
+        poisoned = getattr(modules[module], f"{name}_persistent")(*args, np.full((m, n), np.nan, ml_dtypes.bfloat16))
+        reports.append(check_epilogue(name, poisoned, a, b, bias, residual))
+        np.testing.assert_array_equal(_bits(poisoned), _bits(getattr(modules[module], name)(*args, np.full((m, n), np.nan, ml_dtypes.bfloat16))))
     print(f"\n{name}_persistent {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
 
 
@@ -235,6 +237,27 @@ def test_persistent_kernel_loads_misaligned_inputs_element_by_element(modules):
     torch.cuda.synchronize()
     assert torch.equal(got.view(torch.int16), one_tile.view(torch.int16))
     check_epilogue("gemm_bias_bf16", got.float().cpu().numpy(), a.float().cpu().numpy(), b.float().cpu().numpy(), bias.cpu().numpy(), None)
+
+
+def test_persistent_residual_reads_a_misaligned_residual(modules):
+    """A residual 2 bytes past an aligned address (a torch view): read element by element where the
+    results are stored, the same bits as the one-tile kernel's."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device here")
+    m, n, k = 512, 768, 64
+    g = torch.Generator(device="cuda").manual_seed(11)
+    a = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    b = torch.randn(k, n, device="cuda", generator=g).bfloat16()
+    bias = torch.randn(n, device="cuda", generator=g)
+    residual = (4 * torch.randn(m * n + 1, device="cuda", generator=g)).bfloat16()[1:].view(m, n)
+    assert residual.data_ptr() % 16
+    got = modules["gemm"].gemm_bias_residual_bf16_persistent(a, b, bias, residual)
+    one_tile = modules["gemm"].gemm_bias_residual_bf16(a, b, bias, residual)
+    torch.cuda.synchronize()
+    assert torch.equal(got.view(torch.int16), one_tile.view(torch.int16))
+    check_epilogue("gemm_bias_residual_bf16", got.float().cpu().numpy(), a.float().cpu().numpy(), b.float().cpu().numpy(), bias.cpu().numpy(),
+                   residual.float().cpu().numpy())
 
 
 @pytest.fixture(scope="module")
