@@ -26,7 +26,7 @@ NAIVE = MODELS / "kernels" / "naive.toml"
 LIBRARY_DIR = MODELS.parents[1] / "kernels"  # the kernel library; MODELS / "kernels" holds the test-only specs
 LIBRARY = LIBRARY_DIR / "library.toml"
 GEMM = LIBRARY_DIR / "gemm.toml"
-GEMM_RESIDUAL = MODELS / "kernels" / "gemm_residual.toml"  # gemm_bias_residual_bf16 with its replaces (kernels/gemm.toml declares none)
+GEMM_RESIDUAL = MODELS / "kernels" / "gemm_residual.toml"  # gemm_bias_residual_bf16 with its replaces (kernels/gemm.toml declares only its persistent form)
 GEMM_PADDED = MODELS / "kernels" / "gemm_padded.toml"
 GEMM_BATCHED = MODELS / "kernels" / "gemm_batched.toml"
 ATTENTION = LIBRARY_DIR / "attention.toml"
@@ -109,11 +109,11 @@ def test_bf16_linear_with_bias_fused_only_when_wider_is_allowed():
     # The persistent form (preferred where the sizes allow) named first, each with its reason.
     refused = [f"not as matmul+bias: gemm.gemm_bias_bf16_persistent: {reason}", f"not as matmul+bias: gemm.gemm_bias_bf16: {reason}"]
     assert strict.replaced[0].notes == refused
-    refused_residual = (
-        "not as matmul+bias+residual: gemm_residual.gemm_bias_residual_bf16: accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul "
-        "and after the bias add, then adds the residual in bf16 (--allow-wider-accumulation accepts a wider one)"
-    )
-    assert strict.replaced[1].notes == ["the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows", refused_residual, *refused]
+    residual_reason = ("accumulates in f32, the model in bf16; the model rounds to bf16 after the matmul and after the bias add, then adds the residual in "
+                       "bf16 (--allow-wider-accumulation accepts a wider one)")
+    refused_residual = [f"not as matmul+bias+residual: gemm.gemm_bias_residual_bf16_persistent: {residual_reason}",
+                        f"not as matmul+bias+residual: gemm_residual.gemm_bias_residual_bf16: {residual_reason}"]
+    assert strict.replaced[1].notes == ["the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows", *refused_residual, *refused]
     assert "its bias add is left to IREE" not in strict.text()
     wide = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM, GEMM_RESIDUAL], allow_wider_accumulation=True)
     assert _by_kernel(wide) == [("matmul", "matmul+bias", "gemm.gemm_bias_bf16"), ("batch_matmul", "matmul+bias+residual", "gemm_residual.gemm_bias_residual_bf16")]

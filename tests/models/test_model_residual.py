@@ -22,7 +22,7 @@ from ..support.model_references import _compile_cpu, _random_args, _run, with_re
 
 MODELS = Path(__file__).parent
 GEMM = ROOT / "kernels" / "gemm.toml"
-GEMM_RESIDUAL = MODELS / "kernels" / "gemm_residual.toml"  # the kernel with its replaces (kernels/gemm.toml declares none)
+GEMM_RESIDUAL = MODELS / "kernels" / "gemm_residual.toml"  # the kernel with its replaces (kernels/gemm.toml declares only its persistent form)
 FLASH = ROOT / "kernels" / "flash_attention.toml"
 RESIDUAL = "gemm_residual.gemm_bias_residual_bf16"
 # Per export: (projections followed by a residual add, other Linears with a bias, residual adds
