@@ -33,9 +33,12 @@
 //
 // sm_90a (Hopper): wgmma. Two warpgroups of 64 rows each; q, k and v tiles in shared memory in
 // wgmma's 128-byte swizzled layout, copied by cp.async (k and v through a two-stage ring of
-// 64-key tiles). Per tile a warpgroup computes its 64 x 64 scores with wgmma (q and k read from
-// shared memory), masks and softmaxes them in registers, and adds p @ v with a wgmma taking p
-// from registers. Two blocks per SM (128 registers a thread).
+// 64-key tiles; a mask with a row per query staged beside them). Per tile a warpgroup computes
+// its 64 x 64 scores with wgmma (q and k read from shared memory), masks and softmaxes them in
+// registers, and adds p @ v with a wgmma taking p from registers. d64: two blocks per SM (128
+// registers a thread). d128 runs its own body where it can (flash_attention_fwd_sm90_tma: TMA
+// loads of 128-key tiles through three stages, one block per SM, each warpgroup's softmax
+// overlapping its own p @ v), this one otherwise.
 //
 // sm_80 and newer (Ampere; its PTX elsewhere): mma.sync. Each warp owns MT * 16 consecutive rows
 // (WARPS warps per block); their q fragments stay in registers for the whole pass. Key tiles of
