@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import math
 import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from common import write_result  # benchmarks/common.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "fa"
@@ -269,7 +272,7 @@ def picked_backend(torch, fn) -> str:
     return "math/other"
 
 
-def benchmark(torch, cupy, all_kernels: list[Kernels], warmup: int, reps: int) -> None:
+def benchmark(torch, cupy, all_kernels: list[Kernels], warmup: int, reps: int) -> dict:
     """Times the first of all_kernels (the object this GPU runs) against torch; the others beside."""
     kernels = all_kernels[0]
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -327,21 +330,65 @@ def benchmark(torch, cupy, all_kernels: list[Kernels], warmup: int, reps: int) -
     args = tuple(np.uint64(t.data_ptr()) for t in (q, kt, v, mask, out)) + (np.int32(z), np.int32(s), np.int32(case.B))
     t_prev = time_ms(torch, lambda: fn((z, math.ceil(s / 64)), (128,), args), warmup, reps)
 
-    others = "".join(f" {other.arch} body TFLOP/s |" for other in all_kernels[1:])
-    print(f"\nbf16; ours: the {kernels.arch} object. TFLOP/s count causal attention at half the FLOPs.")
-    print(
-        f"| shape | sizes | ours ms | ours TFLOP/s | torch ms | torch TFLOP/s | torch backend | ours / torch |{others} flash / efficient / cuDNN forced, TFLOP/s | max abs diff |"
-    )
-    print("|---" * (10 + len(all_kernels) - 1) + "|")
-    for name, case, t_ours, t_torch, backend, forced, diff, t_others in rows:
-        tf = lambda ms: case.flops() / ms / 1e9  # noqa: E731
-        forced_tf = " / ".join("n/a" if math.isnan(t) else f"{tf(t):.0f}" for t in forced.values())
-        other_tf = "".join(f" {tf(t):.0f} |" for t in t_others)
-        print(
-            f"| {name} | {case.label()} | {t_ours:.4f} | {tf(t_ours):.0f} | {t_torch:.4f} | {tf(t_torch):.0f} | {backend} | "
-            f"{t_torch / t_ours:.2f} |{other_tf} {forced_tf} | {diff:.1e} |"
+    return {
+        "arch": kernels.arch,
+        "others": [other.arch for other in all_kernels[1:]],
+        "rows": [
+            {"name": name, "sizes": case.label(), "flops": case.flops(), "ours_ms": t_ours, "torch_ms": t_torch, "torch_backend": backend,
+             "forced_ms": forced, "others_ms": t_others, "max_abs_diff": diff}
+            for name, case, t_ours, t_torch, backend, forced, diff, t_others in rows
+        ],
+        "previous": {"kernel": "attention_bf16", "shape": shapes[0][0], "ms": t_prev, "flops": shapes[0][1].flops()},
+    }
+
+
+def table(result: dict) -> str:
+    """The markdown table of a benchmark result (TFLOP/s from each row's FLOPs and times)."""
+    others = "".join(f" {arch} body TFLOP/s |" for arch in result["others"])
+    lines = [
+        f"{result['date']}, {result['device']}, driver {result['driver']}, torch {result['torch']}, cupy {result['cupy']}",
+        f"bf16; ours: the {result['arch']} object. TFLOP/s count causal attention at half the FLOPs.",
+        "",
+        f"| shape | sizes | ours ms | ours TFLOP/s | torch ms | torch TFLOP/s | torch backend | ours / torch |{others} flash / efficient / cuDNN forced, TFLOP/s | max abs diff |",
+        "|---" * (10 + len(result["others"])) + "|",
+    ]
+    for r in result["rows"]:
+        tf = lambda ms: r["flops"] / ms / 1e9  # noqa: E731
+        forced_tf = " / ".join("n/a" if math.isnan(t) else f"{tf(t):.0f}" for t in r["forced_ms"].values())
+        other_tf = "".join(f" {tf(t):.0f} |" for t in r["others_ms"])
+        lines.append(
+            f"| {r['name']} | {r['sizes']} | {r['ours_ms']:.4f} | {tf(r['ours_ms']):.0f} | {r['torch_ms']:.4f} | {tf(r['torch_ms']):.0f} | "
+            f"{r['torch_backend']} | {r['torch_ms'] / r['ours_ms']:.2f} |{other_tf} {forced_tf} | {r['max_abs_diff']:.1e} |"
         )
-    print(f"\nPrevious kernel attention_bf16 on GPT-2's shape (causal as a [B, S, S] mask): {t_prev:.4f} ms, {shapes[0][1].flops() / t_prev / 1e9:.0f} TFLOP/s (causal FLOPs).")
+    prev = result["previous"]
+    lines += ["", f"Previous kernel {prev['kernel']} on {prev['shape']}'s shape (causal as a [B, S, S] mask): {prev['ms']:.4f} ms, "
+              f"{prev['flops'] / prev['ms'] / 1e9:.0f} TFLOP/s (causal FLOPs).", "", f"correctness: {result['correctness']}", ""]
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    """TFLOP/s per shape: ours, torch's SDPA with its default backend, and the other bodies."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    series = [("ours", "ours_ms", None), ("torch SDPA (default)", "torch_ms", None)]
+    series += [(f"ours, {arch} body", "others_ms", i) for i, arch in enumerate(result["others"])]
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for j, (label, key, index) in enumerate(series):
+        values = [r["flops"] / (r[key] if index is None else r[key][index]) / 1e9 for r in rows]
+        bars = ax.bar([i + (j - (len(series) - 1) / 2) * width for i in range(len(rows))], values, width, label=label)
+        ax.bar_label(bars, fmt="%.0f", fontsize=7)
+    ax.set_xticks(range(len(rows)), [r["name"] for r in rows])
+    ax.set_ylabel("TFLOP/s (causal: half the FLOPs)")
+    ax.set_title(f"Flash attention, bf16, one launch (CUDA events): {result['device']}, {result['date']}", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> int:
@@ -350,23 +397,32 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--skip-correctness", action="store_true")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="where attention_kernel.json, .md and .png go")
+    parser.add_argument("--replot", type=Path, help="an attention_kernel.json to write the table and plot from (no GPU)")
     args = parser.parse_args()
     if args.prepare:
         prepare()
+        return 0
+    if args.replot:
+        write_result(json.loads(args.replot.read_text()), args.out, "attention_kernel", table, plot)
         return 0
     import cupy
     import torch
 
     props = torch.cuda.get_device_properties(0)
     driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    print(f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC, {props.name}, driver {driver}, torch {torch.__version__}, cupy {cupy.__version__}", flush=True)
+    date = f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC"
+    print(f"{date}, {props.name}, driver {driver}, torch {torch.__version__}, cupy {cupy.__version__}", flush=True)
     all_kernels = [Kernels(torch, cupy, arch, file_name) for arch, file_name in bodies(torch)]
     ok = True
     if not args.skip_correctness:
         for kernels in all_kernels:
             ok &= correctness(torch, kernels)
-    benchmark(torch, cupy, all_kernels, args.warmup, args.reps)
-    print("\ncorrectness:", "all passed" if ok else "FAILURES")
+    result = benchmark(torch, cupy, all_kernels, args.warmup, args.reps)
+    correctness_said = "skipped" if args.skip_correctness else "all passed" if ok else "FAILURES"
+    result = {"date": date, "device": props.name, "driver": driver, "torch": torch.__version__, "cupy": cupy.__version__,
+              "correctness": correctness_said} | result
+    write_result(result, args.out, "attention_kernel", table, plot)
     return 0 if ok else 1
 
 
