@@ -95,13 +95,6 @@ struct PlainF32 {
     *reinterpret_cast<float4*>(out + size_t(row) * N + col) = v;
   }
 };
-// The activations a bias epilogue applies before its one rounding to bf16.
-struct GeluTanh {  // the fast GELU, as bias_gelu_f32_bf16
-  static __device__ __forceinline__ float apply(float x) { return gelu_tanh<true>(x); }
-};
-struct GeluErf {  // exact GELU, 0.5 x (1 + erf(x / sqrt(2))): torch's default, BERT's
-  static __device__ __forceinline__ float apply(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-};
 template <typename Act>
 struct BiasActBf16 {
   using Out = __nv_bfloat16;

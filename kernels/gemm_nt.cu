@@ -1,8 +1,17 @@
 // bf16 GEMM with the right operand as stored by a Linear's weight ("NT"), bf16 result, or that
-// result widened to f32:
+// result widened to f32; and the same GEMM with a Linear's bf16 bias and what a transformer does
+// next fused into it:
 //
-//     gemm_nt_bf16:         c[M, N] = bf16(a[M, K] @ b[N, K]^T)
-//     gemm_nt_bf16_f32out:  c[M, N] = f32(bf16(a[M, K] @ b[N, K]^T))
+//     gemm_nt_bf16:                  c[M, N] = bf16(a[M, K] @ b[N, K]^T)
+//     gemm_nt_bf16_f32out:           c[M, N] = f32(bf16(a[M, K] @ b[N, K]^T))
+//     gemm_nt_bias_bf16:             c[M, N] = bf16(a @ b^T + bias[N])
+//     gemm_nt_bias_gelu_bf16:        c[M, N] = bf16(gelu_tanh(a @ b^T + bias))   (gelu.cuh)
+//     gemm_nt_bias_gelu_erf_bf16:    c[M, N] = bf16(gelu_erf(a @ b^T + bias))
+//     gemm_nt_bias_residual_bf16:    c[M, N] = bf16(float(bf16(a @ b^T + bias)) + float(residual[M, N]))
+//
+// The bias and residual are bf16 (a bf16 model's own tensors, read as stored), added in f32; the
+// bias epilogues round once, the residual one rounds gemm_nt_bias_bf16's value and then adds the
+// residual as a bf16 model's add computes it (both widened, added in f32, rounded once).
 //
 // a [M, K] and b [N, K] row-major (b is a Linear's weight, or an LM head's tied embedding
 // [vocab, hidden], read as it is: no transpose), c [M, N] row-major. Any M, N, K >= 1.
@@ -46,11 +55,15 @@
 //   their registers: correct for any shape, not tuned.
 // - everything else (sm_80 ...): mma.sync m16n8k16 on 128 x 128 tiles, see namespace ampere.
 //
+// Epilogues (both bodies): the consumers apply the bias and activation to the f32 sums before
+// their rounding (Epilogue::value); the residual is added where c is stored, to the rounded value
+// (by the store warps on sm_90a, from 16-byte loads where the residual's chunk is aligned as c's is).
 // Stores (both bodies): rows past M and columns past N are never written; a 4-byte bf16x2 (8-byte
 // float2) or 16-byte store only where the address is aligned for it and every element is inside N.
 #include <cstdint>
 #include <cuda_bf16.h>
 
+#include "gelu.cuh"
 #include "mma_bf16.cuh"
 #include "sm90_pipeline.cuh"
 
@@ -87,6 +100,43 @@ __device__ __forceinline__ void store_pair(Out* c, int M, int N, int row, int co
     p[0] = __float2bfloat16_rn(v0);
     if (col + 1 < N) p[1] = __float2bfloat16_rn(v1);
   }
+}
+
+// ---- Epilogues: what a tile's f32 sums become ------------------------------------------------
+// value(sum, col, N): the f32 value rounded to bf16 once (col < N; 0 for columns past N, which
+// are never stored). With kResidual, residual[row, col] is added to that rounded value where c
+// is stored (add_residual, residual_pair).
+struct Plain {
+  static constexpr bool kResidual = false;
+  __device__ __forceinline__ float value(float sum, int, int) const { return sum; }
+};
+template <typename Act>
+struct BiasAct {
+  static constexpr bool kResidual = false;
+  const bf16* bias;  // [N]
+  __device__ __forceinline__ float value(float sum, int col, int N) const { return col < N ? Act::apply(sum + __bfloat162float(bias[col])) : 0.0f; }
+};
+struct BiasResidual {
+  static constexpr bool kResidual = true;
+  const bf16* bias;      // [N]
+  const bf16* residual;  // [M, N], laid out as c, not aliasing it
+  __device__ __forceinline__ float value(float sum, int col, int N) const { return col < N ? sum + __bfloat162float(bias[col]) : 0.0f; }
+};
+
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// The consumers' own stores (the mma.sync body; the sm_90a body without TMA): sums (s0, s1) of
+// c[row, col] and c[row, col + 1] through the epilogue into c.
+template <typename Out, typename E>
+__device__ __forceinline__ void store_result(Out* c, const E& ep, int M, int N, int row, int col, float s0, float s1) {
+  if (row >= M || col >= N) return;
+  float v0 = ep.value(s0, col, N), v1 = ep.value(s1, col + 1, N);
+  if constexpr (E::kResidual) {
+    const bf16* r = ep.residual + static_cast<size_t>(row) * N + col;
+    v0 = round_bf16(v0) + __bfloat162float(r[0]);
+    if (col + 1 < N) v1 = round_bf16(v1) + __bfloat162float(r[1]);
+  }
+  store_pair(c, M, N, row, col, v0, v1);
 }
 
 }  // namespace gemm_nt
@@ -277,6 +327,33 @@ __device__ __forceinline__ void staged_chunk(uint32_t row_base, int j, int e, ui
   }
 }
 
+// o (c's chunk: the 8 bf16 elements x0 .. x0 + 7 of a row's part of the tile, as pairs) plus the
+// residual's same elements (r: the residual's row part, laid out as c's), each bf16(float(o) +
+// float(r)); elements outside [0, cols) are not stored and not read. One 16-byte load where the
+// chunk is whole and the residual's is aligned (as c's is, unless the two are offset differently).
+__device__ __forceinline__ void add_residual(uint32_t (&o)[4], const bf16* r, int x0, int cols) {
+  uint32_t w[4];
+  if (x0 >= 0 && x0 + 8 <= cols && aligned16(r + x0)) {
+    asm volatile("ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(r + x0));
+  } else {
+    const uint16_t* r16 = reinterpret_cast<const uint16_t*>(r);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int x = x0 + 2 * k;
+      const uint32_t lo = x >= 0 && x < cols ? r16[x] : 0u, hi = x + 1 >= 0 && x + 1 < cols ? r16[x + 1] : 0u;
+      w[k] = lo | (hi << 16);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    // A bf16's float: its 16 bits above 16 zero bits.
+    const float o_lo = __uint_as_float(o[k] << 16), o_hi = __uint_as_float(o[k] & 0xFFFF0000u);
+    const float r_lo = __uint_as_float(w[k] << 16), r_hi = __uint_as_float(w[k] & 0xFFFF0000u);
+    const __nv_bfloat162 v = __floats2bfloat162_rn(o_lo + r_lo, o_hi + r_hi);  // .x (low address) = the lower element
+    o[k] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
 // The work of a cluster: units first, first + stride, ... (count of them), unit u being rows
 // [256 (u % pairs_m), + 256) and columns [256 (u / pairs_m), + 256) of c; the block of rank r
 // takes the unit's rows 128 r .. 128 r + 127. Strided, so that the clusters running at once work
@@ -296,8 +373,10 @@ struct Work {
   }
 };
 
-template <typename Out>
-__device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __restrict__ b, Out* __restrict__ c, int M, int N, int K, uint8_t* smem_raw) {
+template <typename Out, typename E>
+__device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __restrict__ b, Out* __restrict__ c, const E& ep, int M, int N, int K,
+                                    uint8_t* smem_raw) {
+  static_assert(!E::kResidual || !kWidened<Out>, "the residual is added to a bf16 c");
   __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES], staged[2], drained[2], maps_free;
   __shared__ __align__(128) uint64_t map_staging[2][16];
   // Same offset in every block: multicast copies land at the address each block reads.
@@ -398,6 +477,7 @@ __device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __re
             if (x0 + PER <= 0 || x0 >= cols) continue;
             uint32_t o[4];
             staged_chunk<Out>(stg + h * STG_HALF + r * STG_PITCH, j, e, o);
+            if constexpr (E::kResidual) add_residual(o, ep.residual + size_t(row) * N + n0, x0, cols);
             if (x0 >= 0 && x0 + PER <= cols) {
               asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p + x0), "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3]) : "memory");
             } else if constexpr (kWidened<Out>) {
@@ -488,7 +568,8 @@ __device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __re
 #pragma unroll
         for (int k = 0; k < 128; k += 2) {
           const int r = warp * 16 + lane / 4 + 8 * ((k / 2) % 2), col = 8 * (k / 4) + 2 * (lane % 4);
-          const __nv_bfloat162 v = __floats2bfloat162_rn(d[k], d[k + 1]);  // .x (low address) = d[k]
+          // .x (low address) = column col
+          const __nv_bfloat162 v = __floats2bfloat162_rn(ep.value(d[k], n0 + col, N), ep.value(d[k + 1], n0 + col + 1, N));
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + r * STG_PITCH + col * 2), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
         }
         mbar_arrive(smem_addr(&staged[half]));
@@ -496,7 +577,7 @@ __device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __re
 #pragma unroll
         for (int k = 0; k < 128; k += 2) {
           const int row = m0 + half * (BM / 2) + warp * 16 + lane / 4 + 8 * ((k / 2) % 2), col = n0 + 8 * (k / 4) + 2 * (lane % 4);
-          store_pair(c, M, N, row, col, d[k], d[k + 1]);
+          store_result(c, ep, M, N, row, col, d[k], d[k + 1]);
         }
       }
     }
@@ -569,8 +650,9 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int r0, i
   }
 }
 
-template <typename Out>
-__device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __restrict__ b, Out* __restrict__ c, int M, int N, int K, uint8_t* smem_raw) {
+template <typename Out, typename E>
+__device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __restrict__ b, Out* __restrict__ c, const E& ep, int M, int N, int K,
+                                    uint8_t* smem_raw) {
   // Stage s: a's tile at sA + s * TILE_ELEMS, b's at sB + s * TILE_ELEMS.
   bf16* const sA = reinterpret_cast<bf16*>(smem_raw);
   bf16* const sB = sA + 2 * TILE_ELEMS;
@@ -646,8 +728,8 @@ __device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __re
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int col = n0 + wn + j * 8 + 2 * q;
-          store_pair(c, M, N, row, col, acc[i][j][0], acc[i][j][1]);
-          store_pair(c, M, N, row + 8, col, acc[i][j][2], acc[i][j][3]);
+          store_result(c, ep, M, N, row, col, acc[i][j][0], acc[i][j][1]);
+          store_result(c, ep, M, N, row + 8, col, acc[i][j][2], acc[i][j][3]);
         }
       }
     }
@@ -667,9 +749,10 @@ constexpr int SMEM_BYTES = ampere::SMEM_BYTES;
 #endif
 
 namespace gemm_nt {
-// The body of both entry points, c of element type Out (bf16, or float for the widened result).
-template <typename Out>
-__device__ __forceinline__ void gemm(const bf16* __restrict__ a, const bf16* __restrict__ b, Out* __restrict__ c, int M, int N, int K) {
+// The body of every entry point, c of element type Out (bf16, or float for the widened result),
+// the sums through the epilogue E.
+template <typename Out, typename E = Plain>
+__device__ __forceinline__ void gemm(const bf16* __restrict__ a, const bf16* __restrict__ b, Out* __restrict__ c, int M, int N, int K, const E& ep = E{}) {
   extern __shared__ __align__(16) uint8_t gemm_nt_smem[];
   // A launch with less dynamic shared memory than the tiles need (a spec out of step with this
   // file) would corrupt memory silently: fail the launch instead.
@@ -677,14 +760,14 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ a, const bf16* __r
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
   if (dynamic_smem < uint32_t(SMEM_BYTES)) __trap();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  hopper::run(a, b, c, M, N, K, gemm_nt_smem);
+  hopper::run(a, b, c, ep, M, N, K, gemm_nt_smem);
 #else
-  ampere::run(a, b, c, M, N, K, gemm_nt_smem);
+  ampere::run(a, b, c, ep, M, N, K, gemm_nt_smem);
 #endif
 }
 }  // namespace gemm_nt
 
-// Launch (kernels/gemm_nt.toml), the same for both: block 384, grid
+// Launch (kernels/gemm_nt.toml), the same for all: block 384, grid
 // (2 * max(min(U, 264), ceildiv(U, 8))) with U = ceildiv(M, 256) * ceildiv(N, 256) (any even grid
 // is correct), dynamic shared memory gemm_nt::SMEM_BYTES of the arch: 220160 on sm_90a, 40960
 // otherwise (a float c is staged as bf16 too: no more shared memory).
@@ -699,4 +782,30 @@ gemm_nt_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restric
 extern "C" __global__ void GEMM_NT_CLUSTER_DIMS __launch_bounds__(384, 1)
 gemm_nt_bf16_f32out(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
   gemm_nt::gemm(a, b, c, M, N, K);
+}
+
+// A Linear with its bf16 bias, and with what follows it in a transformer (GELU in either form, the
+// residual connection), the weight read as stored: see the file's header for each one's numerics.
+extern "C" __global__ void GEMM_NT_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_nt_bias_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const __nv_bfloat16* __restrict__ bias,
+                  __nv_bfloat16* __restrict__ c, int M, int N, int K) {
+  gemm_nt::gemm(a, b, c, M, N, K, gemm_nt::BiasAct<NoActivation>{bias});
+}
+
+extern "C" __global__ void GEMM_NT_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_nt_bias_gelu_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const __nv_bfloat16* __restrict__ bias,
+                       __nv_bfloat16* __restrict__ c, int M, int N, int K) {
+  gemm_nt::gemm(a, b, c, M, N, K, gemm_nt::BiasAct<GeluTanh>{bias});
+}
+
+extern "C" __global__ void GEMM_NT_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_nt_bias_gelu_erf_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const __nv_bfloat16* __restrict__ bias,
+                           __nv_bfloat16* __restrict__ c, int M, int N, int K) {
+  gemm_nt::gemm(a, b, c, M, N, K, gemm_nt::BiasAct<GeluErf>{bias});
+}
+
+extern "C" __global__ void GEMM_NT_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_nt_bias_residual_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const __nv_bfloat16* __restrict__ bias,
+                           const __nv_bfloat16* __restrict__ residual, __nv_bfloat16* __restrict__ c, int M, int N, int K) {
+  gemm_nt::gemm(a, b, c, M, N, K, gemm_nt::BiasResidual{bias, residual});
 }

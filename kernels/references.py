@@ -155,6 +155,25 @@ def gemm_nt_bf16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.astype(np.float64) @ b.astype(np.float64).T
 
 
+# The NT kernels with a bias and what follows it: the gemm.toml references with b transposed.
+
+
+def gemm_nt_bias_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    return gemm_bias_bf16(a, b.T, bias)
+
+
+def gemm_nt_bias_gelu_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    return gemm_bias_gelu_bf16(a, b.T, bias)
+
+
+def gemm_nt_bias_gelu_erf_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    return gemm_bias_gelu_erf_bf16(a, b.T, bias)
+
+
+def gemm_nt_bias_residual_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    return gemm_bias_residual_bf16(a, b.T, bias, residual)
+
+
 # kernels/attention.toml
 
 

@@ -1,4 +1,5 @@
-"""On a CUDA device: the NT GEMM (kernels/gemm_nt.toml, gemm_nt_bf16 and gemm_nt_bf16_f32out)
+"""On a CUDA device: the NT GEMM (kernels/gemm_nt.toml, gemm_nt_bf16 and gemm_nt_bf16_f32out, and the
+bias epilogues gemm_nt_bias_*: see their section below)
 against its float64 reference, through IREE (iree_dispatch.runtime).
 
 c[M, N] = bf16(a[M, K] @ b[N, K]^T), f32 accumulation, one rounding; gemm_nt_bf16_f32out writes
@@ -154,3 +155,91 @@ def test_gpt2_lm_head(modules, m, name):
     a, b = inputs(m, 50257, 768)
     reports = (run_three_ways if name == NAME else run_widened_three_ways)(modules, a, b)
     print(f"\n{name} LM head {m}x50257x768: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
+# ---- The bias epilogues: gemm_nt_bias_bf16, gemm_nt_bias_gelu_bf16, gemm_nt_bias_gelu_erf_bf16,
+# gemm_nt_bias_residual_bf16 (bf16 bias [N], bf16 residual [M, N]).
+EPILOGUES = ("gemm_nt_bias_bf16", "gemm_nt_bias_gelu_bf16", "gemm_nt_bias_gelu_erf_bf16", "gemm_nt_bias_residual_bf16")
+
+
+def epilogue_inputs(name: str, m: int, n: int, k: int):
+    """Fresh random a [M, K], b [N, K], bias [N] (and residual [M, N] for the residual kernel), bf16,
+    with per-row and per-column means as inputs() has them."""
+    rng = np.random.default_rng()
+    bf16 = bfloat16()
+    a, b = inputs(m, n, k)
+    bias = rng.normal(0.5, 2.0, n).astype(np.float32).astype(bf16)
+    residual = rng.normal(-0.5, 4.0, (m, n)).astype(np.float32).astype(bf16) if name.endswith("residual_bf16") else None
+    return (a, b, bias) if residual is None else (a, b, bias, residual)
+
+
+def check_epilogue(name: str, got: np.ndarray, args: tuple) -> str:
+    """Element by element against the float64 reference, with scale = |a| @ |b|^T: the accumulation
+    error RTOL * scale (through GELU's slope <= 1.13: 1.2e-5 * scale), one bf16 rounding of the
+    result (2^-8 |want|) and 1e-6; the residual kernel rounds twice (bf16(bf16(a @ b^T + bias) +
+    residual)): its first rounding may fall on the other side of a boundary than the float64
+    sum's, one bf16 ulp (2^-7) of a @ b^T + bias carried into the sum."""
+    a, b = args[0], args[1]
+    want = getattr(REFERENCES, name)(*args)
+    assert got.shape == want.shape and got.dtype == bfloat16(), (got.shape, got.dtype)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)).T
+    bound = (1.2e-5 if "gelu" in name else RTOL) * scale + ROUNDING * np.abs(want) + 1e-6
+    if name == "gemm_nt_bias_residual_bf16":
+        bound += 2 * ROUNDING * np.abs(REFERENCES.gemm_nt_bias_bf16(*args[:3]))
+    err = np.abs(got.astype(np.float64) - want)
+    bad = ~(err <= bound)  # NaN fails
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        pytest.fail(f"{name}: {int(bad.sum())} of {bad.size} elements off, first at [{i}, {j}]: got {got[i, j]}, want {want[i, j]}")
+    return f"max err/bound {float(np.max(err / bound)):.2f}"
+
+
+# Both sm_90a paths (TMA: K % 8 == 0 with room for the maps; the fallback: 1 x 77 x 8, K odd),
+# odd N (every other row of c and of the residual misaligned), several tiles per block, BERT-base's
+# Linears at 2048 tokens (N = 768 and 3072, K = 768 and 3072).
+EPILOGUE_SIZES = [(1, 1, 1), (1, 77, 8), (37, 101, 13), (130, 257, 72), (517, 1000, 17), (100, 1001, 64), (70000, 300, 64), (257, 513, 136),
+                  (2048, 768, 768), (2048, 3072, 768), (2048, 768, 3072)]
+
+
+@pytest.mark.parametrize("m, n, k", EPILOGUE_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in EPILOGUE_SIZES])
+@pytest.mark.parametrize("name", EPILOGUES)
+def test_bias_epilogues_match_float64(modules, name, m, n, k):
+    args = epilogue_inputs(name, m, n, k)
+    reports = [check_epilogue(name, getattr(modules["gemm_nt"], name)(*args), args)]
+    for module in ("gemm_nt_poisonable", "gemm_nt_sm80_ptx_poisonable"):
+        poisoned = np.full((m, n), np.nan, bfloat16())
+        reports.append(check_epilogue(name, getattr(modules[module], name)(*args, poisoned), args))
+    print(f"\n{name} {m}x{n}x{k}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
+@pytest.mark.parametrize("m, n, k", EPILOGUE_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in EPILOGUE_SIZES])
+def test_residual_is_bias_then_the_models_add(modules, m, n, k):
+    """gemm_nt_bias_residual_bf16 gives the same bits as gemm_nt_bias_bf16 followed by a bf16
+    model's residual add (both widened, added in f32, rounded once), on both bodies."""
+    a, b, bias, residual = epilogue_inputs("gemm_nt_bias_residual_bf16", m, n, k)
+    for module in ("gemm_nt_poisonable", "gemm_nt_sm80_ptx_poisonable"):
+        h = modules[module].gemm_nt_bias_bf16(a, b, bias, np.full((m, n), np.nan, bfloat16()))
+        want = (np.asarray(h).astype(np.float32) + residual.astype(np.float32)).astype(bfloat16())
+        got = modules[module].gemm_nt_bias_residual_bf16(a, b, bias, residual, np.full((m, n), -np.inf, bfloat16()))
+        np.testing.assert_array_equal(np.asarray(got).view(np.uint16), want.view(np.uint16), err_msg=module)
+
+
+def test_residual_misaligned_against_c(modules):
+    """A residual 2 bytes past an aligned address (a torch view), c aligned: read element by element
+    where c is stored, the same bits as with an aligned copy of it."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device here")
+    m, n, k = 512, 768, 64
+    g = torch.Generator(device="cuda").manual_seed(11)
+    a = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    b = torch.randn(n, k, device="cuda", generator=g).bfloat16()
+    bias = torch.randn(n, device="cuda", generator=g).bfloat16()
+    residual = (4 * torch.randn(m * n + 1, device="cuda", generator=g)).bfloat16()[1:].view(m, n)
+    assert residual.data_ptr() % 16
+    got = modules["gemm_nt"].gemm_nt_bias_residual_bf16(a, b, bias, residual)
+    aligned = modules["gemm_nt"].gemm_nt_bias_residual_bf16(a, b, bias, residual.clone())
+    torch.cuda.synchronize()
+    assert torch.equal(got.view(torch.int16), aligned.view(torch.int16))
+    args = tuple(t.float().cpu().numpy().astype(bfloat16()) for t in (a, b, bias, residual))
+    check_epilogue("gemm_nt_bias_residual_bf16", got.float().cpu().numpy().astype(bfloat16()), args)

@@ -498,7 +498,7 @@ def _spec(tmp_path, replaces: str, shapes='{ a = ["M", "K"], b = ["K", "N"], c =
     "replaces, message",
     [
         ('{ op = "conv" }', "replaces.op must be one of 'matmul', 'matmul+bias', 'matmul+bias+residual', 'matmul+bias+gelu', 'matmul+bias+gelu_erf', "
-         "'matmul_nt+extf', 'matmul_nt', 'batch_matmul', "
+         "'matmul_nt+bias', 'matmul_nt+bias+residual', 'matmul_nt+bias+gelu', 'matmul_nt+bias+gelu_erf', 'matmul_nt+extf', 'matmul_nt', 'batch_matmul', "
          "'softmax', 'layernorm', 'rmsnorm', 'attention', 'attention_qkv', 'sdpa', 'sdpa_causal', 'sdpa_mask', 'sdpa_qkv', 'sdpa_qkv_causal', "
          "'sdpa_qkv_mask', 'sdpa_bshd', 'sdpa_bshd_causal', 'sdpa_bshd_mask', 'swiglu', got 'conv'"),
         ('{ op = "batch_matmul" }', "replaces 'batch_matmul' needs input tensors of ranks [3, 3] in parameter order; the kernel's inputs have ranks [2, 2]"),

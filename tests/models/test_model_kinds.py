@@ -24,7 +24,8 @@ from iree_dispatch.models.kinds.base import operand  # noqa: E402
 from iree_dispatch.models.select import decide  # noqa: E402
 
 MODELS = Path(__file__).parent
-ALL_KINDS = ("matmul", "matmul+bias", "matmul+bias+residual", "matmul+bias+gelu", "matmul+bias+gelu_erf", "matmul_nt+extf", "matmul_nt", "batch_matmul",
+ALL_KINDS = ("matmul", "matmul+bias", "matmul+bias+residual", "matmul+bias+gelu", "matmul+bias+gelu_erf", "matmul_nt+bias", "matmul_nt+bias+residual",
+             "matmul_nt+bias+gelu", "matmul_nt+bias+gelu_erf", "matmul_nt+extf", "matmul_nt", "batch_matmul",
              "softmax", "layernorm", "rmsnorm", "attention", "attention_qkv", "sdpa", "sdpa_causal", "sdpa_mask", "sdpa_qkv", "sdpa_qkv_causal", "sdpa_qkv_mask",
              "sdpa_bshd", "sdpa_bshd_causal", "sdpa_bshd_mask", "swiglu")
 
@@ -90,7 +91,8 @@ def test_registry_lists_every_kind_once_in_order():
         REGISTRY.kind("conv")
     with_eps = [k.name for k in REGISTRY if k.epsilon]
     assert with_eps == ["layernorm", "rmsnorm"]
-    assert [k.name for k in REGISTRY if k.fused] == ["matmul+bias", "matmul+bias+residual", "matmul+bias+gelu", "matmul+bias+gelu_erf", "matmul_nt+extf", "matmul_nt",
+    assert [k.name for k in REGISTRY if k.fused] == ["matmul+bias", "matmul+bias+residual", "matmul+bias+gelu", "matmul+bias+gelu_erf", "matmul_nt+bias",
+                                                       "matmul_nt+bias+residual", "matmul_nt+bias+gelu", "matmul_nt+bias+gelu_erf", "matmul_nt+extf", "matmul_nt",
                                                        "attention", "attention_qkv",
                                                        "sdpa_qkv", "sdpa_qkv_causal", "sdpa_qkv_mask", "sdpa_bshd", "sdpa_bshd_causal", "sdpa_bshd_mask"]
 

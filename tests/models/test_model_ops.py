@@ -197,11 +197,17 @@ def test_rewritten_swiglu_computes_the_same(tmp_path):
 
 def test_linear_gelu_erf_forms():
     with _found("ops_gelu_erf_bf16.torch.mlir") as ((cand,), _):
-        assert [f.kind for f in cand.forms] == ["matmul+bias+gelu_erf", "matmul+bias", "matmul_nt", "matmul", "batch_matmul"]
-        gelu = cand.forms[0]
+        assert [f.kind for f in cand.forms] == ["matmul_nt+bias+gelu_erf", "matmul+bias+gelu_erf", "matmul_nt+bias", "matmul+bias", "matmul_nt", "matmul",
+                                                "batch_matmul"]
+        as_stored, gelu = cand.forms[:2]
         assert gelu.steps == "rounds to bf16 after the matmul, after the bias add and after each GELU step" and gelu.result_dtype == "bf16"
+        # The Linear's weight [N, K] as stored in place of its transpose; the rest as the plain-layout form.
+        assert as_stored.operands[1].shape == gelu.operands[1].shape[::-1] and as_stored.operands[1].value != gelu.operands[1].value
+        assert (as_stored.operands[0], as_stored.operands[2:], as_stored.result, as_stored.steps) == (gelu.operands[0], gelu.operands[2:], gelu.result, gelu.steps)
+        assert as_stored.notes[-1] == "its rhs is a transposed [N, K] matrix, read as it is stored (the transpose is not computed)"
     with _found("ops_gelu_erf_f32.torch.mlir") as ((cand32,), _):
-        assert cand32.forms[0].kind == "matmul+bias+gelu_erf" and cand32.forms[0].steps == "" and cand32.forms[0].compute == "f32"
+        assert [f.kind for f in cand32.forms[:2]] == ["matmul_nt+bias+gelu_erf", "matmul+bias+gelu_erf"]
+        assert all(f.steps == "" and f.compute == "f32" for f in cand32.forms[:2])
 
 
 def test_linear_gelu_erf_bf16_fused_with_wider_accumulation():

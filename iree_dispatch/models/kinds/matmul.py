@@ -4,6 +4,8 @@ transpose of a stored [N, K] matrix, a [K, N] matrix broadcast over the batch)."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from iree.compiler import ir
 
 from ..ir_match import (
@@ -46,7 +48,12 @@ def _matmul_residual_shapes(ins: list[tuple[str, ...]]) -> tuple[tuple[str, ...]
 
 def _matmul_nt_shapes(ins: list[tuple[str, ...]]) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
     (m, k), (n, k2) = ins[0], ins[1]
-    return (m, n), [(k, k2)]
+    same = [(k, k2)]
+    if len(ins) > 2:  # a bias [N]
+        same.append((ins[2][0], n))
+    if len(ins) > 3:  # a residual [M, N]
+        same += [(ins[3][0], m), (ins[3][1], n)]
+    return (m, n), same
 
 
 def _batch_matmul_shapes(ins: list[tuple[str, ...]]) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
@@ -79,12 +86,26 @@ MATMUL_NT = OpKind("matmul_nt", (2, 2), 2, _matmul_nt_shapes, narrows=True, fuse
 # lhs [M, K], rhs [N, K] → the f32 sum rounded to the operands' type and widened back (an LM head's
 # bf16 logits converted to f32: `.float()`), as one
 MATMUL_NT_EXTF = OpKind("matmul_nt+extf", (2, 2), 2, _matmul_nt_shapes, fused=True, **_MATMUL_RULES)
+# The bias forms above with the rhs a transposed [N, K] matrix read as stored (torch's
+# linear(x, w, b), a Linear's weight): lhs [M, K], rhs [N, K], bias [N] (, residual [M, N]) →
+# what the plain-layout kind computes with rhs^T. Each is tried before its plain-layout twin; found
+# at every such Linear, so not named when no kernel declares it (the twin is then taken).
+_NT_RULES = {"narrows": True, "fused": True, "named_when_undeclared": False, **_MATMUL_RULES}
+MATMUL_NT_BIAS = OpKind("matmul_nt+bias", (2, 2, 1), 2, _matmul_nt_shapes, **_NT_RULES,
+                        left_when_undeclared=(("matmul_nt+bias+gelu_erf", "its erf GELU is left to IREE (no kernel declares matmul_nt+bias+gelu_erf for it)"),
+                                              ("matmul_nt+bias+residual", "its residual add is left to IREE (no kernel declares matmul_nt+bias+residual for it)")))
+MATMUL_NT_BIAS_RESIDUAL = OpKind("matmul_nt+bias+residual", (2, 2, 1, 2), 2, _matmul_nt_shapes, **_NT_RULES)
+MATMUL_NT_BIAS_GELU = OpKind("matmul_nt+bias+gelu", (2, 2, 1), 2, _matmul_nt_shapes, **_NT_RULES)
+MATMUL_NT_BIAS_GELU_ERF = OpKind("matmul_nt+bias+gelu_erf", (2, 2, 1), 2, _matmul_nt_shapes, **_NT_RULES)
+_AS_STORED = {MATMUL_BIAS: MATMUL_NT_BIAS, MATMUL_BIAS_RESIDUAL: MATMUL_NT_BIAS_RESIDUAL, MATMUL_BIAS_GELU: MATMUL_NT_BIAS_GELU,
+              MATMUL_BIAS_GELU_ERF: MATMUL_NT_BIAS_GELU_ERF}
 # lhs [B, M, K], rhs [B, K, N] → [B, M, N]
 BATCH_MATMUL = OpKind("batch_matmul", (3, 3), 3, _batch_matmul_shapes, **_MATMUL_RULES)
 
 _ROOTS = frozenset({"linalg.matmul", "linalg.batch_matmul", "linalg.matmul_transpose_a", "linalg.matmul_transpose_b",
                     "linalg.batch_matmul_transpose_a", "linalg.batch_matmul_transpose_b"})
 _BROADCAST_NOTE = "the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows"
+_AS_STORED_NOTE = "its rhs is a transposed [N, K] matrix, read as it is stored (the transpose is not computed)"
 
 
 def match(op: ir.Operation) -> Candidate | None:
@@ -109,8 +130,8 @@ def match(op: ir.Operation) -> Candidate | None:
         lhs = Operand(a, (rows, k), ia[1])
         rhs = operand(rhs_2d, tensor_info(rhs_2d))
         shape, dims = (rows, ic[0][2]), ((0, 0), (0, 1), (1, 1))
-        forms += _bias_gelu_forms(op, lhs, rhs, shape, rank, dims, (_BROADCAST_NOTE,))
-        forms += _bias_forms(op, bias_add, lhs, rhs, shape, rank, dims, compute)
+        forms += _as_stored(_bias_gelu_forms(op, lhs, rhs, shape, rank, dims, (_BROADCAST_NOTE,)), rhs_2d)
+        forms += _as_stored(_bias_forms(op, bias_add, lhs, rhs, shape, rank, dims, compute), rhs_2d)
         forms += _nt_forms(op, lhs, rhs_2d, shape, rank, ((0, 0), (0, 1), (1, 0)), (_BROADCAST_NOTE,))
         forms.append(Form(MATMUL, (lhs, rhs), op.results[0], shape, ic[1], compute, op, notes=(_BROADCAST_NOTE,), result_dims=dims))
     if batch:
@@ -118,8 +139,8 @@ def match(op: ir.Operation) -> Candidate | None:
     else:
         lhs, rhs = operand(a, ia), operand(b, ib)
         dims = ((0, 0), (1, 1))
-        forms += _bias_gelu_forms(op, lhs, rhs, ic[0], rank, dims)
-        forms += _bias_forms(op, bias_add, lhs, rhs, ic[0], rank, dims, compute)
+        forms += _as_stored(_bias_gelu_forms(op, lhs, rhs, ic[0], rank, dims), b)
+        forms += _as_stored(_bias_forms(op, bias_add, lhs, rhs, ic[0], rank, dims, compute), b)
         forms += _nt_forms(op, lhs, b, ic[0], rank, ((0, 0), (1, 0)))
         forms.append(Form(MATMUL, (lhs, rhs), op.results[0], ic[0], ic[1], compute, op, result_dims=dims))
     return Candidate(kind, desc, location(op), op.results[0], tuple(forms))
@@ -216,6 +237,26 @@ def _transposed_matrix(value: ir.Value) -> ir.Value | None:
     return op.operands[0] if info and len(info[0]) == 2 else None
 
 
+def _as_stored(forms: list[Form], rhs_value: ir.Value) -> list[Form]:
+    """`forms` (bias forms of a matmul whose rhs is `rhs_value`), each preceded by its twin that
+    reads the rhs as stored when that is a transpose of a 2-D [N, K] matrix (torch's
+    linear(x, w, b)): the same computation, the twin's kernel taking w [N, K] instead of its
+    transpose, the result's N from w's dim 0."""
+    w = _transposed_matrix(rhs_value)
+    if w is None:
+        return forms
+    rhs = operand(w, tensor_info(w))
+    out: list[Form] = []
+    for form in forms:
+        twin = _AS_STORED.get(form.op_kind)
+        if twin is not None:
+            dims = tuple((1, 0) if d == (1, 1) else d for d in form.result_dims)
+            out.append(replace(form, op_kind=twin, operands=(form.operands[0], rhs, *form.operands[2:]), notes=(*form.notes, _AS_STORED_NOTE),
+                               result_dims=dims))
+        out.append(form)
+    return out
+
+
 def _nt_forms(op: ir.Operation, lhs: Operand, rhs_value: ir.Value, shape: Shape, rank: int, result_dims, notes: tuple[str, ...] = ()) -> list[Form]:
     """The matmul `op` as lhs [M, K] @ w[N, K]^T, when its rhs (the [K, N] matrix) is a transpose of
     a 2-D w (a Linear's weight, an LM head's embedding), read as it is stored: one form, matmul_nt.
@@ -227,7 +268,7 @@ def _nt_forms(op: ir.Operation, lhs: Operand, rhs_value: ir.Value, shape: Shape,
         return []
     rhs = operand(w, tensor_info(w))
     acc = tensor_info(op.results[0])[1]
-    notes = (*notes, "its rhs is a transposed [N, K] matrix, read as it is stored (the transpose is not computed)")
+    notes = (*notes, _AS_STORED_NOTE)
     narrowed = elementwise_truncf_user(op.results[0], rank)
     if narrowed is not None:
         out = narrowed.op.results[0]
@@ -438,5 +479,6 @@ def _is_gelu_erf(e: Expr, dtype: str) -> bool:
 
 _GELUS = ((MATMUL_BIAS_GELU, _is_gelu), (MATMUL_BIAS_GELU_ERF, _is_gelu_erf))
 
-FAMILY = Family(kinds=(MATMUL, MATMUL_BIAS, MATMUL_BIAS_RESIDUAL, MATMUL_BIAS_GELU, MATMUL_BIAS_GELU_ERF, MATMUL_NT_EXTF, MATMUL_NT, BATCH_MATMUL),
+FAMILY = Family(kinds=(MATMUL, MATMUL_BIAS, MATMUL_BIAS_RESIDUAL, MATMUL_BIAS_GELU, MATMUL_BIAS_GELU_ERF, MATMUL_NT_BIAS, MATMUL_NT_BIAS_RESIDUAL,
+                       MATMUL_NT_BIAS_GELU, MATMUL_NT_BIAS_GELU_ERF, MATMUL_NT_EXTF, MATMUL_NT, BATCH_MATMUL),
                 matchers=(Matcher(_ROOTS, match),))
