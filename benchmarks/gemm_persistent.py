@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """The persistent bf16 GEMMs (kernels/gemm.toml, model_ops.toml) against their one-tile-per-CTA
-forms, the NT GEMM with the same epilogue (kernels/gemm_nt.toml) and torch, at transformer shapes
-(M = tokens, N and K the Linears' widths).
+forms, their forms reading the weight as stored, the any-size NT GEMM with the same epilogue
+(kernels/gemm_nt.toml) and torch, at transformer shapes (M = tokens, N and K the Linears' widths).
 
 Each row, on the same device inputs (a [M, K], b [K, N] bf16, bias [N] f32):
   * `one tile`: gemm_bias_bf16 (or gemm_bias_gelu_erf_bf16), grid (N / 256, 2 M / 256);
   * `persistent`: its *_persistent form, grid (min(pairs, 66), 2);
-  * `NT`: gemm_nt_bias_bf16 (or gemm_nt_bias_gelu_erf_bf16) reading W [N, K] as a Linear stores
-    it, with the bf16 bias, the grid gemm_nt.toml declares;
+  * `NT persistent`: gemm_nt_bias_bf16_persistent (or ..._gelu_erf_...) reading W [N, K] as a
+    Linear stores it, with the bf16 bias, the persistent grid;
+  * `NT`: gemm_nt.cu's gemm_nt_bias_bf16 (or ..._gelu_erf_...), the same inputs, the grid
+    gemm_nt.toml declares;
   * `torch`: torch.nn.functional.linear(a, W, bias) with W = b.T stored [N, K] as a Linear holds
     it (cuBLAS, bf16 out), followed by torch's exact GELU for the GELU rows;
 the kernels from the modules' sm_90a cubins, launched by CuPy. Each way: CUDA events around 20
@@ -52,8 +54,9 @@ def main() -> None:
 
     module, nt_module = cp.RawModule(path=str(args.cubin)), cp.RawModule(path=str(args.nt_cubin))
     print(f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC, {torch.cuda.get_device_name()}, driver {nvidia_smi('driver_version')}, torch {torch.__version__}")
-    print("| M × N × K | epilogue | one tile | persistent | NT | torch | persistent / one tile | persistent / torch | NT / torch | max err (one tile, persistent, NT) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| M × N × K | epilogue | one tile | persistent | NT persistent | NT | torch | persistent / torch | NT persistent / torch | NT / torch "
+          "| max err (one tile, persistent, NT persistent, NT) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for m, n, k, epilogue in SHAPES:
         row(cp, torch, module, nt_module, m, n, k, epilogue)
 
@@ -91,18 +94,20 @@ def row(cp, torch, module, nt_module, m: int, n: int, k: int, epilogue: str) -> 
     nt_params = (np.uint64(a.data_ptr()), np.uint64(weight.data_ptr()), np.uint64(bias_bf16.data_ptr()), np.uint64(out.data_ptr()), np.int32(m), np.int32(n),
                  np.int32(k))
     one_tile, persistent = kernel(module, name, ONE_TILE_SMEM), kernel(module, f"{name}_persistent", PERSISTENT_SMEM)
-    nt = kernel(nt_module, name.replace("gemm_", "gemm_nt_", 1), NT_SMEM)
+    nt_name = name.replace("gemm_", "gemm_nt_", 1)
+    nt_persistent, nt = kernel(module, f"{nt_name}_persistent", PERSISTENT_SMEM), kernel(nt_module, nt_name, NT_SMEM)
     pairs = (n // 256) * (m // 256)
-    nt_grid = 2 * max(min(pairs, 264), -(-pairs // 8))
+    nt_grid = 2 * min(pairs, CLUSTERS)
     gelu = torch.nn.functional.gelu if epilogue == "gelu_erf" else (lambda x: x)
     ways = {
         "one tile": lambda: one_tile((n // 256, 2 * m // 256), (384,), params, shared_mem=ONE_TILE_SMEM),
         "persistent": lambda: persistent((min(pairs, CLUSTERS), 2), (384,), params, shared_mem=PERSISTENT_SMEM),
+        "NT persistent": lambda: nt_persistent((min(pairs, CLUSTERS), 2), (384,), nt_params, shared_mem=PERSISTENT_SMEM),
         "NT": lambda: nt((nt_grid,), (384,), nt_params, shared_mem=NT_SMEM),
         "torch": lambda: gelu(torch.nn.functional.linear(a, weight, bias_bf16)),
     }
     errors = []
-    for way in ("one tile", "persistent", "NT"):
+    for way in ("one tile", "persistent", "NT persistent", "NT"):
         out.fill_(float("nan"))
         ways[way]()
         torch.cuda.synchronize()
@@ -117,8 +122,8 @@ def row(cp, torch, module, nt_module, m: int, n: int, k: int, epilogue: str) -> 
     us = {way: statistics.median(values) for way, values in samples.items()}
     tflops = {way: 2 * m * n * k / t / 1e6 for way, t in us.items()}
     cells = " | ".join(f"{us[w]:.1f} µs, {tflops[w]:.0f} TFLOP/s" for w in ways)
-    print(f"| {m} × {n} × {k} | {epilogue} | {cells} | {us['one tile'] / us['persistent']:.2f}× | {us['torch'] / us['persistent']:.2f}× | "
-          f"{us['torch'] / us['NT']:.2f}× | {errors[0]:.1e}, {errors[1]:.1e}, {errors[2]:.1e} |", flush=True)
+    ratios = " | ".join(f"{us['torch'] / us[w]:.2f}×" for w in ("persistent", "NT persistent", "NT"))
+    print(f"| {m} × {n} × {k} | {epilogue} | {cells} | {ratios} | {', '.join(f'{e:.1e}' for e in errors)} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 // h = bf16(a @ b + bias), h = bf16(bf16(a @ b + bias) + residual) and c = (a @ b + bias) + residual;
 // and a batched bf16 one,
 // c[z] = a[z] @ b[z] for z = blockIdx.z (attention's batch matmuls). The entry points are at the
-// end; the epilogues (PlainF32 ...) are what differs between them.
+// end; the epilogues (PlainF32 ...) are what differs between them. The persistent bf16 kernels
+// also come with b [N, K], a Linear's weight as stored (gemm_nt_*_persistent: its tiles loaded
+// and multiplied K-major, kNK), and the Linear's bias in bf16.
 //
 // One block computes a BM x BN = 128 x 256 tile of c with 384 threads; one kernel body per
 // architecture, chosen at compile time:
@@ -53,6 +55,9 @@
 #ifndef GEMM_STAGES
 #define GEMM_STAGES 4  // stages of the sm_90a ring: 4 x 48 KB (sm_90a has 227 KB per block)
 #endif
+#ifndef GEMM_PERSISTENT_STAGES
+#define GEMM_PERSISTENT_STAGES 3  // stages of the persistent kernels' ring (beside their two staging buffers)
+#endif
 #ifndef GEMM_WGMMA_IN_FLIGHT
 #define GEMM_WGMMA_IN_FLIGHT 0  // 1: consumers keep one stage's wgmma group in flight, releasing the stage before
 #endif
@@ -85,6 +90,10 @@ __device__ __forceinline__ bool vector_loads_ok(const void* a, const void* b, in
 //   gemm_bias_residual_bf16: h = bf16(float(bf16(v + bias[col])) + float(residual[row, col]))
 //                           (gemm_bias_bf16's value, then a bf16 model's residual add: in f32, rounded once)
 __device__ __forceinline__ bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+// A bias element as f32: the f32 bias of the [K, N] kernels, or a bf16 model's own bias (the
+// NT persistent kernels'), widened exactly.
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 struct PlainF32 {
   using Out = float;
@@ -95,14 +104,15 @@ struct PlainF32 {
     *reinterpret_cast<float4*>(out + size_t(row) * N + col) = v;
   }
 };
-template <typename Act>
+template <typename Act, typename Bias = float>
 struct BiasActBf16 {
   using Out = __nv_bfloat16;
-  const float* bias;
+  const Bias* bias;
   __nv_bfloat16* out;
-  __device__ __forceinline__ float apply(int, int col, float v) const { return Act::apply(v + bias[col]); }
+  __device__ __forceinline__ float apply(int, int col, float v) const { return Act::apply(v + to_f32(bias[col])); }
   __device__ __forceinline__ bool vec_ok() const { return aligned(bias, 16) && aligned(out, 8); }
   __device__ __forceinline__ void store4(int row, int col, int N, float4 v) const {
+    static_assert(__is_same(Bias, float), "16-byte bias loads: an f32 bias");
     const float4 b = *reinterpret_cast<const float4*>(bias + col);
     const __nv_bfloat162 lo = __floats2bfloat162_rn(Act::apply(v.x + b.x), Act::apply(v.y + b.y));
     const __nv_bfloat162 hi = __floats2bfloat162_rn(Act::apply(v.z + b.z), Act::apply(v.w + b.w));
@@ -114,22 +124,7 @@ struct BiasActBf16 {
 };
 using BiasGeluBf16 = BiasActBf16<GeluTanh>;
 using BiasGeluErfBf16 = BiasActBf16<GeluErf>;
-struct BiasBf16 {
-  using Out = __nv_bfloat16;
-  const float* bias;
-  __nv_bfloat16* out;
-  __device__ __forceinline__ float apply(int, int col, float v) const { return v + bias[col]; }
-  __device__ __forceinline__ bool vec_ok() const { return aligned(bias, 16) && aligned(out, 8); }
-  __device__ __forceinline__ void store4(int row, int col, int N, float4 v) const {
-    const float4 b = *reinterpret_cast<const float4*>(bias + col);
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x + b.x, v.y + b.y);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(v.z + b.z, v.w + b.w);
-    uint2 packed;
-    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(out + size_t(row) * N + col) = packed;
-  }
-};
+using BiasBf16 = BiasActBf16<NoActivation>;
 struct BiasResidualF32 {
   using Out = float;
   const float* bias;
@@ -147,18 +142,20 @@ struct BiasResidualF32 {
 // gemm_bias_bf16's result followed by a bf16 residual add, as the model computes that add (the
 // two bf16 values widened, added in f32, rounded once): the same bits as gemm_bias_bf16 and then
 // the add, without writing and reading back the intermediate. residual [M, N] bf16, not aliasing out.
+template <typename Bias = float>
 struct BiasResidualBf16 {
   using Out = __nv_bfloat16;
-  const float* bias;
+  const Bias* bias;
   const __nv_bfloat16* residual;
   __nv_bfloat16* out;
   int N;
   static __device__ __forceinline__ float add(float biased, float r) { return __bfloat162float(__float2bfloat16_rn(biased)) + r; }
   __device__ __forceinline__ float apply(int row, int col, float v) const {
-    return add(v + bias[col], __bfloat162float(residual[size_t(row) * N + col]));
+    return add(v + to_f32(bias[col]), __bfloat162float(residual[size_t(row) * N + col]));
   }
   __device__ __forceinline__ bool vec_ok() const { return aligned(bias, 16) && aligned(residual, 8) && aligned(out, 8); }
   __device__ __forceinline__ void store4(int row, int col, int N, float4 v) const {
+    static_assert(__is_same(Bias, float), "16-byte bias loads: an f32 bias");
     const float4 b = *reinterpret_cast<const float4*>(bias + col);
     const uint2 r = *reinterpret_cast<const uint2*>(residual + size_t(row) * N + col);
     const float2 r01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.x));
@@ -174,7 +171,7 @@ struct BiasResidualBf16 {
   // and the residual is added where it stores 16-byte vectors of the staged rows (coalesced reads
   // of the residual, not one 2-byte read per accumulator).
   static constexpr bool kResidualAtStore = true;
-  __device__ __forceinline__ float staged(int, int col, float v) const { return v + bias[col]; }
+  __device__ __forceinline__ float staged(int, int col, float v) const { return v + to_f32(bias[col]); }
   __device__ __forceinline__ uint4 finish(size_t at, uint4 staged8) const {
     uint4 r;
     if (aligned(residual, 16)) {
@@ -254,12 +251,13 @@ static_assert(THREADS == 3 * 128, "one producer and two consumer warpgroups");
 // + 1024: the dynamic shared memory base is only 16-byte aligned; swizzled tiles need 1024.
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;  // 197632 at the defaults
 
-// d[128] += A(desc) * B(desc) for one m64n256k16 tile; TY is bf16 or f16. Generated operand lists.
-#define GEMM_DEFINE_WGMMA_N256(NAME, TY) \
+// d[128] += A(desc) * B(desc) for one m64n256k16 tile; TY is bf16 or f16; TRANS_B "1": B N-major
+// (b [K, N] as stored), "0": K-major (b [N, K], a Linear's weight). Generated operand lists.
+#define GEMM_DEFINE_WGMMA_N256(NAME, TY, TRANS_B) \
   __device__ __forceinline__ void NAME(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) { \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " \
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n" \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, " TRANS_B ";\n}\n" \
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -279,12 +277,12 @@ constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;  // 197632 at the defaul
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d)); \
   }
 
-// d[64] += A(desc) * B(desc) for one m64n128k16 tile; TY is bf16 or f16. Generated operand lists.
-#define GEMM_DEFINE_WGMMA_N128(NAME, TY) \
+// d[64] += A(desc) * B(desc) for one m64n128k16 tile; TY and TRANS_B as for N256. Generated operand lists.
+#define GEMM_DEFINE_WGMMA_N128(NAME, TY, TRANS_B) \
   __device__ __forceinline__ void NAME(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) { \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n" \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, " TRANS_B ";\n}\n" \
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -296,18 +294,24 @@ constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;  // 197632 at the defaul
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d)); \
   }
 
-GEMM_DEFINE_WGMMA_N256(wgmma_n256_bf16, "bf16")
-GEMM_DEFINE_WGMMA_N256(wgmma_n256_f16, "f16")
-GEMM_DEFINE_WGMMA_N128(wgmma_n128_bf16, "bf16")
-GEMM_DEFINE_WGMMA_N128(wgmma_n128_f16, "f16")
+GEMM_DEFINE_WGMMA_N256(wgmma_n256_bf16, "bf16", "1")
+GEMM_DEFINE_WGMMA_N256(wgmma_n256_f16, "f16", "1")
+GEMM_DEFINE_WGMMA_N256(wgmma_n256_bf16_kmajor, "bf16", "0")
+GEMM_DEFINE_WGMMA_N128(wgmma_n128_bf16, "bf16", "1")
+GEMM_DEFINE_WGMMA_N128(wgmma_n128_f16, "f16", "1")
+GEMM_DEFINE_WGMMA_N128(wgmma_n128_bf16_kmajor, "bf16", "0")
 
-template <typename T>
+// kNK: b is [N, K] (K-major B tiles); only bf16 kernels read it so.
+template <typename T, bool kNK = false>
 __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  static_assert(!kNK || __is_same(T, __nv_bfloat16), "[N, K] b: bf16 only");
 #if GEMM_BN == 256
-  if constexpr (__is_same(T, __nv_bfloat16)) wgmma_n256_bf16(d, desc_a, desc_b, scale_d);
+  if constexpr (kNK) wgmma_n256_bf16_kmajor(d, desc_a, desc_b, scale_d);
+  else if constexpr (__is_same(T, __nv_bfloat16)) wgmma_n256_bf16(d, desc_a, desc_b, scale_d);
   else wgmma_n256_f16(d, desc_a, desc_b, scale_d);
 #else
-  if constexpr (__is_same(T, __nv_bfloat16)) wgmma_n128_bf16(d, desc_a, desc_b, scale_d);
+  if constexpr (kNK) wgmma_n128_bf16_kmajor(d, desc_a, desc_b, scale_d);
+  else if constexpr (__is_same(T, __nv_bfloat16)) wgmma_n128_bf16(d, desc_a, desc_b, scale_d);
   else wgmma_n128_f16(d, desc_a, desc_b, scale_d);
 #endif
 }
@@ -338,6 +342,8 @@ __device__ __forceinline__ uint32_t a_offset(int m, int chunk) { return m * 128 
 __device__ __forceinline__ uint32_t b_offset(int k, int n_chunk) {
   return (((n_chunk >> 3) * (BK / 8) + (k >> 3)) << 10) + ((k & 7) << 7) + (((n_chunk & 7) ^ (k & 7)) << 4);
 }
+// B of b [N, K] (kNK, K-major): laid out as A, row n of the tile at n * 128 bytes (a_offset(n, ...));
+// its 64-row blocks are TMA boxes of 64 rows x BK, B_BLOCK_BYTES each, as the N-major blocks are.
 constexpr uint32_t A_ATOM = 1024, B_LEADING = (BK / 8) * 1024, B_STRIDE = 1024, B_BLOCK_BYTES = BK * 64 * 2;
 
 // ---- Tensor maps built on the device (sm90_pipeline::encode_tensor_map) -------------------
@@ -361,14 +367,15 @@ __device__ __forceinline__ uint8_t* tensor_map_home(Out* out, int M, int N, int 
 
 // Warp 0 of the producer: A's map (boxes of 128 rows x 64 columns) and B's (64 x 64) into
 // `home` and home + 128, released to the tensor-map proxy for this CTA's own use.
-template <typename T>
+template <typename T, bool kNK = false>
 __device__ __forceinline__ void build_tensor_maps(uint64_t (&staging)[2][16], uint8_t* home, const T* a, const T* b, int M, int N, int K) {
   const int lane = threadIdx.x % 32;
   (&staging[0][0])[lane] = 0;
   __syncwarp();
   if (lane == 0) {
     encode_tensor_map<T>(smem_addr(staging[0]), a, M, K, uint64_t(K) * 2, BM);
-    encode_tensor_map<T>(smem_addr(staging[1]), b, K, N, uint64_t(N) * 2, BK);
+    if constexpr (kNK) encode_tensor_map<T>(smem_addr(staging[1]), b, N, K, uint64_t(K) * 2, 64);  // 64 rows x BK
+    else encode_tensor_map<T>(smem_addr(staging[1]), b, K, N, uint64_t(N) * 2, BK);
   }
   __syncwarp();
   for (int i = 0; i < 2; ++i) {
@@ -382,7 +389,7 @@ __device__ __forceinline__ void build_tensor_maps(uint64_t (&staging)[2][16], ui
 // warpgroup (t: the thread's index among them): A's rows m0 .. m0 + BM - 1 and B's columns
 // n0 .. n0 + BN - 1 at K columns k0 .. k0 + BK - 1, zeros past M, N and K, in the swizzled
 // layout wgmma reads; then fenced for the async proxy (written through the generic one).
-template <typename T>
+template <typename T, bool kNK = false>
 __device__ __forceinline__ void load_stage_checked(const T* a, const T* b, uint32_t sa, uint32_t sb, int m0, int n0, int k0, int M, int N, int K, int t) {
   const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
   const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
@@ -392,9 +399,15 @@ __device__ __forceinline__ void load_stage_checked(const T* a, const T* b, uint3
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sa + a_offset(m, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
   }
   for (int id = t; id < BK * (BN / 8); id += 128) {
-    const int k = id / (BN / 8), chunk = id % (BN / 8), gk = k0 + k;
-    const uint4 v = load_chunk_checked(b16 + size_t(gk < K ? gk : 0) * N, gk < K, n0 + chunk * 8, N);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + b_offset(k, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+    if constexpr (kNK) {  // B's rows n0 .. n0 + BN - 1 of b [N, K], laid out as A's
+      const int n = id / (BK / 8), chunk = id % (BK / 8), gn = n0 + n;
+      const uint4 v = load_chunk_checked(b16 + size_t(gn < N ? gn : 0) * K, gn < N, k0 + chunk * 8, K);
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + a_offset(n, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+    } else {
+      const int k = id / (BN / 8), chunk = id % (BN / 8), gk = k0 + k;
+      const uint4 v = load_chunk_checked(b16 + size_t(gk < K ? gk : 0) * N, gk < K, n0 + chunk * 8, N);
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + b_offset(k, chunk)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+    }
   }
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -402,14 +415,16 @@ __device__ __forceinline__ void load_stage_checked(const T* a, const T* b, uint3
 // One stage's products added into a consumer warpgroup's accumulators and committed as one
 // wgmma group: its 64 rows of A at sa, B at sb. first_scale: the scale-d of the stage's first
 // product (0 overwrites d, 1 accumulates); the others accumulate.
-template <typename T>
+template <typename T, bool kNK = false>
 __device__ __forceinline__ void multiply_stage(float (&d)[BN / 2], uint32_t sa, uint32_t sb, int first_scale) {
   fence_operands(d);
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int ks = 0; ks < BK / 16; ++ks) {
-    // K step of 16: 32 bytes along A's swizzled rows; two 8-row atoms down B.
-    wgmma_tile<T>(d, make_desc(sa + ks * 32, 16, A_ATOM), make_desc(sb + ks * 2 * B_STRIDE, B_LEADING, B_STRIDE), ks > 0 ? 1 : first_scale);
+    // K step of 16: 32 bytes along A's swizzled rows; two 8-row atoms down an N-major B, 32 bytes
+    // along a K-major B's rows.
+    const uint64_t desc_b = kNK ? make_desc(sb + ks * 32, 16, A_ATOM) : make_desc(sb + ks * 2 * B_STRIDE, B_LEADING, B_STRIDE);
+    wgmma_tile<T, kNK>(d, make_desc(sa + ks * 32, 16, A_ATOM), desc_b, ks > 0 ? 1 : first_scale);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
@@ -578,12 +593,13 @@ __device__ __forceinline__ void gemm_sm90(const T* __restrict__ a, const T* __re
 // Room for those buffers leaves PERSISTENT_STAGES stages. Needs M and N multiples of 2 BM and
 // BN (the spec's `requires`), a bf16 output; loads by TMA where vector_loads_ok, else element
 // by element (each CTA its whole B tile), as the body above.
-constexpr int PERSISTENT_STAGES = 3;
+constexpr int PERSISTENT_STAGES = GEMM_PERSISTENT_STAGES;
 constexpr int EPI_STRIDE = BN + 8;              // bf16 per staged row: 16 bytes of padding against bank conflicts
 constexpr int EPI_BYTES = 64 * EPI_STRIDE * 2;  // one consumer warpgroup's 64 rows
 constexpr int PERSISTENT_SMEM_BYTES = PERSISTENT_STAGES * STAGE_BYTES + 2 * EPI_BYTES + 1024;  // 216064 at the defaults
 
-template <typename T, typename E>
+// kNK: b is [N, K] (a Linear's weight as stored), its tiles loaded and multiplied K-major.
+template <typename T, bool kNK, typename E>
 __device__ __forceinline__ void gemm_sm90_persistent(const T* __restrict__ a, const T* __restrict__ b, const E& ep, int M, int N, int K) {
   static_assert(__is_same(typename E::Out, __nv_bfloat16), "the persistent body stages bf16 results");
   constexpr int S = PERSISTENT_STAGES;
@@ -615,7 +631,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const T* __restrict__ a, co
         // before this CTA's last epilogue, after its last load.
         const int last = blockIdx.x + ((pairs - 1 - int(blockIdx.x)) / int(gridDim.x)) * int(gridDim.x);
         uint8_t* home = tensor_map_home(ep.out, M, N, ((last / n_tiles) * 2 + int(blockIdx.y)) * BM, (last % n_tiles) * BN);
-        build_tensor_maps<T>(map_staging, home, a, b, M, N, K);
+        build_tensor_maps<T, kNK>(map_staging, home, a, b, M, N, K);
         if (t == 0) {
           const void *map_a = home, *map_b = home + 128;
           asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;\n" ::"l"(map_a) : "memory");
@@ -631,8 +647,10 @@ __device__ __forceinline__ void gemm_sm90_persistent(const T* __restrict__ a, co
               mbar_arrive_expect_tx(bar, STAGE_BYTES);
               tma_load(sa, map_a, kt * BK, m0, bar);
               for (int block = rank; block < BN / 64; block += active) {
-                if (active > 1) tma_load_multicast(sb + block * B_BLOCK_BYTES, map_b, n0 + block * 64, kt * BK, bar, active_mask);
-                else tma_load(sb + block * B_BLOCK_BYTES, map_b, n0 + block * 64, kt * BK, bar);
+                // Box coordinates (column, row) of b: (n, k) for [K, N], (k, n) for [N, K].
+                const int x = kNK ? kt * BK : n0 + block * 64, y = kNK ? n0 + block * 64 : kt * BK;
+                if (active > 1) tma_load_multicast(sb + block * B_BLOCK_BYTES, map_b, x, y, bar, active_mask);
+                else tma_load(sb + block * B_BLOCK_BYTES, map_b, x, y, bar);
               }
             }
           }
@@ -646,7 +664,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const T* __restrict__ a, co
           const int s = g % S;
           if (g >= S) mbar_wait(smem_addr(&empty[s]), ((g / S) - 1) & 1);
           const uint32_t sa = smem + s * STAGE_BYTES;
-          load_stage_checked<T>(a, b, sa, sa + A_STAGE_BYTES, m0, n0, kt * BK, M, N, K, t);
+          load_stage_checked<T, kNK>(a, b, sa, sa + A_STAGE_BYTES, m0, n0, kt * BK, M, N, K, t);
           mbar_arrive(smem_addr(&full[s]));
         }
       }
@@ -666,7 +684,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const T* __restrict__ a, co
       for (int kt = 0; kt < k_tiles; ++kt, ++g) {
         const int s = g % S;
         mbar_wait(smem_addr(&full[s]), (g / S) & 1);
-        multiply_stage<T>(d, smem + s * STAGE_BYTES + half * 64 * 128, smem + s * STAGE_BYTES + A_STAGE_BYTES, 1);
+        multiply_stage<T, kNK>(d, smem + s * STAGE_BYTES + half * 64 * 128, smem + s * STAGE_BYTES + A_STAGE_BYTES, 1);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         fence_operands(d);
         if (t % 32 == 0) {
@@ -713,7 +731,9 @@ constexpr int WA_BYTES = BM * A_LD * 2, WB_BYTES = WK * B_LD * 2;
 // every GPU from sm_80 on.
 constexpr int SMEM_BYTES = 2 * (WA_BYTES + WB_BYTES) + 8 * 16 * 16 * 4 + 128;
 
-template <typename T>
+// kNK: b is [N, K]; its rows n0 .. n0 + BN - 1 are read by 8-element chunks along K and written
+// transposed into the same [WK x BN] tile (element by element: not the tuned path).
+template <typename T, bool kNK = false>
 __device__ __forceinline__ void load_tiles_wmma(const T* a, const T* b, uint8_t* sa, uint8_t* sb, int m0, int n0, int k0, int M, int N, int K, bool vec) {
   const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
   const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
@@ -727,6 +747,14 @@ __device__ __forceinline__ void load_tiles_wmma(const T* a, const T* b, uint8_t*
       const int m = id / (WK / 8), chunk = id % (WK / 8);
       row_ok = m0 + m < M, row = a16 + size_t(row_ok ? m0 + m : 0) * K, col = k0 + chunk * 8, cols = K;
       dst = sa + (m * A_LD + chunk * 8) * 2;
+    } else if constexpr (kNK) {
+      const int j = id - BM * (WK / 8), n = j / (WK / 8), chunk = j % (WK / 8), gn = n0 + n;
+      const uint4 v = load_chunk_checked(b16 + size_t(gn < N ? gn : 0) * K, gn < N, k0 + chunk * 8, K);
+      const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
+      uint16_t* col = reinterpret_cast<uint16_t*>(sb) + chunk * 8 * B_LD + n;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) col[i * B_LD] = e[i];
+      continue;
     } else {
       const int j = id - BM * (WK / 8), k = j / (BN / 8), chunk = j % (BN / 8);
       row_ok = k0 + k < K, row = b16 + size_t(row_ok ? k0 + k : 0) * N, col = n0 + chunk * 8, cols = N;
@@ -739,7 +767,7 @@ __device__ __forceinline__ void load_tiles_wmma(const T* a, const T* b, uint8_t*
   }
 }
 
-template <typename T, typename E>
+template <typename T, bool kNK = false, typename E>
 __device__ __forceinline__ void gemm_wmma(const T* __restrict__ a, const T* __restrict__ b, const E& ep, int M, int N, int K, int m0, int n0) {
   using namespace nvcuda;
   extern __shared__ uint8_t smem_raw[];
@@ -759,12 +787,12 @@ __device__ __forceinline__ void gemm_wmma(const T* __restrict__ a, const T* __re
 #pragma unroll
     for (int j = 0; j < WN / 16; ++j) wmma::fill_fragment(acc[i][j], 0.f);
 
-  load_tiles_wmma(a, b, sa[0], sb[0], m0, n0, 0, M, N, K, vec);
+  load_tiles_wmma<T, kNK>(a, b, sa[0], sb[0], m0, n0, 0, M, N, K, vec);
   __syncthreads();
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int s = kt & 1;
     // Loads of the next tile go to the other buffer, overlapping this tile's math.
-    if (kt + 1 < k_tiles) load_tiles_wmma(a, b, sa[s ^ 1], sb[s ^ 1], m0, n0, (kt + 1) * WK, M, N, K, vec);
+    if (kt + 1 < k_tiles) load_tiles_wmma<T, kNK>(a, b, sa[s ^ 1], sb[s ^ 1], m0, n0, (kt + 1) * WK, M, N, K, vec);
     if (warp < 8) {
       const T* ta = reinterpret_cast<const T*>(sa[s]);
       const T* tb = reinterpret_cast<const T*>(sb[s]);
@@ -805,11 +833,11 @@ __device__ __forceinline__ void gemm_wmma(const T* __restrict__ a, const T* __re
 // The persistent kernels' body on other archs: the same tile pairs, one tile after another.
 constexpr int PERSISTENT_SMEM_BYTES = SMEM_BYTES;
 
-template <typename T, typename E>
+template <typename T, bool kNK, typename E>
 __device__ __forceinline__ void gemm_wmma_persistent(const T* __restrict__ a, const T* __restrict__ b, const E& ep, int M, int N, int K) {
   const int n_tiles = N / BN, pairs = n_tiles * (M / (2 * BM));
   for (int ct = blockIdx.x; ct < pairs; ct += gridDim.x) {
-    gemm_wmma<T>(a, b, ep, M, N, K, ((ct / n_tiles) * 2 + int(blockIdx.y)) * BM, (ct % n_tiles) * BN);
+    gemm_wmma<T, kNK>(a, b, ep, M, N, K, ((ct / n_tiles) * 2 + int(blockIdx.y)) * BM, (ct % n_tiles) * BN);
     __syncthreads();  // the next tile's loads reuse the shared memory this one's epilogue read
   }
 }
@@ -891,7 +919,7 @@ gemm_bias_residual_f32(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16*
 extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
 gemm_bias_residual_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
                         const __nv_bfloat16* __restrict__ residual, __nv_bfloat16* __restrict__ h, int M, int N, int K) {
-  gemm_body(a, b, gemm::BiasResidualBf16{bias, residual, h, N}, M, N, K);
+  gemm_body(a, b, gemm::BiasResidualBf16<>{bias, residual, h, N}, M, N, K);
 }
 
 // c[z] = a[z] @ b[z] for each batch z = blockIdx.z: a [B, M, K], b [B, K, N], c [B, M, N], all
@@ -910,15 +938,16 @@ gemm_batched_bf16(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __re
 // in turn; dynamic shared memory gemm::PERSISTENT_SMEM_BYTES of the arch. Not built with
 // clusters of 4 (a benchmark option): their grid is 2 CTAs high.
 #if GEMM_CLUSTER <= 2
-template <typename T, typename E>
+// kNK: b is [N, K] (the gemm_nt_*_persistent kernels).
+template <bool kNK = false, typename T, typename E>
 __device__ __forceinline__ void persistent_body(const T* a, const T* b, const E& ep, int M, int N, int K) {
   uint32_t dynamic_smem;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
   if (dynamic_smem < uint32_t(gemm::PERSISTENT_SMEM_BYTES) || gridDim.y != 2 || M % (2 * gemm::BM) != 0 || N % gemm::BN != 0) __trap();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  gemm::gemm_sm90_persistent<T>(a, b, ep, M, N, K);
+  gemm::gemm_sm90_persistent<T, kNK>(a, b, ep, M, N, K);
 #else
-  gemm::gemm_wmma_persistent<T>(a, b, ep, M, N, K);
+  gemm::gemm_wmma_persistent<T, kNK>(a, b, ep, M, N, K);
 #endif
 }
 
@@ -938,12 +967,40 @@ gemm_bias_gelu_bf16_persistent(const __nv_bfloat16* __restrict__ a, const __nv_b
 extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
 gemm_bias_residual_bf16_persistent(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
                                    const __nv_bfloat16* __restrict__ residual, __nv_bfloat16* __restrict__ h, int M, int N, int K) {
-  persistent_body(a, b, gemm::BiasResidualBf16{bias, residual, h, N}, M, N, K);
+  persistent_body(a, b, gemm::BiasResidualBf16<>{bias, residual, h, N}, M, N, K);
 }
 
 extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
 gemm_bias_gelu_erf_bf16_persistent(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b, const float* __restrict__ bias,
                                    __nv_bfloat16* __restrict__ h, int M, int N, int K) {
   persistent_body(a, b, gemm::BiasGeluErfBf16{bias, h}, M, N, K);
+}
+
+// The same four with b [N, K] as a Linear stores its weight (read K-major: no transpose in the
+// model) and the Linear's bias in bf16 (widened to f32 where it is added: the bits of the kernels
+// above given that bias in f32 and b transposed).
+using bf16_t = __nv_bfloat16;
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_nt_bias_bf16_persistent(const bf16_t* __restrict__ a, const bf16_t* __restrict__ b, const bf16_t* __restrict__ bias, bf16_t* __restrict__ h, int M,
+                             int N, int K) {
+  persistent_body<true>(a, b, gemm::BiasActBf16<NoActivation, bf16_t>{bias, h}, M, N, K);
+}
+
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_nt_bias_gelu_bf16_persistent(const bf16_t* __restrict__ a, const bf16_t* __restrict__ b, const bf16_t* __restrict__ bias, bf16_t* __restrict__ h,
+                                  int M, int N, int K) {
+  persistent_body<true>(a, b, gemm::BiasActBf16<GeluTanh, bf16_t>{bias, h}, M, N, K);
+}
+
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_nt_bias_gelu_erf_bf16_persistent(const bf16_t* __restrict__ a, const bf16_t* __restrict__ b, const bf16_t* __restrict__ bias,
+                                      bf16_t* __restrict__ h, int M, int N, int K) {
+  persistent_body<true>(a, b, gemm::BiasActBf16<GeluErf, bf16_t>{bias, h}, M, N, K);
+}
+
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_nt_bias_residual_bf16_persistent(const bf16_t* __restrict__ a, const bf16_t* __restrict__ b, const bf16_t* __restrict__ bias,
+                                      const bf16_t* __restrict__ residual, bf16_t* __restrict__ h, int M, int N, int K) {
+  persistent_body<true>(a, b, gemm::BiasResidualBf16<bf16_t>{bias, residual, h, N}, M, N, K);
 }
 #endif

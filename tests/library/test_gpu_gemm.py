@@ -212,6 +212,37 @@ def test_persistent_kernels_give_the_one_tile_kernels_bits(modules, name, m, n, 
     print(f"\n{name}_persistent {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
 
 
+# (M, N, K) for the gemm_nt_*_persistent kernels: as PERSISTENT_SIZES, K = 8 (one short stage) and
+# BERT-base's Linears at 1024 rows.
+NT_PERSISTENT_SIZES = [(256, 256, 8), (256, 512, 72), (512, 768, 1000), (1024, 768, 3072), (1024, 2304, 768)]
+
+
+@pytest.mark.parametrize("m, n, k", NT_PERSISTENT_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in NT_PERSISTENT_SIZES])
+@pytest.mark.parametrize("name", ["gemm_bias_bf16", "gemm_bias_gelu_bf16", "gemm_bias_residual_bf16"])
+def test_nt_persistent_kernels_read_the_weight_as_stored(modules, name, m, n, k):
+    """gemm_nt_<name>_persistent takes w [N, K] (a Linear's weight as stored) and a bf16 bias: within
+    check_epilogue's bound of the float64 reference, and bit for bit <name>_persistent given w
+    transposed and the bias widened to f32: as built, poisoned, and the sm_80 PTX body."""
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
+    w = rng.normal(-0.25, 1.0, (n, k)).astype(ml_dtypes.bfloat16)
+    bias = rng.normal(0.5, 2.0, n).astype(ml_dtypes.bfloat16)
+    residual = rng.normal(-0.5, 4.0, (m, n)).astype(ml_dtypes.bfloat16) if name in RESIDUALS else None
+    extra = () if residual is None else (residual,)
+    b, bias32 = np.ascontiguousarray(w.T), bias.astype(np.float32)
+    nt_name = name.replace("gemm_", "gemm_nt_", 1) + "_persistent"
+    reports = []
+    for module in ("gemm", "gemm_poisonable", "gemm_sm80_ptx_poisonable"):
+        given = () if module == "gemm" else (np.full((m, n), np.nan, ml_dtypes.bfloat16),)
+        got = getattr(modules[module], nt_name)(a, w, bias, *extra, *given)
+        reports.append(check_epilogue(name, got, a, b, bias32, residual))
+        kn = getattr(modules[module], f"{name}_persistent")(a, b, bias32, *extra, *(np.full((m, n), -np.inf, ml_dtypes.bfloat16) for _ in given))
+        np.testing.assert_array_equal(_bits(got), _bits(kn), err_msg=module)
+    print(f"\n{nt_name} {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
 def test_persistent_kernels_refuse_sizes_off_their_tiles(modules):
     import ml_dtypes
 

@@ -110,3 +110,23 @@ def test_gemm_bias_gelu_erf_persistent_gives_the_one_tile_kernels_bits(modules, 
         _assert_within(got, want, bound)
         one_tile = modules[module].gemm_bias_gelu_erf_bf16(a, b, bias, *(np.full((m, n), np.nan, bf16) for _ in given))
         np.testing.assert_array_equal(np.asarray(got).view(np.uint16), np.asarray(one_tile).view(np.uint16), err_msg=module)
+
+
+@pytest.mark.parametrize("m, n, k", [*PERSISTENT_SIZES, (512, 768, 8)], ids=[f"{m}x{n}x{k}" for m, n, k in [*PERSISTENT_SIZES, (512, 768, 8)]])
+def test_gemm_nt_bias_gelu_erf_persistent_reads_the_weight_as_stored(modules, m, n, k):
+    """gemm_nt_bias_gelu_erf_bf16_persistent (w [N, K], bf16 bias) within the float64 bound, and bit
+    for bit gemm_bias_gelu_erf_bf16_persistent given w transposed and the bias widened to f32."""
+    bf16 = bfloat16()
+    rng = np.random.default_rng()
+    a = rng.normal(0.25, 1.0, (m, k)).astype(np.float32).astype(bf16)
+    w = rng.normal(-0.25, 1.0, (n, k)).astype(np.float32).astype(bf16)
+    bias = rng.normal(0.5, 2.0, n).astype(np.float32).astype(bf16)
+    want = REFERENCES.gemm_nt_bias_gelu_erf_bf16_persistent(a, w, bias)
+    bound = 1.2e-5 * (np.abs(a.astype(np.float64)) @ np.abs(w.astype(np.float64)).T) + 4e-3 * np.abs(want) + 1e-6
+    b, bias32 = np.ascontiguousarray(w.T), bias.astype(np.float32)
+    for module in ("model_ops", *POISONABLE):
+        given = () if module == "model_ops" else (np.full((m, n), np.nan, bf16),)
+        got = modules[module].gemm_nt_bias_gelu_erf_bf16_persistent(a, w, bias, *given)
+        _assert_within(got, want, bound)
+        kn = modules[module].gemm_bias_gelu_erf_bf16_persistent(a, b, bias32, *(np.full((m, n), -np.inf, bf16) for _ in given))
+        np.testing.assert_array_equal(np.asarray(got).view(np.uint16), np.asarray(kn).view(np.uint16), err_msg=module)

@@ -232,3 +232,33 @@ def test_computed_mask(tmp_path, body, kind, note):
     (d,) = compile_model(model, [FLASH], dry_run=True).decisions
     assert d.replaced and d.form.kind == kind
     assert (note in d.notes) if note else d.notes == []
+
+
+MODEL_OPS = ROOT / "kernels" / "model_ops.toml"
+
+
+@pytest.mark.parametrize("name", ["bert_default_bf16", "bert_default_padded_bf16"])
+def test_bert_linears_read_their_weights_as_stored(tmp_path, name):
+    """With --allow-wider-accumulation, BERT's Linears take the gemm_nt bias kernels, each with what
+    follows it (the q, k, v projections as matmul_nt+bias, the attention output and the second MLP
+    Linear with their residual adds, the first MLP Linear with its erf GELU), its weight read as
+    stored: no transpose of a weight is left in the program. The rewritten model (the kernels given
+    reference bodies in plain linalg) computes what the original does, on the CPU."""
+    model = _model(name)
+    report, program = rewrite_model(model, [GEMM_NT, MODEL_OPS], allow_wider_accumulation=True)
+    assert report.kernel_counts() == {"gemm_nt.gemm_nt_bias_bf16": 6, "gemm_nt.gemm_nt_bias_residual_bf16": 4, "gemm_nt.gemm_nt_bias_gelu_erf_bf16": 2}
+    assert all("its rhs is a transposed [N, K] matrix, read as it is stored (the transpose is not computed)" in d.notes for d in report.replaced)
+    expected_vmfb = _compile_cpu(model.read_text(), tmp_path / "original.vmfb")
+    got_vmfb = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
+    rng = np.random.default_rng()
+    original = model.read_text()
+    args = _random_args(original, "main", rng)
+    args[0] = rng.integers(0, 1000, args[0].shape)
+    start = 2 if "padded" in name else 1
+    if "padded" in name:
+        args[1] = _padding(args[1].shape)
+    args = args[:start] + [(a.astype(np.float32) * 0.1).astype(a.dtype) for a in args[start:]]
+    (expected,), (got,) = _run(expected_vmfb, "main", args), _run(got_vmfb, "main", args)
+    expected, got = np.asarray(expected, np.float32), np.asarray(got, np.float32)
+    assert expected.shape == got.shape and np.all(np.isfinite(expected))
+    assert np.max(np.abs(expected - got)) <= 3e-2 * max(1.0, float(np.max(np.abs(expected))))

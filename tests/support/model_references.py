@@ -54,24 +54,41 @@ def _norm_prologue(ins: list[str], eps, params: list[str]) -> tuple[list[str], s
     return lines, x, names, eps_value, red
 
 
+# %t4 = 1 + tanh(sqrt(2/pi) (v + 0.044715 v^3)), or 1 + erf(v / sqrt(2)): GELU = 0.5 v %t4.
+_GELU_TANH = ("%c044 = arith.constant 0.044715 : f32\n%c079 = arith.constant 0.7978845608028654 : f32\n"
+              "%v2 = arith.mulf %v, %v : f32\n%v3 = arith.mulf %v2, %v : f32\n%t0 = arith.mulf %v3, %c044 : f32\n%t1 = arith.addf %v, %t0 : f32\n"
+              "%t2 = arith.mulf %t1, %c079 : f32\n%t3 = math.tanh %t2 : f32\n%t4 = arith.addf %t3, %cone : f32\n")
+_GELU_ERF = "%crs2 = arith.constant 0.70710678118654752 : f32\n%t2 = arith.mulf %v, %crs2 : f32\n%t3 = math.erf %t2 : f32\n%t4 = arith.addf %t3, %cone : f32\n"
+
+
 def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
     ins, outs = kernel_function_type(kernel)
     out = outs[0]
     lines: list[str] = []
     c = "%c0 = arith.constant 0 : index\n%c1 = arith.constant 1 : index\n%c2 = arith.constant 2 : index"
     lines += c.splitlines()
+    # The bias forms reading b [N, K] as stored: b transposed here, then the [K, N] form's body on it.
+    as_stored = op.startswith("matmul_nt+bias")
+    if as_stored:
+        op = op.replace("matmul_nt", "matmul", 1)
+        bt = f"tensor<?x?x{_elem(ins[1])}>"
+        lines += [f"%tn = tensor.dim %a1, %c0 : {ins[1]}", f"%tk = tensor.dim %a1, %c1 : {ins[1]}", f"%tb = tensor.empty(%tk, %tn) : {bt}",
+                  f"%a1t = linalg.transpose ins(%a1 : {ins[1]}) outs(%tb : {bt}) permutation = [1, 0]"]
+    prologue = len(lines)
     args = [f"%a{i}: {t}" for i, t in enumerate(ins)]
     acc = _elem(out)
-    if op in ("matmul+bias", "matmul+bias+residual") and _elem(ins[2]) != acc:  # f32 accumulation and bias add, rounded once (gemm_bias_bf16)
-        wide = _elem(ins[2])
+    if op in ("matmul+bias", "matmul+bias+residual") and acc != "f32":  # f32 accumulation and bias add, rounded once (gemm_bias_bf16)
+        wide = "f32"
         wt = f"tensor<?x?x{wide}>"
         lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a1, %c1 : {ins[1]}"]
+        conv_b, bias = _convert("%a2", ins[2], _elem(ins[2]), wide, 1, "b32")  # a bf16 bias widened (exact)
+        lines += conv_b
         lines += [f"%z = arith.constant 0.0 : {wide}", f"%e = tensor.empty(%m, %n) : {wt}", f"%f = linalg.fill ins(%z : {wide}) outs(%e : {wt}) -> {wt}"]
         lines.append(f"%r = linalg.matmul ins(%a0, %a1 : {ins[0]}, {ins[1]}) outs(%f : {wt}) -> {wt}")
         lines.append(f"%eo = tensor.empty(%m, %n) : {out}")
         lines.append(
             "%h = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], "
-            f'iterator_types = ["parallel", "parallel"]}} ins(%r, %a2 : {wt}, {ins[2]}) outs(%eo : {out}) {{\n^bb0(%x: {wide}, %y: {wide}, %o: {acc}):\n'
+            f'iterator_types = ["parallel", "parallel"]}} ins(%r, {bias} : {wt}, tensor<?x{wide}>) outs(%eo : {out}) {{\n^bb0(%x: {wide}, %y: {wide}, %o: {acc}):\n'
             f"%s = arith.addf %x, %y : {wide}\n%t = arith.truncf %s : {wide} to {acc}\nlinalg.yield %t : {acc}\n}} -> {out}"
         )
         if op == "matmul+bias+residual":  # then the residual add in the result's type, as the model's (gemm_bias_residual_bf16)
@@ -116,7 +133,7 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
             lines.append("return %r : tensor<?x?xf32>")
         else:
             lines += [f"%rt = arith.truncf %r : tensor<?x?xf32> to {out}", f"return %rt : {out}"]
-    elif op == "matmul+bias+gelu":  # f32 accumulation, bias and GELU (tanh) in f32, rounded once
+    elif op in ("matmul+bias+gelu", "matmul+bias+gelu_erf"):  # f32 accumulation, bias and GELU (tanh or erf) in f32, rounded once
         lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a1, %c1 : {ins[1]}"]
         lines += ["%z = arith.constant 0.0 : f32", "%e = tensor.empty(%m, %n) : tensor<?x?xf32>", "%f = linalg.fill ins(%z : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>"]
         lines.append(f"%r = linalg.matmul ins(%a0, %a1 : {ins[0]}, {ins[1]}) outs(%f : tensor<?x?xf32>) -> tensor<?x?xf32>")
@@ -125,11 +142,9 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
         lines.append(
             "%h = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], "
             f'iterator_types = ["parallel", "parallel"]}} ins(%r, {bias} : tensor<?x?xf32>, tensor<?xf32>) outs(%eo : {out}) {{\n^bb0(%x: f32, %y: f32, %o: {acc}):\n'
-            "%v = arith.addf %x, %y : f32\n%c044 = arith.constant 0.044715 : f32\n%c079 = arith.constant 0.7978845608028654 : f32\n"
-            "%chalf = arith.constant 0.5 : f32\n%cone = arith.constant 1.0 : f32\n"
-            "%v2 = arith.mulf %v, %v : f32\n%v3 = arith.mulf %v2, %v : f32\n%t0 = arith.mulf %v3, %c044 : f32\n%t1 = arith.addf %v, %t0 : f32\n"
-            "%t2 = arith.mulf %t1, %c079 : f32\n%t3 = math.tanh %t2 : f32\n%t4 = arith.addf %t3, %cone : f32\n%t5 = arith.mulf %v, %chalf : f32\n"
-            + "%g = arith.mulf %t5, %t4 : f32\n"
+            "%v = arith.addf %x, %y : f32\n%chalf = arith.constant 0.5 : f32\n%cone = arith.constant 1.0 : f32\n"
+            + (_GELU_ERF if op.endswith("gelu_erf") else _GELU_TANH)
+            + "%t5 = arith.mulf %v, %chalf : f32\n%g = arith.mulf %t5, %t4 : f32\n"
             + ("%gt = arith.truncf %g : f32 to bf16\nlinalg.yield %gt : bf16\n" if acc == "bf16" else "linalg.yield %g : f32\n")
             + f"}} -> {out}"
         )
@@ -216,6 +231,8 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
         return attention_qkv_reference(symbol, kernel)
     else:
         raise AssertionError(op)
+    if as_stored:
+        lines = lines[:prologue] + [line.replace("%a1", "%a1t") for line in lines[prologue:]]
     body = "\n".join("    " + line for line in "\n".join(lines).splitlines())
     return f"  func.func private @{symbol}({', '.join(args)}) -> {out} {{\n{body}\n  }}"
 
