@@ -637,7 +637,10 @@ def table(results: dict) -> str:
                 continue
             k = r.get("gpu_kernels")
             split = f"{k['ours_ms']:.2f} + {k['iree_ms']:.2f}" if k else ""
-            kernels = ", ".join(f"{kernel.split('.')[-1]} x{n}" for kernel, n in r.get("kernels", {}).items())
+            calls = r.get("kernels", {})
+            names = [kernel.split(".")[-1] for kernel in calls]
+            # module.function where two modules have a function of that name (gemm's and gemm_n128's)
+            kernels = ", ".join(f"{kernel if names.count(name) > 1 else name} x{n}" for (kernel, n), name in zip(calls.items(), names))
             lines.append(f"| {name} | {dtype} | {what} | {r['ms']:.2f} | {_error_cell(r)} | {split} | {kernels} |")
     return "\n".join(lines) + "\n"
 

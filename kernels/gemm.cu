@@ -47,7 +47,7 @@
 #include "sm90_pipeline.cuh"
 
 #ifndef GEMM_BN
-#define GEMM_BN 256  // tile columns; 128 also works
+#define GEMM_BN 256  // tile columns; 128 also works (kernels/gemm_n128.toml builds it so)
 #endif
 #ifndef GEMM_CLUSTER
 #define GEMM_CLUSTER 2  // sm_90a: blocks per cluster along M sharing B tiles (1, 2 or 4); grid y a multiple
@@ -89,6 +89,7 @@ __device__ __forceinline__ bool vector_loads_ok(const void* a, const void* b, in
 //   gemm_bias_residual_f32: c = (v + bias[col]) + residual[row, col]  (residual must not alias c)
 //   gemm_bias_residual_bf16: h = bf16(float(bf16(v + bias[col])) + float(residual[row, col]))
 //                           (gemm_bias_bf16's value, then a bf16 model's residual add: in f32, rounded once)
+//   gemm_nt_bf16_persistent: h = bf16(v)                                (one rounding)
 __device__ __forceinline__ bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 // A bias element as f32: the f32 bias of the [K, N] kernels, or a bf16 model's own bias (the
 // NT persistent kernels'), widened exactly.
@@ -125,6 +126,12 @@ struct BiasActBf16 {
 using BiasGeluBf16 = BiasActBf16<GeluTanh>;
 using BiasGeluErfBf16 = BiasActBf16<GeluErf>;
 using BiasBf16 = BiasActBf16<NoActivation>;
+// h = bf16(v): a bf16 Linear without bias (the model's matmul and its truncf); persistent body only.
+struct PlainBf16 {
+  using Out = __nv_bfloat16;
+  __nv_bfloat16* out;
+  __device__ __forceinline__ float apply(int, int, float v) const { return v; }
+};
 struct BiasResidualF32 {
   using Out = float;
   const float* bias;
@@ -978,8 +985,14 @@ gemm_bias_gelu_erf_bf16_persistent(const __nv_bfloat16* __restrict__ a, const __
 
 // The same four with b [N, K] as a Linear stores its weight (read K-major: no transpose in the
 // model) and the Linear's bias in bf16 (widened to f32 where it is added: the bits of the kernels
-// above given that bias in f32 and b transposed).
+// above given that bias in f32 and b transposed); and a Linear without bias, h = bf16(a @ b^T)
+// (gemm_bf16's sums rounded once).
 using bf16_t = __nv_bfloat16;
+extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
+gemm_nt_bf16_persistent(const bf16_t* __restrict__ a, const bf16_t* __restrict__ b, bf16_t* __restrict__ h, int M, int N, int K) {
+  persistent_body<true>(a, b, gemm::PlainBf16{h}, M, N, K);
+}
+
 extern "C" __global__ void GEMM_CLUSTER_DIMS __launch_bounds__(384, 1)
 gemm_nt_bias_bf16_persistent(const bf16_t* __restrict__ a, const bf16_t* __restrict__ b, const bf16_t* __restrict__ bias, bf16_t* __restrict__ h, int M,
                              int N, int K) {

@@ -175,6 +175,7 @@ def gemm_nt_bias_residual_bf16(a: np.ndarray, b: np.ndarray, bias: np.ndarray, r
 
 
 # gemm.cu's persistent forms (gemm.toml, model_ops.toml): the same values, tile pair by tile pair.
+gemm_nt_bf16_persistent = gemm_nt_bf16
 gemm_nt_bias_bf16_persistent = gemm_nt_bias_bf16
 gemm_nt_bias_gelu_bf16_persistent = gemm_nt_bias_gelu_bf16
 gemm_nt_bias_gelu_erf_bf16_persistent = gemm_nt_bias_gelu_erf_bf16

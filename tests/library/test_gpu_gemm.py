@@ -243,6 +243,71 @@ def test_nt_persistent_kernels_read_the_weight_as_stored(modules, name, m, n, k)
     print(f"\n{nt_name} {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
 
 
+@pytest.fixture(scope="module")
+def n128_modules(tmp_path_factory) -> dict:
+    """kernels/gemm_n128.toml (gemm.cu's persistent kernels with 128-column tiles), three ways."""
+    from ..support.artifacts import gemm_n128
+
+    return loaded_modules(tmp_path_factory, "gemm_n128", gemm_n128.LAYOUT, gemm_n128.build_all)
+
+
+# (M, N, K): one tile pair (N = 128); N = 384 and 640 (odd counts of 128-column tiles: no
+# 256-column form); BERT-base's narrow Linears at 1024 rows (K = 768 and 3072, 24 tile pairs).
+N128_SIZES = [(256, 128, 8), (512, 384, 72), (1024, 768, 768), (1024, 768, 3072), (2048, 640, 200)]
+
+
+@pytest.mark.parametrize("m, n, k", N128_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in N128_SIZES])
+@pytest.mark.parametrize("name", ["gemm_bias_bf16", "gemm_bias_residual_bf16"])
+def test_n128_persistent_kernels_give_the_one_tile_kernels_bits(modules, n128_modules, name, m, n, k):
+    """gemm_n128's <name>_persistent within check_epilogue's bound and bit for bit gemm's one-tile
+    <name>; its gemm_nt_<...>_persistent (w [N, K], bf16 bias) bit for bit that given w transposed and
+    the bias widened: as built, poisoned, and the sm_80 PTX body."""
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
+    w = rng.normal(-0.25, 1.0, (n, k)).astype(ml_dtypes.bfloat16)
+    bias = rng.normal(0.5, 2.0, n).astype(ml_dtypes.bfloat16)
+    residual = (rng.normal(-0.5, 4.0, (m, n)).astype(ml_dtypes.bfloat16),) if name in RESIDUALS else ()
+    b, bias32 = np.ascontiguousarray(w.T), bias.astype(np.float32)
+    nt_name = name.replace("gemm_", "gemm_nt_", 1) + "_persistent"
+    reports = []
+    for suffix in ("", "_poisonable", "_sm80_ptx_poisonable"):
+        given = (lambda fill: ()) if suffix == "" else (lambda fill: (np.full((m, n), fill, ml_dtypes.bfloat16),))
+        narrow = n128_modules[f"gemm_n128{suffix}"]
+        got = getattr(narrow, f"{name}_persistent")(a, b, bias32, *residual, *given(np.nan))
+        reports.append(check_epilogue(name, got, a, b, bias32, residual[0] if residual else None))
+        one_tile = getattr(modules[f"gemm{suffix}"], name)(a, b, bias32, *residual, *given(-np.inf))
+        np.testing.assert_array_equal(_bits(got), _bits(one_tile), err_msg=suffix)
+        nt = getattr(narrow, nt_name)(a, w, bias, *residual, *given(np.inf))
+        np.testing.assert_array_equal(_bits(nt), _bits(got), err_msg=suffix)
+    print(f"\ngemm_n128 {name}_persistent {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
+@pytest.mark.parametrize("m, n, k", [*NT_PERSISTENT_SIZES, *N128_SIZES], ids=[f"{m}x{n}x{k}" for m, n, k in [*NT_PERSISTENT_SIZES, *N128_SIZES]])
+def test_nt_persistent_without_bias_rounds_gemm_bf16s_sums(modules, n128_modules, m, n, k):
+    """gemm_nt_bf16_persistent (w [N, K], no bias; gemm's where N is a multiple of 256, gemm_n128's
+    where N <= 768) within the bound of one bf16 rounding of the float64 product, and bit for bit
+    gemm_bf16's f32 sums of a @ w^T rounded to bf16: as built, poisoned, and the sm_80 PTX body."""
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
+    w = rng.normal(-0.25, 1.0, (n, k)).astype(ml_dtypes.bfloat16)
+    b, no_bias = np.ascontiguousarray(w.T), np.zeros(n, np.float32)
+    kinds = ([("gemm", modules)] if n % 256 == 0 else []) + ([("gemm_n128", n128_modules)] if n <= 768 else [])
+    assert kinds
+    for module, loaded in kinds:
+        reports = []
+        for suffix in ("", "_poisonable", "_sm80_ptx_poisonable"):
+            given = (lambda fill: ()) if suffix == "" else (lambda fill: (np.full((m, n), fill, ml_dtypes.bfloat16),))
+            got = loaded[f"{module}{suffix}"].gemm_nt_bf16_persistent(a, w, *given(np.nan))
+            reports.append(check_epilogue("gemm_bias_bf16", got, a, b, no_bias, None))
+            sums = modules[f"gemm{suffix}"].gemm_bf16(a, b, *((np.full((m, n), -np.inf, np.float32),) if suffix else ()))
+            np.testing.assert_array_equal(_bits(got), _bits(np.asarray(sums).astype(ml_dtypes.bfloat16)), err_msg=f"{module}{suffix}")
+        print(f"\n{module}.gemm_nt_bf16_persistent {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+
+
 def test_persistent_kernels_refuse_sizes_off_their_tiles(modules):
     import ml_dtypes
 

@@ -772,6 +772,9 @@ def test_the_kernel_library_holds_the_benchmarks_kernels():
     labels = {c.label: c.op for c in load_kernels([LIBRARY_DIR]).capabilities}
     for label, op in {"gemm.gemm_bf16": "matmul", "gemm.gemm_bias_bf16": "matmul+bias", "gemm.gemm_bias_gelu_bf16": "matmul+bias+gelu",
                       "gemm_nt.gemm_nt_bf16": "matmul_nt", "gemm_nt.gemm_nt_bf16_f32out": "matmul_nt+extf",
+                      "gemm.gemm_nt_bias_bf16_persistent": "matmul_nt+bias", "gemm.gemm_nt_bias_residual_bf16_persistent": "matmul_nt+bias+residual",
+                      "model_ops.gemm_nt_bias_gelu_erf_bf16_persistent": "matmul_nt+bias+gelu_erf", "gemm_nt.gemm_nt_bias_bf16": "matmul_nt+bias",
+                      "gemm_n128.gemm_bias_residual_bf16_persistent": "matmul+bias+residual", "gemm_n128.gemm_nt_bias_bf16_persistent": "matmul_nt+bias",
                       "attention.attention_bf16": "attention", "attention.attention_qkv_bf16": "attention_qkv",
                       "gemm_f32.gemm_f32": "matmul", "gemm_f32.gemm_nt_f32": "matmul_nt", "gemm_f32.gemm_batched_f32": "batch_matmul",
                       "library.softmax_warp_bf16": "softmax", "library.layernorm_warp_bf16": "layernorm", "library.rmsnorm_f32": "rmsnorm"}.items():
