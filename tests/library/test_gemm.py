@@ -22,11 +22,14 @@ from ..support.references import load_references
 
 SPEC = ROOT / "kernels" / "gemm.toml"
 KERNELS = ["gemm_bf16", "gemm_f16", "gemm_bias_gelu_bf16", "gemm_bias_bf16", "gemm_bias_bf16_persistent", "gemm_bias_gelu_bf16_persistent",
-           "gemm_bias_residual_bf16_persistent", "gemm_bias_residual_f32", "gemm_bias_residual_bf16", "gemm_batched_bf16"]
+           "gemm_bias_residual_bf16_persistent", "gemm_nt_bias_bf16_persistent", "gemm_nt_bf16_persistent", "gemm_nt_bias_gelu_bf16_persistent",
+           "gemm_nt_bias_residual_bf16_persistent", "gemm_bias_residual_f32", "gemm_bias_residual_bf16", "gemm_batched_bf16"]
 # Buffers each kernel takes before M, N, K: a, b, (bias, residual,) output.
 BUFFERS = {"gemm_bf16": 3, "gemm_f16": 3, "gemm_bias_gelu_bf16": 4, "gemm_bias_bf16": 4, "gemm_bias_bf16_persistent": 4, "gemm_bias_gelu_bf16_persistent": 4,
-           "gemm_bias_residual_bf16_persistent": 5, "gemm_bias_residual_f32": 5, "gemm_bias_residual_bf16": 5, "gemm_batched_bf16": 3}
-PERSISTENT = {"gemm_bias_bf16_persistent", "gemm_bias_gelu_bf16_persistent", "gemm_bias_residual_bf16_persistent"}  # grid (min(tile pairs, 66), 2)
+           "gemm_bias_residual_bf16_persistent": 5, "gemm_nt_bias_bf16_persistent": 4, "gemm_nt_bf16_persistent": 3, "gemm_nt_bias_gelu_bf16_persistent": 4,
+           "gemm_nt_bias_residual_bf16_persistent": 5, "gemm_bias_residual_f32": 5, "gemm_bias_residual_bf16": 5, "gemm_batched_bf16": 3}
+NT = {"gemm_nt_bias_bf16_persistent", "gemm_nt_bf16_persistent", "gemm_nt_bias_gelu_bf16_persistent", "gemm_nt_bias_residual_bf16_persistent"}  # b [N, K], bf16 bias
+PERSISTENT = {"gemm_bias_bf16_persistent", "gemm_bias_gelu_bf16_persistent", "gemm_bias_residual_bf16_persistent", *NT}  # grid (min(tile pairs, 66), 2)
 BATCHED = {"gemm_batched_bf16"}  # a [B, M, K], b [B, K, N], c [B, M, N]; the batch along grid z
 # gemm.cu, per arch: sm_90a 4 stages x (16 KB of A + 32 KB of B) + 1 KB to align the tiles to
 # 1024 bytes; sm_80 two buffers of A (128 x 40) and B (32 x 264) bf16 tiles + 8 warps' 16 x 16
@@ -53,12 +56,16 @@ def test_spec_declares_shapes_block_grid_and_shared_memory():
         "gemm_bias_residual_f32": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32"), ("residual", "f32")], ("c", "f32")),
         "gemm_bias_residual_bf16": ([("a", "bf16"), ("b", "bf16"), ("bias", "f32"), ("residual", "bf16")], ("h", "bf16")),
         "gemm_batched_bf16": ([("a", "bf16"), ("b", "bf16")], ("c", "f32")),
+        "gemm_nt_bias_bf16_persistent": ([("a", "bf16"), ("b", "bf16"), ("bias", "bf16")], ("h", "bf16")),
+        "gemm_nt_bf16_persistent": ([("a", "bf16"), ("b", "bf16")], ("h", "bf16")),
+        "gemm_nt_bias_gelu_bf16_persistent": ([("a", "bf16"), ("b", "bf16"), ("bias", "bf16")], ("h", "bf16")),
+        "gemm_nt_bias_residual_bf16_persistent": ([("a", "bf16"), ("b", "bf16"), ("bias", "bf16"), ("residual", "bf16")], ("h", "bf16")),
     }
     for kernel in spec.kernels:
         d = kernel.describe().to_dict()
         batched = kernel.function in BATCHED
         lead = ["B"] if batched else []
-        shapes = {name: lead + dims for name, dims in operands} | {"bias": ["N"], "residual": ["M", "N"]}
+        shapes = {name: lead + dims for name, dims in operands} | {"bias": ["N"], "residual": ["M", "N"]} | ({"b": ["N", "K"]} if kernel.function in NT else {})
         inputs, (out, out_dtype) = expected[kernel.function]
         assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [(name, dtype, shapes[name]) for name, dtype in inputs]
         assert [(t["name"], t["dtype"], t["shape"], t["inplace"]) for t in d["outputs"]] == [(out, out_dtype, [*lead, "M", "N"], False)]
@@ -162,3 +169,27 @@ def test_inspect_spec(capsys):
     assert "kernel gemm_batched_bf16(a: bf16[B, M, K], b: bf16[B, K, N]) -> (c: f32[B, M, N])" in out
     assert "grid ['ceildiv(N, 256)', '(2 * ceildiv(M, 256))', 'B']" in out
     assert f"shared memory sm_90a {SHARED_MEMORY['sm_90a']}, sm_80 {SHARED_MEMORY['sm_80']} B" in out
+
+
+N128_SPEC = ROOT / "kernels" / "gemm_n128.toml"
+
+
+def test_n128_spec_builds_gemm_cu_with_128_column_tiles():
+    """kernels/gemm_n128.toml: gemm.cu's persistent kernels with -DGEMM_BN=128 and 5 stages, their
+    grid over 128-column tiles, the shared memory of those flags, preferred in a model for N <= 768."""
+    spec = load_spec(N128_SPEC)
+    assert spec.name == "gemm_n128" and spec.nvcc_flags == ("-DGEMM_BN=128", "-DGEMM_PERSISTENT_STAGES=5")
+    for kernel in spec.kernels:
+        d = kernel.describe().to_dict()
+        assert d["grid"] == ["min((ceildiv(N, 128) * ceildiv(M, 256)), 66)", "2", "1"]
+        # 5 stages x (16 KB of A + 16 KB of B) + two 64 x 136 bf16 staging buffers + 1024; sm_80: its 128-column tiles
+        assert d["shared_memory"] == {"sm_90a": 5 * 32768 + 2 * 64 * 136 * 2 + 1024, "sm_80": 2 * (128 * 40 + 32 * 136) * 2 + 8 * 1024 + 128}
+        assert [r["relation"] for r in d["requires"]] == ["M % 256 == 0", "N % 128 == 0"]
+
+
+@needs_build_tools
+def test_n128_build_multiplies_128_columns(tmp_path):
+    result = build(load_spec(N128_SPEC), tmp_path / "gemm_n128.vmfb")
+    hopper = (result.objects_dir / "gemm.sm_90a.ptx").read_text()
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16", hopper)
+    assert "m64n256k16" not in hopper

@@ -16,7 +16,8 @@ SPEC = ROOT / "kernels" / "gemm_nt.toml"
 ARCHS = ("sm_90a", "sm_80")
 
 
-ENTRY_POINTS = ("gemm_nt_bf16", "gemm_nt_bf16_f32out")
+ENTRY_POINTS = ("gemm_nt_bf16", "gemm_nt_bf16_f32out", "gemm_nt_bias_bf16", "gemm_nt_bias_gelu_bf16", "gemm_nt_bias_gelu_erf_bf16",
+                "gemm_nt_bias_residual_bf16")
 
 
 def _kernel(path, name="gemm_nt_bf16"):

@@ -113,7 +113,11 @@ def test_bf16_linear_with_bias_fused_only_when_wider_is_allowed():
                        "bf16 (--allow-wider-accumulation accepts a wider one)")
     refused_residual = [f"not as matmul+bias+residual: gemm.gemm_bias_residual_bf16_persistent: {residual_reason}",
                         f"not as matmul+bias+residual: gemm_residual.gemm_bias_residual_bf16: {residual_reason}"]
-    assert strict.replaced[1].notes == ["the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows", *refused_residual, *refused]
+    # The nn.Linear's weight is a transposed [N, K] matrix: each bias form's twin reading it as stored is tried first.
+    nt_refused = [f"not as matmul_nt+bias+residual: gemm.gemm_nt_bias_residual_bf16_persistent: {residual_reason}", *refused_residual,
+                  f"not as matmul_nt+bias: gemm.gemm_nt_bias_bf16_persistent: {reason}", *refused,
+                  "not as matmul_nt: gemm.gemm_nt_bf16_persistent: needs M % 256 == 0, the model's M = 16"]
+    assert strict.replaced[1].notes == ["the batch's rhs is one [K, N] matrix broadcast: one matmul over B*M rows", *nt_refused]
     assert "its bias add is left to IREE" not in strict.text()
     wide = _dry("linear_bias_bf16.torch.mlir", kernels=[GEMM, GEMM_RESIDUAL], allow_wider_accumulation=True)
     assert _by_kernel(wide) == [("matmul", "matmul+bias", "gemm.gemm_bias_bf16"), ("batch_matmul", "matmul+bias+residual", "gemm_residual.gemm_bias_residual_bf16")]
@@ -125,10 +129,11 @@ def test_bf16_linear_with_bias_fused_only_when_wider_is_allowed():
         "computes in f32 and rounds once, where the model rounds to bf16 after the matmul and after the bias add (--allow-wider-accumulation)",
     ]
     assert wide.kernel_counts() == {"gemm.gemm_bias_bf16": 1, "gemm_residual.gemm_bias_residual_bf16": 1}
-    assert wide.replaced[1].notes[-1] == (
+    assert wide.replaced[1].notes[-2:] == [
         "computes in f32 and rounds once, where the model rounds to bf16 after the matmul and after the bias add, then adds the residual in bf16 "
-        "(--allow-wider-accumulation)"
-    )
+        "(--allow-wider-accumulation)",
+        "not as matmul_nt+bias+residual: gemm.gemm_nt_bias_residual_bf16_persistent: needs M % 256 == 0, the model's M = 16",
+    ]
     assert not wide.unkinded  # the residual add is the kernel's
     assert "#1 matmul 16x64 @ 64x192 bf16 x bf16 -> 16x192 f32 at linear_bias_bf16.torch.mlir:8 -> gemm.gemm_bias_bf16 (as matmul+bias)" in wide.text()
     # Without a bias kernel, the matmul alone, its bias add left to IREE.
