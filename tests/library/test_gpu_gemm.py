@@ -34,7 +34,7 @@ from iree_dispatch import runtime
 
 from ..support.artifacts.gemm import LAYOUT, TENSOR_MAPS, build_all, build_tensor_maps_cubin
 from ..support.environment import have_compiler
-from ..support.gpu_modules import loaded_modules, prebuilt_dir
+from ..support.gpu_modules import loaded_modules, misaligned_residual_inputs, prebuilt_dir
 from ..support.references import load_references
 
 pytestmark = pytest.mark.gpu
@@ -338,16 +338,7 @@ def test_persistent_kernel_loads_misaligned_inputs_element_by_element(modules):
 def test_persistent_residual_reads_a_misaligned_residual(modules):
     """A residual 2 bytes past an aligned address (a torch view): read element by element where the
     results are stored, the same bits as the one-tile kernel's."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA device here")
-    m, n, k = 512, 768, 64
-    g = torch.Generator(device="cuda").manual_seed(11)
-    a = torch.randn(m, k, device="cuda", generator=g).bfloat16()
-    b = torch.randn(k, n, device="cuda", generator=g).bfloat16()
-    bias = torch.randn(n, device="cuda", generator=g)
-    residual = (4 * torch.randn(m * n + 1, device="cuda", generator=g)).bfloat16()[1:].view(m, n)
-    assert residual.data_ptr() % 16
+    torch, a, b, bias, residual = misaligned_residual_inputs(weight_as_stored=False)
     got = modules["gemm"].gemm_bias_residual_bf16_persistent(a, b, bias, residual)
     one_tile = modules["gemm"].gemm_bias_residual_bf16(a, b, bias, residual)
     torch.cuda.synchronize()

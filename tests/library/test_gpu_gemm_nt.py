@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from ..support.artifacts.gemm_nt import LAYOUT, build_all
-from ..support.gpu_modules import loaded_modules
+from ..support.gpu_modules import loaded_modules, misaligned_residual_inputs
 from ..support.references import bfloat16, load_references
 
 pytestmark = pytest.mark.gpu
@@ -227,16 +227,7 @@ def test_residual_is_bias_then_the_models_add(modules, m, n, k):
 def test_residual_misaligned_against_c(modules):
     """A residual 2 bytes past an aligned address (a torch view), c aligned: read element by element
     where c is stored, the same bits as with an aligned copy of it."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA device here")
-    m, n, k = 512, 768, 64
-    g = torch.Generator(device="cuda").manual_seed(11)
-    a = torch.randn(m, k, device="cuda", generator=g).bfloat16()
-    b = torch.randn(n, k, device="cuda", generator=g).bfloat16()
-    bias = torch.randn(n, device="cuda", generator=g).bfloat16()
-    residual = (4 * torch.randn(m * n + 1, device="cuda", generator=g)).bfloat16()[1:].view(m, n)
-    assert residual.data_ptr() % 16
+    torch, a, b, bias, residual = misaligned_residual_inputs(weight_as_stored=True)
     got = modules["gemm_nt"].gemm_nt_bias_residual_bf16(a, b, bias, residual)
     aligned = modules["gemm_nt"].gemm_nt_bias_residual_bf16(a, b, bias, residual.clone())
     torch.cuda.synchronize()

@@ -42,3 +42,23 @@ def loaded_modules(tmp_path_factory, subdir: str, layout: Mapping[str, str], bui
 
     paths = module_paths(tmp_path_factory, subdir, layout, build_all)
     return {name: runtime.load(path) for name, path in paths.items() if path.suffix == ".vmfb"}
+
+
+def misaligned_residual_inputs(weight_as_stored: bool) -> tuple:
+    """(torch, a, b, bias, residual) on the GPU for a 512 x 768 x 64 Linear with a residual 2 bytes
+    past a 16-byte aligned address (a view into a longer tensor, as torch hands them over): a
+    [M, K] bf16; b [K, N] with an f32 bias, or with weight_as_stored the weight [N, K] and its bf16
+    bias; residual [M, N] bf16. Skips where torch has no CUDA device."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device here")
+    m, n, k = 512, 768, 64
+    g = torch.Generator(device="cuda").manual_seed(11)
+    a = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    b = torch.randn(*((n, k) if weight_as_stored else (k, n)), device="cuda", generator=g).bfloat16()
+    bias = torch.randn(n, device="cuda", generator=g)
+    residual = (4 * torch.randn(m * n + 1, device="cuda", generator=g)).bfloat16()[1:].view(m, n)
+    assert residual.data_ptr() % 16
+    return torch, a, b, bias.bfloat16() if weight_as_stored else bias, residual
