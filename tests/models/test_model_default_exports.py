@@ -241,17 +241,18 @@ def test_computed_mask(tmp_path, body, kind, note):
     assert (note in d.notes) if note else d.notes == []
 
 
-MODEL_OPS = ROOT / "kernels" / "model_ops.toml"
+GEMM_NT_FUSED = MODELS / "kernels" / "gemm_nt_fused.toml"  # gemm_nt.cu's bias kernels, declared for any size
 
 
 @pytest.mark.parametrize("name", ["bert_default_bf16", "bert_default_padded_bf16"])
 def test_bert_linears_read_their_weights_as_stored(tmp_path, name):
-    """With --allow-wider-accumulation, BERT's Linears take the gemm_nt bias kernels, each with what
+    """With --allow-wider-accumulation, BERT's Linears take gemm_nt.cu's bias kernels, each with what
     follows it (the q, k, v projections as matmul_nt+bias, the attention output and the second MLP
     Linear with their residual adds, the first MLP Linear with its erf GELU), its weight read as
-    stored: no transpose of a weight is left in the program. The rewritten model (the kernels given
-    reference bodies in plain linalg) computes what the original does, on the CPU."""
-    report, program = rewrite_model(_model(name), [GEMM_NT, MODEL_OPS], allow_wider_accumulation=True)
-    assert report.kernel_counts() == {"gemm_nt.gemm_nt_bias_bf16": 6, "gemm_nt.gemm_nt_bias_residual_bf16": 4, "gemm_nt.gemm_nt_bias_gelu_erf_bf16": 2}
+    stored (each noted so). The rewritten model (the kernels given reference bodies in plain
+    linalg) computes what the original does, on the CPU."""
+    report, program = rewrite_model(_model(name), [GEMM_NT_FUSED], allow_wider_accumulation=True)
+    assert report.kernel_counts() == {"gemm_nt_fused.gemm_nt_bias_bf16": 6, "gemm_nt_fused.gemm_nt_bias_residual_bf16": 4,
+                                      "gemm_nt_fused.gemm_nt_bias_gelu_erf_bf16": 2}
     assert all("its rhs is a transposed [N, K] matrix, read as it is stored (the transpose is not computed)" in d.notes for d in report.replaced)
     _assert_computes_the_same(tmp_path, name, report, program)
