@@ -657,9 +657,11 @@ def test_lm_head_as_matmul_nt():
     assert "with the bf16 rounding of its f32 result: one rounding, as the model's truncf" in head.notes
     text = r.text()
     assert "#1 batch_matmul 2x5x32 @ 2x32x77 bf16 x bf16 -> 2x5x77 f32 at lm_head_bf16.torch.mlir:4 -> gemm_nt.gemm_nt_bf16_f32out (as matmul_nt+extf)" in text
-    # Without the NT kernel: gemm_bf16 needs N and K multiples of 8.
+    # Without the any-size NT kernel: gemm's persistent one needs M and N multiples of 256, gemm_bf16 N and K multiples of 8.
     r = _dry("lm_head_bf16.torch.mlir", kernels=[GEMM])
-    assert _reasons(r)[0][0] == ("shape", "gemm.gemm_bf16: needs N % 8 == 0, the model's N = 77")
+    reasons = _reasons(r)[0]
+    assert reasons[0] == ("shape", "gemm.gemm_nt_bf16_persistent: needs M % 256 == 0, the model's M = 10")
+    assert ("shape", "gemm.gemm_bf16: needs N % 8 == 0, the model's N = 77") in reasons
     _, program = rewrite_model(MODELS / "lm_head_bf16.torch.mlir", [GEMM_NT])
     assert program.count("func.call @gemm_nt.gemm_nt_bf16(") == 1 and program.count("func.call @gemm_nt.gemm_nt_bf16_f32out(") == 1
     assert "(tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>" in program
