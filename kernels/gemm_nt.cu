@@ -105,7 +105,7 @@ __device__ __forceinline__ void store_pair(Out* c, int M, int N, int row, int co
 // ---- Epilogues: what a tile's f32 sums become ------------------------------------------------
 // value(sum, col, N): the f32 value rounded to bf16 once (col < N; 0 for columns past N, which
 // are never stored). With kResidual, residual[row, col] is added to that rounded value where c
-// is stored (add_residual, residual_pair).
+// is stored (add_residual on sm_90a's store warps, store_result elsewhere).
 struct Plain {
   static constexpr bool kResidual = false;
   __device__ __forceinline__ float value(float sum, int, int) const { return sum; }
