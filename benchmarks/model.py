@@ -21,8 +21,10 @@ last_hidden_state) are returned as float32.
 
 `run` compares, per model and dtype: PyTorch eager and torch.compile (default mode), both with
 SDPA attention, IREE alone, and IREE with the kernel library (strict numerics; for bf16 also
---allow-wider-accumulation): forward time (median of --iters, after warm-up; CUDA events for
-torch, a synchronous call for IREE) and the error against a float32 PyTorch run with the same
+--allow-wider-accumulation): forward time, every implementation timed the same way (the wall time
+of a call that returns when the output is ready: IREE's synchronous call, torch's forward and a
+synchronize; the median of --iters calls after warm-up, taken over --rounds rounds in which the
+implementations take turns; torch's CUDA-event time is reported beside) and the error against a float32 PyTorch run with the same
 (rounded) weights: for the LMs max |diff| / max |ref| of the logits and the share of positions
 whose top-1 token agrees; for BERT the cosine similarity of the tokens' hidden states (of all
 of them, and the lowest of one token) and max |diff| / max |ref|, over the tokens that are not
@@ -293,7 +295,7 @@ def run(args) -> int:
     folder = Path(args.dir)
     meta = json.loads((folder / "meta.json").read_text())
     results: dict = {"meta": {k: v for k, v in meta.items() if k != "models"}, "device": None, "models": {}}
-    results["meta"].update({"iters": args.iters, "time_limit_s": args.time_limit, "iree_flags": args.iree_flags,
+    results["meta"].update({"iters": args.iters, "rounds": args.rounds, "time_limit_s": args.time_limit, "iree_flags": args.iree_flags,
                             "iree_device": "IREE's defaults" if args.iree_device else "iree_dispatch's (runtime/devices.py)"})
     wanted_models = set(args.models.split(",")) if args.models else None
     if wanted_models is not None and not wanted_models <= set(meta["models"]):
@@ -387,9 +389,10 @@ def _run_model(args, name: str, partial: Path) -> None:
 
 def _run_one(family: Family, dtype: str, entry: dict, prepared: dict, meta: dict, folder: Path, runs: dict, deadline: float, dev: str, args,
              save: Callable[[], None]) -> None:
-    """Times and checks one family in one dtype into `runs` (`save` after each): PyTorch eager,
-    torch.compile, then the prepared IREE variants the device runs; what the deadline leaves no
-    time for is marked skipped."""
+    """Checks one family in one dtype into `runs` (`save` after each): PyTorch eager, torch.compile
+and the prepared IREE variants the device runs, each loaded and checked first, then all of them
+timed in alternating rounds, then the IREE variants' GPU time profiled; what the deadline leaves
+no time for is marked skipped."""
     import torch
 
     tag = f"[{family.name} {dtype}]"
@@ -412,6 +415,7 @@ def _run_one(family: Family, dtype: str, entry: dict, prepared: dict, meta: dict
         def check(x):
             return _errors(family, x, ref, padding)
 
+        contenders: list[_Contender] = []
         torch_runs = {"torch_eager": ("PyTorch eager (SDPA)", lambda: model)}
         if not args.no_compile:
             torch_runs["torch_compile"] = ("torch.compile (SDPA)", lambda: torch.compile(model))
@@ -420,99 +424,166 @@ def _run_one(family: Family, dtype: str, entry: dict, prepared: dict, meta: dict
                 runs[name] = {"what": what, "skipped": f"over the time limit of {args.time_limit} s"}
                 continue
             try:
-                forward = make()
-                runs[name] = _time_torch(lambda: family.output_of(forward(ids, **kwargs)), check, args.iters, dev)
+                module = make()
+                runs[name] = {"what": what}
+                contender = _torch_contender(name, lambda m=module: family.output_of(m(ids, **kwargs)), runs[name], dev)
+                runs[name].update(check(contender.call()))
+                contenders.append(contender)
             except Exception as exc:  # noqa: BLE001 - a peer we report, not depend on
-                runs[name] = {"error": _error_text(exc)}
-            runs[name]["what"] = what
+                runs[name] = {"what": what, "error": _error_text(exc)}
             print(f"{tag} {name}: {runs[name]}", flush=True)
             save()
-    model = None  # the IREE variants take the host copies
-    if dev == "cuda":
-        torch.cuda.empty_cache()
-    for name, variant in prepared["variants"].items():
-        if "error" in variant:
-            runs[name] = {"error": f"prepare: {variant['error']}", "what": name}
-            continue
-        if (variant["device"] == "cuda") != (dev == "cuda"):
-            continue
-        if time.monotonic() > deadline:
-            runs[name] = {"what": variant["what"], "skipped": f"over the time limit of {args.time_limit} s"}
-            continue
-        try:
-            ours = [k.split(".", 1)[1] for k in variant.get("kernels", {})]
-            trace = Path(args.out) / f"trace_{family.name}_{dtype}_{name}.json.gz" if args.traces else None
-            runs[name] = _time_iree(folder / variant["vmfb"], variant["device"], host_args, check, ref.device, args.iters, not args.no_profile, ours, trace,
-                                    args.iree_device)
-        except Exception as exc:  # noqa: BLE001 - one variant failing must not hide the others
-            runs[name] = {"error": _error_text(exc)}
-        runs[name]["what"] = variant["what"]
-        if "kernels" in variant:
-            runs[name]["kernels"], runs[name]["counts"] = variant["kernels"], variant["counts"]
-        print(f"{tag} {name}: {runs[name]}", flush=True)
+        loaded: dict[str, _Loaded] = {}
+        for name, variant in prepared["variants"].items():
+            if "error" in variant:
+                runs[name] = {"error": f"prepare: {variant['error']}", "what": name}
+                continue
+            if (variant["device"] == "cuda") != (dev == "cuda"):
+                continue
+            runs[name] = {"what": variant["what"]}
+            if "kernels" in variant:
+                runs[name]["kernels"], runs[name]["counts"] = variant["kernels"], variant["counts"]
+            if time.monotonic() > deadline:
+                runs[name]["skipped"] = f"over the time limit of {args.time_limit} s"
+                continue
+            try:
+                loaded[name] = _load_iree(folder / variant["vmfb"], variant["device"], host_args, args.iree_device, loaded.values())
+                started = time.perf_counter()
+                output = loaded[name].call()
+                runs[name]["first_call_ms"] = (time.perf_counter() - started) * 1e3
+                runs[name].update(check(torch.from_numpy(output.to_host()).to(ref.device)))
+                del output
+                contenders.append(_Contender(name, loaded[name].call, runs[name]))
+            except Exception as exc:  # noqa: BLE001 - one variant failing must not hide the others
+                runs[name]["error"] = _error_text(exc)
+            print(f"{tag} {name}: {runs[name]}", flush=True)
+            save()
+        _time_in_rounds(contenders, args.rounds, args.iters, deadline, f"over the time limit of {args.time_limit} s")
+        for c in contenders:
+            print(f"{tag} {c.name}: {c.result.get('ms', c.result.get('skipped'))} ms, rounds {c.result.get('rounds_ms')}", flush=True)
         save()
+    if not args.no_profile and dev == "cuda":
+        for name, iree in loaded.items():
+            if "ms" not in runs[name] or time.monotonic() > deadline:
+                continue
+            try:
+                ours = [k.split(".", 1)[1] for k in runs[name].get("kernels", {})]
+                trace = Path(args.out) / f"trace_{family.name}_{dtype}_{name}.json.gz" if args.traces else None
+                runs[name]["gpu_kernels"] = _kernel_breakdown(iree.call, ours, trace)
+            except Exception as exc:  # noqa: BLE001 - the breakdown is extra; the timing stands
+                runs[name]["gpu_kernels_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            save()
 
 
-def _time_torch(fn, check, iters: int, dev: str) -> dict:
+@dataclass
+class _Contender:
+    """One implementation of a forward being timed. `call` returns when its output is ready;
+    torch's on CUDA also have `launch`, the forward without waiting, to time with CUDA events.
+    `result` is its entry in the results."""
+
+    name: str
+    call: Callable[[], object]
+    result: dict
+    launch: Callable[[], object] | None = None
+
+
+def _torch_contender(name: str, fn: Callable[[], object], result: dict, dev: str) -> _Contender:
+    """fn as a contender whose call returns when the output is ready (the GPU's work done), as
+    IREE's synchronous call does."""
     import torch
 
-    x = fn()
-    errors = check(x)
-    del x
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(iters):
-        if dev == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return {"ms": _median(times), "ms_min": min(times), **errors}
+    if dev != "cuda":
+        return _Contender(name, fn, result)
+
+    def call():
+        out = fn()
+        torch.cuda.synchronize()
+        return out
+
+    return _Contender(name, call, result, launch=fn)
 
 
-def _time_iree(vmfb: Path, device: str, host_args, check, ref_device, iters: int, profile: bool = False, ours: list[str] = (),
-               trace: Path | None = None, iree_device: bool = False) -> dict:
-    """One IREE variant's forward. On CUDA the module runs on iree_dispatch's device (its driver
-    flags and output pool, docs/runtime.md), or with iree_device on one IREE creates with its
-    own defaults."""
+@dataclass
+class _Loaded:
+    """An IREE variant loaded on its device with the arguments there; `call` is synchronous."""
+
+    module: object
+    config: object
+    args: list
+    device_key: tuple[str, bool]  # (IREE device name, IREE's own defaults): variants with the same key share the arguments
+
+    def call(self):
+        return self.module.main(*self.args)
+
+
+def _load_iree(vmfb: Path, device: str, host_args, iree_device: bool, others) -> _Loaded:
+    """One IREE variant. On CUDA the module runs on iree_dispatch's device (its driver flags and
+    output pool, docs/runtime.md), or with iree_device on one IREE creates with its own defaults.
+    The arguments are copied to the device once per device: a variant on the same device as one
+    of `others` shares theirs."""
     import iree.runtime as ireert
+
+    same = next((o for o in others if o.device_key == (device, iree_device)), None)
+    if same is not None:
+        config, args = same.config, same.args
+    else:
+        if device == "cuda" and not iree_device:
+            from iree_dispatch.runtime import devices
+
+            config = ireert.Config(device=devices.device("cuda").hal)
+        else:
+            config = ireert.Config(device)
+        args = [ireert.asdevicearray(config.device, a) for a in host_args]
+    module = ireert.load_vm_module(ireert.VmModule.mmap(config.vm_instance, str(vmfb)), config)
+    return _Loaded(module, config, args, (device, iree_device))
+
+
+def _time_in_rounds(contenders: list[_Contender], rounds: int, iters: int, deadline: float, late: str) -> None:
+    """Times every contender the same way: the wall time of a call that returns when the output is
+    ready (for torch, the forward and a synchronize), `iters` calls in all, over `rounds` rounds
+    in which each contender in turn makes one warm-up call and iters / rounds timed ones, so that
+    a drift of the GPU's clocks or of the host's load during the run falls on all alike. Into
+    each result: `ms` (the median of all timed calls), `ms_min`, `rounds_ms` (each round's
+    median) and, where the contender has `launch`, `events_ms`: the median time between CUDA
+    events recorded before and after the forward (without the wait for its end). A round the
+    deadline leaves no time for is not run."""
     import torch
 
-    if device == "cuda" and not iree_device:
-        from iree_dispatch.runtime import devices
-
-        config = ireert.Config(device=devices.device("cuda").hal)
-    else:
-        config = ireert.Config(device)
-    module = ireert.load_vm_module(ireert.VmModule.mmap(config.vm_instance, str(vmfb)), config)
-    args = [ireert.asdevicearray(config.device, a) for a in host_args]
-    started = time.perf_counter()
-    result = module.main(*args)
-    first = time.perf_counter() - started
-    output = torch.from_numpy(result.to_host()).to(ref_device)
-    errors = check(output)
-    del output, result
-    for _ in range(2):
-        module.main(*args)
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        module.main(*args)  # synchronous: returns when the results are ready
-        times.append((time.perf_counter() - t0) * 1e3)
-    result = {"ms": _median(times), "ms_min": min(times), "first_call_ms": first * 1e3, **errors}
-    if profile and device == "cuda":
-        try:
-            result["gpu_kernels"] = _kernel_breakdown(lambda: module.main(*args), ours, trace)
-        except Exception as exc:  # noqa: BLE001 - the breakdown is extra; the timing stands
-            result["gpu_kernels_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    return result
+    per_round = max(1, iters // rounds)
+    walls: dict[str, list[float]] = {c.name: [] for c in contenders}
+    events: dict[str, list[float]] = {c.name: [] for c in contenders}
+    medians: dict[str, list[float]] = {c.name: [] for c in contenders}
+    for c in contenders:
+        for _ in range(2):
+            c.call()
+    for _ in range(rounds):
+        if time.monotonic() > deadline:
+            break
+        for c in contenders:
+            c.call()
+            this_round = []
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                if c.launch is None:
+                    c.call()
+                else:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    c.launch()
+                    end.record()
+                    torch.cuda.synchronize()
+                this_round.append((time.perf_counter() - t0) * 1e3)
+                if c.launch is not None:
+                    events[c.name].append(start.elapsed_time(end))
+            walls[c.name] += this_round
+            medians[c.name].append(_median(this_round))
+    for c in contenders:
+        if not walls[c.name]:
+            c.result["skipped"] = late
+            continue
+        c.result.update({"ms": _median(walls[c.name]), "ms_min": min(walls[c.name]), "rounds_ms": [round(m, 3) for m in medians[c.name]]})
+        if events[c.name]:
+            c.result["events_ms"] = _median(events[c.name])
 
 
 def _kernel_breakdown(call, ours: list[str], trace: Path | None = None) -> dict:
@@ -612,7 +683,9 @@ def table(results: dict) -> str:
     (errors against the float32 reference, the GPU time split, the kernels each build calls)."""
     m = results["meta"]
     devices = sorted({model["device"] for model in results["models"].values() if model.get("device")}) or [results["device"]]
-    lines = [f"On {' and '.join(map(str, devices))}, seed {m['seed']}, median of {m.get('iters')} forwards; torch {m.get('run_torch')}", ""]
+    rounds = f" over {m['rounds']} alternating rounds" if m.get("rounds") else ""
+    lines = [f"On {' and '.join(map(str, devices))}, seed {m['seed']}, median of {m.get('iters')} forwards{rounds} (wall time of a call that returns with the output "
+             f"ready; torch's CUDA-event time in parentheses below); torch {m.get('run_torch')}", ""]
     columns = [k for k in SHORT if any(k in runs for *_, runs in _cases(results))]  # the CPU check's column only where it ran
     head = " | ".join(f"{SHORT[k]} ms" for k in columns)
     lines += [f"| model | dtype | {head} | torch.compile / ours | torch.compile / ours, wider |", "|---|---|" + "---:|" * (len(columns) + 2)]
@@ -641,7 +714,8 @@ def table(results: dict) -> str:
             names = [kernel.split(".")[-1] for kernel in calls]
             # module.function where two modules have a function of that name (gemm's and gemm_n128's)
             kernels = ", ".join(f"{kernel if names.count(name) > 1 else name} x{n}" for (kernel, n), name in zip(calls.items(), names))
-            lines.append(f"| {name} | {dtype} | {what} | {r['ms']:.2f} | {_error_cell(r)} | {split} | {kernels} |")
+            events = f" ({r['events_ms']:.2f})" if "events_ms" in r else ""
+            lines.append(f"| {name} | {dtype} | {what} | {r['ms']:.2f}{events} | {_error_cell(r)} | {split} | {kernels} |")
     return "\n".join(lines) + "\n"
 
 
@@ -688,7 +762,7 @@ def plot(results: dict, path: Path) -> None:
                 ax.barh(i, k["iree_ms"], left=k["ours_ms"], color="tab:blue", label=once("IREE's kernels (GPU)"))
                 ax.barh(i, rest, left=k["total_ms"], color="lightgray", label=once("rest of the call"))
             elif n.startswith("torch"):
-                ax.barh(i, r["ms"], color="tab:orange", label=once("PyTorch (CUDA events)"))
+                ax.barh(i, r["ms"], color="tab:orange", label=once("PyTorch (wall time of the call)"))
             else:  # an IREE build without the breakdown (--no-profile, or the CPU check)
                 ax.barh(i, r["ms"], color="tab:cyan", label=once("IREE (wall time of the call)"))
             ax.text(r["ms"], i, f" {r['ms']:.1f}", va="center", fontsize=8)
@@ -730,7 +804,9 @@ def main(argv=None) -> int:
     r.add_argument("--out", default="build/model-results")
     r.add_argument("--models", help="only these of the prepared models (e.g. gpt2,bert)")
     r.add_argument("--dtypes", help="only these of the prepared dtypes (e.g. bf16)")
-    r.add_argument("--iters", type=int, default=20)
+    r.add_argument("--iters", type=int, default=20, help="timed forwards of each implementation, over --rounds rounds")
+    r.add_argument("--rounds", type=int, default=4,
+                   help="rounds in which every implementation is timed in turn (iters / rounds calls each), so a drift in the run falls on all alike")
     r.add_argument("--time-limit", type=float, default=900.0,
                    help="seconds per model; checked before each implementation, whatever is left then is reported as skipped")
     r.add_argument("--keep-others", action="store_true",
