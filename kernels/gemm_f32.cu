@@ -5,10 +5,13 @@
 //                                                  its tied embedding [vocab, hidden])
 // Any M, N, K >= 1. Design and numerics: docs/gemm_f32.md.
 //
-// One block computes a 128 x 128 tile of c with 256 threads, each an 8 x 8 micro-tile held in
-// registers: rows ty*4 + {0..3} and 64 + ty*4 + {0..3}, columns tx*4 + {0..3} and 64 + tx*4 +
-// {0..3} (16 x 16 threads), so that every shared-memory read of the inner loop is a float4 and a
-// warp's reads of one k row of B cover 256 contiguous bytes. K advances 8 at a time. Each step's
+// One block computes a BM x 128 tile of c with 256 threads, each a (BM / 16) x 8 micro-tile held
+// in registers: rows ty*4 + {0..3} and 64 + ty*R + {0..R-1} (R = (BM - 64) / 16: 4 at BM = 128, 2
+// at BM = 96), columns tx*4 + {0..3} and 64 + tx*4 + {0..3} (16 x 16 threads), so that every
+// shared-memory read of the inner loop is a float4 (a float2 for BM = 96's second rows) and a
+// warp's reads of one k row of B cover 256 contiguous bytes. BM is 128 unless SGEMM_BM says 96:
+// fewer rows per tile make more tiles, which fills the last wave of blocks better where N is
+// narrow (docs/gemm_f32.md, "Tile height"). K advances 8 at a time. Each step's
 // A and B tiles are kept k-major in shared memory (A always transposed on the way in, B transposed
 // only for NT), in two buffers: the next step's global loads are issued into registers before the
 // current step's products, and stored into the other buffer after them, so one __syncthreads per
@@ -24,18 +27,25 @@
 
 namespace sgemm {
 
-constexpr int BM = 128;
+#ifndef SGEMM_BM
+#define SGEMM_BM 128
+#endif
+constexpr int BM = SGEMM_BM;
 constexpr int BN = 128;
 constexpr int BK = 8;
 constexpr int THREADS = 256;
+constexpr int ROWS_HI = (BM - 64) / 16;  // a thread's rows in the tile's rows 64 .. BM - 1
+constexpr int ROWS = 4 + ROWS_HI;        // a thread's rows in all
 // Row padding of the k-major tiles: the transposed stores (thread t writes row t / 2 of k rows
-// (t % 2) * 4 + i) then hit 32 distinct banks per warp, and rows stay 16-byte aligned (132 * 4 =
-// 528 bytes) for the float4 reads.
+// (t % 2) * 4 + i) then hit 32 distinct banks per warp (the two k groups of a warp are 4 rows
+// apart, 4 * (BM + PAD) = 16 banks mod 32), and rows stay 16-byte aligned for the float4 reads.
 constexpr int PAD = 4;
-constexpr int LDS = BM + PAD;
+constexpr int LDA = BM + PAD;
+constexpr int LDB = BN + PAD;
 
-static_assert(BM == BN, "the loaders share one row mapping for A and NT's B");
-static_assert(BM * BK == 4 * THREADS && BN * BK == 4 * THREADS, "each thread loads one group of 4 of A and of B per step");
+static_assert(BM == 128 || BM == 96, "the micro-tile's rows: 4 + 4 (BM = 128) or 4 + 2 (BM = 96) a thread");
+static_assert(BN * BK == 4 * THREADS, "each thread loads one group of 4 of B per step");
+static_assert(BM * BK <= 4 * THREADS, "a thread loads at most one group of 4 of A per step");
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -60,8 +70,8 @@ __device__ __forceinline__ float4 load4(const float* __restrict__ p, int row, in
 
 template <bool kNT>
 __device__ __forceinline__ void gemm_body(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
-  __shared__ __align__(16) float As[2][BK][LDS];
-  __shared__ __align__(16) float Bs[2][BK][LDS];
+  __shared__ __align__(16) float As[2][BK][LDA];
+  __shared__ __align__(16) float Bs[2][BK][LDB];
 
   const int tid = threadIdx.x;
   const int tx = tid % 16;
@@ -76,13 +86,15 @@ __device__ __forceinline__ void gemm_body(const float* __restrict__ a, const flo
   const bool vec_c = aligned16(c) && (N % 4 == 0);
 
   // Row-major [rows, K] loader (A, and NT's B): thread t takes row t / 2, k (t % 2) * 4 .. + 3.
+  // At BM = 96 the threads past A's 96 rows load none of A (zeros, not stored).
   const int ld_row = tid / 2;
   const int ld_k = (tid % 2) * 4;
+  const bool loads_a = BM * BK == 4 * THREADS || ld_row < BM;  // the same in a whole warp; always at BM = 128
   // NN's B [K, N]: thread t takes k row t / 32, columns (t % 32) * 4 .. + 3.
   const int ldb_k = tid / 32;
   const int ldb_n = (tid % 32) * 4;
 
-  auto load_a = [&](int k_base) { return load4(a, m0 + ld_row, M, k_base + ld_k, K, vec_a); };
+  auto load_a = [&](int k_base) { return loads_a ? load4(a, m0 + ld_row, M, k_base + ld_k, K, vec_a) : make_float4(0.f, 0.f, 0.f, 0.f); };
   auto load_b = [&](int k_base) {
     if constexpr (kNT) {
       return load4(b, n0 + ld_row, N, k_base + ld_k, K, vec_b);
@@ -91,10 +103,12 @@ __device__ __forceinline__ void gemm_body(const float* __restrict__ a, const flo
     }
   };
   auto store_tiles = [&](int buf, float4 va, float4 vb) {
-    As[buf][ld_k + 0][ld_row] = va.x;
-    As[buf][ld_k + 1][ld_row] = va.y;
-    As[buf][ld_k + 2][ld_row] = va.z;
-    As[buf][ld_k + 3][ld_row] = va.w;
+    if (loads_a) {
+      As[buf][ld_k + 0][ld_row] = va.x;
+      As[buf][ld_k + 1][ld_row] = va.y;
+      As[buf][ld_k + 2][ld_row] = va.z;
+      As[buf][ld_k + 3][ld_row] = va.w;
+    }
     if constexpr (kNT) {
       Bs[buf][ld_k + 0][ld_row] = vb.x;
       Bs[buf][ld_k + 1][ld_row] = vb.y;
@@ -105,9 +119,9 @@ __device__ __forceinline__ void gemm_body(const float* __restrict__ a, const flo
     }
   };
 
-  float acc[8][8];
+  float acc[ROWS][8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < ROWS; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
 
@@ -129,13 +143,19 @@ __device__ __forceinline__ void gemm_body(const float* __restrict__ a, const flo
 #pragma unroll
     for (int k = 0; k < BK; ++k) {
       const float4 a_lo = *reinterpret_cast<const float4*>(&As[buf][k][ty * 4]);
-      const float4 a_hi = *reinterpret_cast<const float4*>(&As[buf][k][64 + ty * 4]);
+      float ar[ROWS] = {a_lo.x, a_lo.y, a_lo.z, a_lo.w};
+      if constexpr (ROWS_HI == 4) {
+        const float4 a_hi = *reinterpret_cast<const float4*>(&As[buf][k][64 + ty * 4]);
+        ar[4] = a_hi.x, ar[5] = a_hi.y, ar[6] = a_hi.z, ar[7] = a_hi.w;
+      } else {
+        const float2 a_hi = *reinterpret_cast<const float2*>(&As[buf][k][64 + ty * 2]);
+        ar[4] = a_hi.x, ar[5] = a_hi.y;
+      }
       const float4 b_lo = *reinterpret_cast<const float4*>(&Bs[buf][k][tx * 4]);
       const float4 b_hi = *reinterpret_cast<const float4*>(&Bs[buf][k][64 + tx * 4]);
-      const float ar[8] = {a_lo.x, a_lo.y, a_lo.z, a_lo.w, a_hi.x, a_hi.y, a_hi.z, a_hi.w};
       const float br[8] = {b_lo.x, b_lo.y, b_lo.z, b_lo.w, b_hi.x, b_hi.y, b_hi.z, b_hi.w};
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
+      for (int i = 0; i < ROWS; ++i)
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
     }
@@ -147,8 +167,8 @@ __device__ __forceinline__ void gemm_body(const float* __restrict__ a, const flo
   }
 
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int row = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4));
+  for (int i = 0; i < ROWS; ++i) {
+    const int row = m0 + (i < 4 ? ty * 4 + i : 64 + ty * ROWS_HI + (i - 4));
     if (row >= M) continue;
     float* c_row = c + static_cast<size_t>(row) * static_cast<size_t>(N);
 #pragma unroll

@@ -5,7 +5,8 @@ tensor cores, no TF32), the model-rewrite copy of the spec launches them the sam
 an f32 GPT-2 layer's matmuls and its LM head, the float64 references are the products they name,
 and the kernel source itself, compiled for the host with its few CUDA features emulated (a thread
 per CUDA thread, __syncthreads as a barrier), computes every element of c within the GPU tests'
-bound, aligned and with pointers only 4-byte aligned. Runs on a GPU: tests/library/test_gpu_gemm_f32.py."""
+bound, aligned and with pointers only 4-byte aligned; all of it also for the 96-row tiles of
+kernels/gemm_f32_m96.toml (SGEMM_BM=96). Runs on a GPU: tests/library/test_gpu_gemm_f32.py."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from ..support.references import load_references
 
 SOURCE = ROOT / "kernels" / "gemm_f32.cu"
 SPEC = ROOT / "kernels" / "gemm_f32.toml"
+SPEC_M96 = ROOT / "kernels" / "gemm_f32_m96.toml"  # the same source with 96-row tiles
 KERNELS = ("gemm_f32", "gemm_nt_f32", "gemm_batched_f32")
 ARCHS = ("sm_90", "sm_80")
 B_SHAPE = {"gemm_f32": ["K", "N"], "gemm_nt_f32": ["N", "K"], "gemm_batched_f32": ["B", "K", "N"]}
@@ -62,20 +64,35 @@ def test_spec_declares_what_they_replace_in_a_model():
     assert kernels["gemm_batched_f32"]["replaces"] == {"op": "batch_matmul", "accumulate": "f32"}
 
 
+def test_96_row_spec_launches_96_row_tiles_for_narrow_n():
+    """gemm_f32_m96.toml: the same source and entry points with SGEMM_BM=96, one block per 96 x 128
+    tile, preferred over the 128-row kernels where N <= 768."""
+    module, kernels = _kernels(SPEC_M96)
+    assert module["archs"] == list(ARCHS) and module["nvcc_flags"] == ["-DSGEMM_BM=96"]
+    assert list(kernels) == ["gemm_f32", "gemm_nt_f32"]
+    _, base = _kernels(SPEC)
+    for name, kernel in kernels.items():
+        assert kernel["source"] == "gemm_f32.cu" and kernel["block"] == [256] and kernel["shapes"] == base[name]["shapes"]
+        assert kernel["grid"] == ["ceildiv(M, 96)", "ceildiv(N, 128)"]
+        assert kernel["replaces"] == {**base[name]["replaces"], "max": {"N": 768}, "priority": 2}
+
+
 def _entry(ptx: str, name: str) -> str:
     start = ptx.index(f".entry {name}(")
     return ptx[start : ptx.index("{", start)]
 
 
 @needs_build_tools
-def test_builds_for_sm90_and_sm80_with_the_abi_iree_calls(tmp_path):
-    result = build(load_spec(SPEC), tmp_path / "gemm_f32.vmfb", emit_mlir=tmp_path / "gemm_f32.mlir")
+@pytest.mark.parametrize("spec, kernels", [(SPEC, KERNELS), (SPEC_M96, KERNELS[:2])], ids=["128-row", "96-row"])
+def test_builds_for_sm90_and_sm80_with_the_abi_iree_calls(tmp_path, spec, kernels):
+    module = spec.stem
+    result = build(load_spec(spec), tmp_path / f"{module}.vmfb", emit_mlir=tmp_path / f"{module}.mlir")
     assert result.vmfb.stat().st_size > 0
-    assert sorted(p.name for p in result.objects_dir.iterdir()) == [f"gemm_f32.{arch}.{kind}" for arch in ("sm_80", "sm_90") for kind in ("cubin", "ptx")]
+    assert sorted(p.name for p in result.objects_dir.iterdir()) == [f"gemm_f32.{arch}.{kind}" for arch in ("sm_80", "sm_90") for kind in ("cubin", "ptx")]  # named after the source
     mlir = result.mlir.read_text()
     for arch in ARCHS:
         ptx = (result.objects_dir / f"gemm_f32.{arch}.ptx").read_text()
-        for name in KERNELS:
+        for name in kernels:
             assert f"func.func @{name}(" in mlir
             entry = _entry(ptx, name)
             # a, b, c, then M, N, K as 32-bit push constants.
@@ -96,12 +113,13 @@ def test_inspect_shows_the_signatures(capsys):
 
 
 @needs_build_tools
-def test_no_spills(tmp_path):
+@pytest.mark.parametrize("rows", [128, 96])
+def test_no_spills(tmp_path, rows):
     from iree_dispatch.toolchains import find_nvcc
 
     for arch in ARCHS:
-        proc = subprocess.run([str(find_nvcc()), "-cubin", "-O3", "-std=c++17", f"-arch={arch}", "-Xptxas", "-v", str(SOURCE), "-o", str(tmp_path / f"{arch}.cubin")],
-                              check=True, capture_output=True, text=True)
+        proc = subprocess.run([str(find_nvcc()), "-cubin", "-O3", "-std=c++17", f"-arch={arch}", f"-DSGEMM_BM={rows}", "-Xptxas", "-v", str(SOURCE),
+                               "-o", str(tmp_path / f"{arch}.cubin")], check=True, capture_output=True, text=True)
         log = proc.stderr
         spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
         assert spills == [("0", "0")] * len(KERNELS), log
@@ -148,6 +166,7 @@ _SHIM = r"""
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+struct float2 { float x, y; };
 struct float4 { float x, y, z, w; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct emu_dim3 { unsigned x, y, z; };
@@ -191,7 +210,10 @@ int main(int argc, char** argv) {
   for (int k = 0; k < K; ++k) for (int j = 0; j < N; ++j) B[off_b + (nt ? (size_t)j * K + k : (size_t)k * N + j)] = d(rng) + 0.5f * col_mean[j];
   const float* a = A.data() + off_a; const float* b = B.data() + off_b; float* c = C.data() + off_c;
   for (size_t i = 0; i < (size_t)M * N; ++i) c[i] = NAN;
-  const unsigned gx = (M + 127) / 128, gy = (N + 127) / 128;
+#ifndef SGEMM_BM
+#define SGEMM_BM 128
+#endif
+  const unsigned gx = (M + SGEMM_BM - 1) / SGEMM_BM, gy = (N + 127) / 128;
   std::barrier<> barrier(256);
   emu_block_barrier = &barrier;
   std::vector<std::thread> threads;
@@ -222,15 +244,17 @@ int main(int argc, char** argv) {
 }
 """
 
-# (M, N, K): single elements, edges that are not multiples of the 128 x 128 x 8 tiles, K and N not
-# multiples of 4 (element loads and stores), N odd, exact multiples of the tiles (float4 loads and
-# stores), several K steps.
-EMULATED_SIZES = [(1, 1, 1), (1, 77, 5), (37, 101, 13), (129, 129, 33), (200, 1001, 9), (130, 260, 24), (128, 128, 8), (256, 256, 256)]
+# (M, N, K): single elements, edges that are not multiples of the 128 x 128 x 8 (or 96 x 128 x 8)
+# tiles, K and N not multiples of 4 (element loads and stores), N odd, exact multiples of the tiles
+# (float4 loads and stores), several K steps.
+EMULATED_SIZES = [(1, 1, 1), (1, 77, 5), (37, 101, 13), (129, 129, 33), (200, 1001, 9), (130, 260, 24), (128, 128, 8), (96, 128, 8), (193, 130, 16),
+                  (256, 256, 256)]
 
 
-@pytest.fixture(scope="module")
-def emulated(tmp_path_factory):
-    return build_host_emulation(tmp_path_factory.mktemp("gemm_f32_host"), SOURCE, _SHIM, _DRIVER, ["-x", "none"])
+@pytest.fixture(scope="module", params=[128, 96], ids=["128-row", "96-row"])
+def emulated(tmp_path_factory, request):
+    """The source and driver built with SGEMM_BM (tile rows) = the parameter."""
+    return build_host_emulation(tmp_path_factory.mktemp("gemm_f32_host"), SOURCE, _SHIM, _DRIVER, ["-x", "none", f"-DSGEMM_BM={request.param}"])
 
 
 @pytest.mark.parametrize("offsets", [(0, 0, 0), (1, 3, 2)], ids=["aligned", "4-byte-aligned"])
@@ -241,3 +265,14 @@ def test_source_computes_every_element_on_the_host(emulated, m, n, k, nt, offset
     be: the kernel must take its element-by-element loads and stores."""
     proc = subprocess.run([str(emulated), str(int(nt)), str(m), str(n), str(k), *map(str, offsets)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@needs_build_tools
+def test_narrow_matmuls_take_the_96_row_tiles():
+    """With both specs, the f32 GPT-2 layer's Linear matmuls and LM head (N <= 768 at its tiny
+    width) take the 96-row kernels (`priority = 2`); its attention batch matmuls, which only the
+    128-row spec declares, stay there."""
+    from iree_dispatch.models import compile_model
+
+    report = compile_model(ROOT / "tests" / "models" / "gpt2_layer_f32.torch.mlir", [SPEC, SPEC_M96], dry_run=True)
+    assert report.kernel_counts() == {"gemm_f32_m96.gemm_f32": 4, "gemm_f32_m96.gemm_nt_f32": 1, "gemm_f32.gemm_batched_f32": 2}

@@ -1,6 +1,7 @@
 """On a CUDA device: the f32 CUDA-core GEMMs (kernels/gemm_f32.toml: gemm_f32, c = a @ b, and
-gemm_nt_f32, c = a @ b^T with b [N, K]) against their float64 references, through IREE
-(iree_dispatch.runtime).
+gemm_nt_f32, c = a @ b^T with b [N, K]; and the same two built with 96-row tiles,
+kernels/gemm_f32_m96.toml) against their float64 references, through IREE
+(iree_dispatch.runtime), and the 96-row builds against the 128-row ones bit for bit.
 
 Sizes: 1 x 1 x 1; sizes that are not multiples of the 128 x 128 x 8 tiles; K not a multiple of 4
 (a's rows, and NT's b rows, not 16-byte aligned: element loads); N odd (b's rows for gemm_f32 and
@@ -34,7 +35,7 @@ import time
 import numpy as np
 import pytest
 
-from ..support.artifacts.gemm_f32 import LAYOUT, build_all
+from ..support.artifacts import gemm_f32, gemm_f32_m96
 from ..support.gpu_modules import loaded_modules
 from ..support.references import load_references
 
@@ -46,9 +47,13 @@ CHUNK = 1024  # rows of c checked at a time (the LM head's float64 product is 3.
 REFERENCES = load_references()
 
 
+BUILDS = ("gemm_f32", "gemm_f32_m96")  # 128- and 96-row tiles
+
+
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict:
-    return loaded_modules(tmp_path_factory, "gemm_f32", LAYOUT, build_all)
+    return {**loaded_modules(tmp_path_factory, "gemm_f32", gemm_f32.LAYOUT, gemm_f32.build_all),
+            **loaded_modules(tmp_path_factory, "gemm_f32_m96", gemm_f32_m96.LAYOUT, gemm_f32_m96.build_all)}
 
 
 def inputs(name: str, m: int, n: int, k: int, seed=None):
@@ -92,10 +97,10 @@ def check(name: str, results: list, a: np.ndarray, b: np.ndarray) -> list[str]:
 WAYS = ("as built", "poisoned", "sm_80 PTX poisoned")
 
 
-def run_three_ways(modules, name: str, a, b) -> list[str]:
+def run_three_ways(modules, build: str, name: str, a, b) -> list[str]:
     n = b.shape[0] if name == "gemm_nt_f32" else b.shape[1]
-    results = [np.asarray(getattr(modules["gemm_f32"], name)(a, b))]
-    for module in ("gemm_f32_poisonable", "gemm_f32_sm80_ptx_poisonable"):
+    results = [np.asarray(getattr(modules[build], name)(a, b))]
+    for module in (f"{build}_poisonable", f"{build}_sm80_ptx_poisonable"):
         poisoned = np.full((a.shape[0], n), np.nan, np.float32)
         results.append(np.asarray(getattr(modules[module], name)(a, b, poisoned)))
     return check(name, results, a, b)
@@ -106,12 +111,31 @@ SIZES = [(1, 1, 1), (1, 77, 5), (3, 8, 8), (37, 101, 13), (128, 128, 8), (129, 1
          (517, 1000, 17), (256, 384, 768), (1024, 1024, 1024), (300, 2048, 4096), (300, 50257, 64)]
 
 
+@pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("name", ["gemm_f32", "gemm_nt_f32"])
 @pytest.mark.parametrize("m, n, k", SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in SIZES])
-def test_matches_float64(modules, name, m, n, k):
+def test_matches_float64(modules, build, name, m, n, k):
     a, b = inputs(name, m, n, k)
-    reports = run_three_ways(modules, name, a, b)
-    print(f"\n{name} {m}x{n}x{k}: " + " | ".join(f"{way} {r}" for way, r in zip(WAYS, reports)))
+    reports = run_three_ways(modules, build, name, a, b)
+    print(f"\n{build}.{name} {m}x{n}x{k}: " + " | ".join(f"{way} {r}" for way, r in zip(WAYS, reports)))
+
+
+# (M, N, K): one tile of 96 rows and one of 128, rows that leave the last 96-row tile part full,
+# and BERT-base's narrow Linears at 16 x 512 tokens (q, k, v and the attention output; the second
+# MLP matmul).
+SAME_BITS = [(96, 128, 8), (128, 128, 8), (1000, 77, 100), (8192, 768, 768), (8192, 768, 3072)]
+
+
+@pytest.mark.parametrize("name", ["gemm_f32", "gemm_nt_f32"])
+@pytest.mark.parametrize("m, n, k", SAME_BITS, ids=[f"{m}x{n}x{k}" for m, n, k in SAME_BITS])
+def test_96_row_tiles_give_the_same_bits(modules, name, m, n, k):
+    """Each element's sum over K runs in the same order whatever the tile's height: the 96-row
+    build's c is the 128-row build's, bit for bit (the output poisoned with NaN first)."""
+    a, b = inputs(name, m, n, k)
+    want = np.asarray(getattr(modules["gemm_f32"], name)(a, b))
+    got = np.asarray(getattr(modules["gemm_f32_m96_poisonable"], name)(a, b, np.full(want.shape, np.nan, np.float32)))
+    differ = want.view(np.uint32) != got.view(np.uint32)
+    assert not differ.any(), f"{int(differ.sum())} elements differ, first at {np.argwhere(differ)[0].tolist()}"
 
 
 def _wall_tflops(module, name: str, a: np.ndarray, b: np.ndarray, n: int, calls: int = 5) -> float:
@@ -132,14 +156,15 @@ def _wall_tflops(module, name: str, a: np.ndarray, b: np.ndarray, n: int, calls:
 GPT2 = [("gemm_f32", 8192, 3072, 768), ("gemm_f32", 8192, 768, 3072), ("gemm_nt_f32", 8192, 50257, 768)]
 
 
+@pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("name, m, n, k", GPT2, ids=[f"{name}-{m}x{n}x{k}" for name, m, n, k in GPT2])
-def test_gpt2_shapes(modules, name, m, n, k):
+def test_gpt2_shapes(modules, build, name, m, n, k):
     """The MLP's two matmuls and the LM head (vocabulary 50257, odd: element loads of b's rows
     for gemm_f32, element stores of c's rows), every element checked."""
     a, b = inputs(name, m, n, k)
-    reports = run_three_ways(modules, name, a, b)
-    tflops = _wall_tflops(modules["gemm_f32"], name, a, b, n)
-    print(f"\n{name} {m}x{n}x{k}: " + " | ".join(f"{way} {r}" for way, r in zip(WAYS, reports)) + f" | {tflops:.1f} TFLOP/s (wall, as built)")
+    reports = run_three_ways(modules, build, name, a, b)
+    tflops = _wall_tflops(modules[build], name, a, b, n)
+    print(f"\n{build}.{name} {m}x{n}x{k}: " + " | ".join(f"{way} {r}" for way, r in zip(WAYS, reports)) + f" | {tflops:.1f} TFLOP/s (wall, as built)")
 
 
 # (B, M, N, K): batches of the sizes above, and GPT-2 small's attention in f32 (96 heads of 1024
