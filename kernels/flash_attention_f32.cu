@@ -104,10 +104,10 @@ __device__ __forceinline__ float ex2(float x) {
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// tile[r][c] = src[(r0 + r) * D + c] for r0 + r < limit, zeros past it: ROWS rows of D floats,
-// row pitch D + 4.
+// tile[r][c] = src[(r0 + r) * pitch + c] for r0 + r < limit, zeros past it: ROWS rows of D floats
+// (pitch D in the heads layout, H * D in BSHD's), row pitch D + 4 in the tile.
 template <int ROWS, int D>
-__device__ __forceinline__ void load_rows(float* tile, const float* src, int r0, int limit, bool async) {
+__device__ __forceinline__ void load_rows(float* tile, const float* src, long pitch, int r0, int limit, bool async) {
   constexpr int CHUNKS_PER_ROW = D / 4, CHUNKS = ROWS * CHUNKS_PER_ROW;
   static_assert(CHUNKS % THREADS == 0, "every thread copies the same number of chunks");
 #pragma unroll
@@ -116,7 +116,7 @@ __device__ __forceinline__ void load_rows(float* tile, const float* src, int r0,
     const int r = i / CHUNKS_PER_ROW, c = (i % CHUNKS_PER_ROW) * 4;
     const bool in = r0 + r < limit;
     float* dst = tile + r * Tiles<D>::PITCH + c;
-    const float* s = src + static_cast<long>(r0 + r) * D + c;
+    const float* s = src + (r0 + r) * pitch + c;
     if (async) {
       cp_async16(dst, in ? s : src, in);
     } else {
@@ -128,7 +128,12 @@ __device__ __forceinline__ void load_rows(float* tile, const float* src, int r0,
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
-template <int D, Masking MASKING>
+// Where q, k, v and out are: HEADS, [B, H, S, D] (SDPA's operands); BSHD, [B, S, H, D] (separate
+// q, k and v projections' [B, S, H * D] results as stored, out the [B, S, E] the output projection
+// reads: no transposes computed). The same computation on either.
+enum Layout { HEADS, BSHD };
+
+template <int D, Masking MASKING, Layout LAYOUT = HEADS>
 __device__ __forceinline__ void forward(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                                         const float* __restrict__ mask, float* __restrict__ out, int Hq, int Hkv, int Sq, int Sk, int MB,
                                         int MH, int MQ, float scale) {
@@ -144,26 +149,31 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
   const int bh = blockIdx.x, b = bh / Hq, h = bh % Hq;
   const int q_tiles = (Sq + BQ - 1) / BQ;
   const int q0 = (q_tiles - 1 - static_cast<int>(blockIdx.y)) * BQ;  // the longest causal rows first
-  float* oh = out + (static_cast<long>(b) * Hq + h) * Sq * D;
+  // Row pitches and each (b, head)'s first row, in floats.
+  const long q_pitch = LAYOUT == BSHD ? static_cast<long>(Hq) * D : D, kv_pitch = LAYOUT == BSHD ? static_cast<long>(Hkv) * D : D;
+  const auto first_row = [&](int heads, int head, int rows) {
+    return LAYOUT == BSHD ? (static_cast<long>(b) * rows * heads + head) * D : (static_cast<long>(b) * heads + head) * rows * D;
+  };
+  float* oh = out + first_row(Hq, h, Sq);
   if (Hkv <= 0 || Hq % Hkv != 0) {  // no key/value head to read: NaN rather than an out-of-bounds read
     for (int i = threadIdx.x; i < BQ * D; i += THREADS)
-      if (q0 + i / D < Sq) oh[static_cast<long>(q0) * D + i] = __int_as_float(0x7fc00000);
+      if (q0 + i / D < Sq) oh[(q0 + i / D) * q_pitch + i % D] = __int_as_float(0x7fc00000);
     return;
   }
   const int kvh = h / (Hq / Hkv);
-  const float* qh = q + (static_cast<long>(b) * Hq + h) * Sq * D;
-  const float* kh = k + (static_cast<long>(b) * Hkv + kvh) * Sk * D;
-  const float* vh = v + (static_cast<long>(b) * Hkv + kvh) * Sk * D;
+  const float* qh = q + first_row(Hq, h, Sq);
+  const float* kh = k + first_row(Hkv, kvh, Sk);
+  const float* vh = v + first_row(Hkv, kvh, Sk);
   const float* mslice = MASKING == ADDITIVE ? mask + (static_cast<long>(b % MB) * MH + h % MH) * MQ * Sk : nullptr;
   const int key_end = MASKING == CAUSAL ? min(Sk, min(Sq, q0 + BQ)) : Sk;
   const int k_tiles = (key_end + BK - 1) / BK;
   const bool async = aligned16(q) && aligned16(k) && aligned16(v);
 
   // Two copy groups in flight at most: q with k(t), then v(t).
-  load_rows<BQ, D>(qs, qh, q0, Sq, async);
-  load_rows<BK, D>(ks, kh, 0, Sk, async);
+  load_rows<BQ, D>(qs, qh, q_pitch, q0, Sq, async);
+  load_rows<BK, D>(ks, kh, kv_pitch, 0, Sk, async);
   cp_async_commit();
-  load_rows<BK, D>(vs, vh, 0, Sk, async);
+  load_rows<BK, D>(vs, vh, kv_pitch, 0, Sk, async);
   cp_async_commit();
 
   float o[QT][4 * DG], m[QT], l[QT];
@@ -206,7 +216,7 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
         }
     }
     __syncthreads();  // every thread has read k(t) (and p of the previous tile): k(t + 1) may come
-    if (t + 1 < k_tiles) load_rows<BK, D>(ks, kh, k0 + BK, Sk, async);
+    if (t + 1 < k_tiles) load_rows<BK, D>(ks, kh, kv_pitch, k0 + BK, Sk, async);
     cp_async_commit();
 
 #pragma unroll
@@ -265,7 +275,7 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
       }
     }
     __syncthreads();  // every thread has read v(t) and p: v(t + 1) may come
-    if (t + 1 < k_tiles) load_rows<BK, D>(vs, vh, k0 + BK, Sk, async);
+    if (t + 1 < k_tiles) load_rows<BK, D>(vs, vh, kv_pitch, k0 + BK, Sk, async);
     cp_async_commit();
   }
 
@@ -282,7 +292,7 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
     if (row >= Sq) continue;
 #pragma unroll
     for (int g = 0; g < DG; ++g) {
-      float* dst = oh + static_cast<long>(row) * D + 4 * tx + 64 * g;
+      float* dst = oh + row * q_pitch + 4 * tx + 64 * g;
       const float4 y = make_float4(o[i][4 * g] * inv, o[i][4 * g + 1] * inv, o[i][4 * g + 2] * inv, o[i][4 * g + 3] * inv);
       if (vectors) {
         *reinterpret_cast<float4*>(dst) = y;
@@ -296,12 +306,14 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
 }  // namespace flash_attention_f32
 
 using flash_attention_f32::ADDITIVE;
+using flash_attention_f32::BSHD;
 using flash_attention_f32::CAUSAL;
 using flash_attention_f32::forward;
 using flash_attention_f32::NONE;
 
-// The entry points: flash_attn_f32_d<D>[_causal | _mask]. Without a mask: (q, k, v, out, B, Hq,
-// Hkv, Sq, Sk, scale); with one: (q, k, v, mask, out, B, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale).
+// The entry points: flash_attn_f32_d<D>[_causal | _mask] ([B, H, S, D]) and flash_attn_bshd_f32_d<D>[_causal |
+// _mask] ([B, S, H, D]). Without a mask: (q, k, v, out, B, Hq, Hkv, Sq, Sk, scale); with one: (q,
+// k, v, mask, out, B, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale).
 // Launch: 256 threads, grid (B * Hq, ceildiv(Sq, 64)), Tiles<D>::BYTES of dynamic shared memory;
 // two blocks per SM (128 registers a thread).
 #define FA32_BOUNDS __launch_bounds__(256, 2)
@@ -323,4 +335,22 @@ extern "C" __global__ void FA32_BOUNDS flash_attn_f32_d128_causal(const float* q
 }
 extern "C" __global__ void FA32_BOUNDS flash_attn_f32_d128_mask(const float* q, const float* k, const float* v, const float* mask, float* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<128, ADDITIVE>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_bshd_f32_d64(const float* q, const float* k, const float* v, float* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<64, NONE, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_bshd_f32_d64_causal(const float* q, const float* k, const float* v, float* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<64, CAUSAL, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_bshd_f32_d64_mask(const float* q, const float* k, const float* v, const float* mask, float* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+  forward<64, ADDITIVE, BSHD>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_bshd_f32_d128(const float* q, const float* k, const float* v, float* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<128, NONE, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_bshd_f32_d128_causal(const float* q, const float* k, const float* v, float* out, int B, int Hq, int Hkv, int Sq, int Sk, float scale) {
+  forward<128, CAUSAL, BSHD>(q, k, v, nullptr, out, Hq, Hkv, Sq, Sk, 1, 1, 1, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_bshd_f32_d128_mask(const float* q, const float* k, const float* v, const float* mask, float* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
+  forward<128, ADDITIVE, BSHD>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
 }

@@ -3,6 +3,8 @@
 //   gemm_f32:    c[M, N] = a[M, K] @ b[K, N]     (all row-major)
 //   gemm_nt_f32: c[M, N] = a[M, K] @ b[N, K]^T   (b as a Linear stores its weight, or an LM head
 //                                                  its tied embedding [vocab, hidden])
+//   gemm_nt_bias_f32, gemm_nt_bias_gelu_erf_f32, gemm_nt_bias_residual_f32: gemm_nt_f32 with a
+//   Linear's bias added, then erf-GELU or a residual, in the epilogue (see Epilogues below)
 // Any M, N, K >= 1. Design and numerics: docs/gemm_f32.md.
 //
 // One block computes a BM x 128 tile of c with 256 threads, each a (BM / 16) x 8 micro-tile held
@@ -24,6 +26,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "gelu.cuh"
 
 namespace sgemm {
 
@@ -68,8 +72,32 @@ __device__ __forceinline__ float4 load4(const float* __restrict__ p, int row, in
   return v;
 }
 
-template <bool kNT>
-__device__ __forceinline__ void gemm_body(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+// Epilogues: what happens to each finished sum c[row, col] before it is stored. Each step is one
+// f32 operation rounded as the model's own separate op rounds it, in the model's order (the sum,
+// then + bias, then GELU or + residual), so the bias and residual forms store the bits the GEMM
+// followed by the model's adds would; GELU is erff's (within a few ulps of another f32 erf).
+struct Plain {
+  __device__ __forceinline__ float operator()(float v, int, int) const { return v; }
+};
+
+template <class Act>
+struct BiasAct {  // Act(c + bias[col]); BiasAct<NoActivation>: the bias alone
+  const float* __restrict__ bias;
+  __device__ __forceinline__ float operator()(float v, int, int col) const { return Act::apply(v + __ldg(bias + col)); }
+};
+
+struct BiasResidual {  // (c + bias[col]) + residual[row, col], residual [M, N] row-major
+  const float* __restrict__ bias;
+  const float* __restrict__ residual;
+  int n;
+  __device__ __forceinline__ float operator()(float v, int row, int col) const {
+    return (v + __ldg(bias + col)) + __ldg(residual + static_cast<size_t>(row) * static_cast<size_t>(n) + col);
+  }
+};
+
+template <bool kNT, class Epilogue = Plain>
+__device__ __forceinline__ void gemm_body(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int M, int N, int K,
+                                          Epilogue epilogue = {}) {
   __shared__ __align__(16) float As[2][BK][LDA];
   __shared__ __align__(16) float Bs[2][BK][LDB];
 
@@ -176,11 +204,12 @@ __device__ __forceinline__ void gemm_body(const float* __restrict__ a, const flo
       const int col = n0 + half * 64 + tx * 4;
       const float* v = &acc[i][half * 4];
       if (vec_c && col < N) {  // N % 4 == 0: all four columns inside
-        *reinterpret_cast<float4*>(c_row + col) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4*>(c_row + col) =
+            make_float4(epilogue(v[0], row, col), epilogue(v[1], row, col + 1), epilogue(v[2], row, col + 2), epilogue(v[3], row, col + 3));
       } else {
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          if (col + j < N) c_row[col + j] = v[j];
+          if (col + j < N) c_row[col + j] = epilogue(v[j], row, col + j);
       }
     }
   }
@@ -198,6 +227,26 @@ gemm_f32(const float* __restrict__ a, const float* __restrict__ b, float* __rest
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemm_nt_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
   sgemm::gemm_body<true>(a, b, c, M, N, K);
+}
+
+// A Linear (torch's linear(x, w, bias): w [N, K] as stored, bias [N]) and what follows it in a
+// transformer: c = x @ w^T + bias; erf-GELU of that (BERT's MLP); + residual [M, N] (the
+// projections before a residual add).
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemm_nt_bias_f32(const float* __restrict__ a, const float* __restrict__ b, const float* __restrict__ bias, float* __restrict__ c, int M, int N, int K) {
+  sgemm::gemm_body<true>(a, b, c, M, N, K, sgemm::BiasAct<NoActivation>{bias});
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemm_nt_bias_gelu_erf_f32(const float* __restrict__ a, const float* __restrict__ b, const float* __restrict__ bias, float* __restrict__ c, int M, int N,
+                          int K) {
+  sgemm::gemm_body<true>(a, b, c, M, N, K, sgemm::BiasAct<GeluErf>{bias});
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemm_nt_bias_residual_f32(const float* __restrict__ a, const float* __restrict__ b, const float* __restrict__ bias, const float* __restrict__ residual,
+                          float* __restrict__ c, int M, int N, int K) {
+  sgemm::gemm_body<true>(a, b, c, M, N, K, sgemm::BiasResidual{bias, residual, N});
 }
 
 // c[z] = a[z] @ b[z] for z = blockIdx.z: a batch matmul, a [B, M, K], b [B, K, N], c [B, M, N]

@@ -249,6 +249,21 @@ def gemm_nt_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.astype(np.float64) @ b.astype(np.float64).T
 
 
+def gemm_nt_bias_f32(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """A Linear in float64: a @ b^T + bias, b [N, K], bias [N]."""
+    return gemm_nt_f32(a, b) + bias.astype(np.float64)
+
+
+def gemm_nt_bias_gelu_erf_f32(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """erf-GELU of the Linear, in float64."""
+    return _gelu_erf(gemm_nt_bias_f32(a, b, bias))
+
+
+def gemm_nt_bias_residual_f32(a: np.ndarray, b: np.ndarray, bias: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """The Linear plus residual [M, N], in float64."""
+    return gemm_nt_bias_f32(a, b, bias) + residual.astype(np.float64)
+
+
 def gemm_batched_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """c[z] = a[z] @ b[z] in float64: a [B, M, K], b [B, K, N] -> [B, M, N]."""
     return np.matmul(a.astype(np.float64), b.astype(np.float64))

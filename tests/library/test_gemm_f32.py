@@ -28,9 +28,14 @@ from ..support.references import load_references
 SOURCE = ROOT / "kernels" / "gemm_f32.cu"
 SPEC = ROOT / "kernels" / "gemm_f32.toml"
 SPEC_M96 = ROOT / "kernels" / "gemm_f32_m96.toml"  # the same source with 96-row tiles
-KERNELS = ("gemm_f32", "gemm_nt_f32", "gemm_batched_f32")
+KERNELS = ("gemm_f32", "gemm_nt_f32", "gemm_nt_bias_f32", "gemm_nt_bias_gelu_erf_f32", "gemm_nt_bias_residual_f32", "gemm_batched_f32")
 ARCHS = ("sm_90", "sm_80")
-B_SHAPE = {"gemm_f32": ["K", "N"], "gemm_nt_f32": ["N", "K"], "gemm_batched_f32": ["B", "K", "N"]}
+B_SHAPE = {"gemm_f32": ["K", "N"], "gemm_batched_f32": ["B", "K", "N"]}  # the others: [N, K]
+# The inputs after a and b: a Linear's bias [N], and the residual [M, N] added after it.
+EXTRA_INPUTS = {"gemm_nt_bias_f32": ["bias"], "gemm_nt_bias_gelu_erf_f32": ["bias"], "gemm_nt_bias_residual_f32": ["bias", "residual"]}
+EXTRA_SHAPES = {"bias": ["N"], "residual": ["M", "N"]}
+REPLACES = {"gemm_f32": "matmul", "gemm_nt_f32": "matmul_nt", "gemm_nt_bias_f32": "matmul_nt+bias", "gemm_nt_bias_gelu_erf_f32": "matmul_nt+bias+gelu_erf",
+            "gemm_nt_bias_residual_f32": "matmul_nt+bias+residual", "gemm_batched_f32": "batch_matmul"}
 
 
 def _kernels(path) -> tuple[dict, dict[str, dict]]:
@@ -46,7 +51,9 @@ def test_spec_declares_shapes_block_and_grid():
     for kernel in spec.kernels:
         d = kernel.describe().to_dict()
         batch = ["B"] if kernel.function == "gemm_batched_f32" else []
-        assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [("a", "f32", [*batch, "M", "K"]), ("b", "f32", B_SHAPE[kernel.function])]
+        extra = [(name, "f32", EXTRA_SHAPES[name]) for name in EXTRA_INPUTS.get(kernel.function, [])]
+        assert [(t["name"], t["dtype"], t["shape"]) for t in d["inputs"]] == [("a", "f32", [*batch, "M", "K"]),
+                                                                             ("b", "f32", B_SHAPE.get(kernel.function, ["N", "K"])), *extra]
         assert [(t["name"], t["dtype"], t["shape"], t["inplace"]) for t in d["outputs"]] == [("c", "f32", [*batch, "M", "N"], False)]
         assert d["scalars"] == []  # M, N, K come from the shapes
         assert d["block"] == [256, 1, 1]
@@ -59,9 +66,8 @@ def test_spec_declares_what_they_replace_in_a_model():
     assert list(kernels) == list(KERNELS)
     for name in KERNELS:
         assert "shared_memory" not in kernels[name]  # static shared memory only
-    assert kernels["gemm_f32"]["replaces"] == {"op": "matmul", "accumulate": "f32"}
-    assert kernels["gemm_nt_f32"]["replaces"] == {"op": "matmul_nt", "accumulate": "f32"}
-    assert kernels["gemm_batched_f32"]["replaces"] == {"op": "batch_matmul", "accumulate": "f32"}
+    for name in KERNELS:
+        assert kernels[name]["replaces"] == {"op": REPLACES[name], "accumulate": "f32"}
 
 
 def test_96_row_spec_launches_96_row_tiles_for_narrow_n():
@@ -69,7 +75,7 @@ def test_96_row_spec_launches_96_row_tiles_for_narrow_n():
     tile, preferred over the 128-row kernels where N <= 768."""
     module, kernels = _kernels(SPEC_M96)
     assert module["archs"] == list(ARCHS) and module["nvcc_flags"] == ["-DSGEMM_BM=96"]
-    assert list(kernels) == ["gemm_f32", "gemm_nt_f32"]
+    assert list(kernels) == [k for k in KERNELS if k != "gemm_batched_f32"]
     _, base = _kernels(SPEC)
     for name, kernel in kernels.items():
         assert kernel["source"] == "gemm_f32.cu" and kernel["block"] == [256] and kernel["shapes"] == base[name]["shapes"]
@@ -83,7 +89,7 @@ def _entry(ptx: str, name: str) -> str:
 
 
 @needs_build_tools
-@pytest.mark.parametrize("spec, kernels", [(SPEC, KERNELS), (SPEC_M96, KERNELS[:2])], ids=["128-row", "96-row"])
+@pytest.mark.parametrize("spec, kernels", [(SPEC, KERNELS), (SPEC_M96, KERNELS[:-1])], ids=["128-row", "96-row"])
 def test_builds_for_sm90_and_sm80_with_the_abi_iree_calls(tmp_path, spec, kernels):
     module = spec.stem
     result = build(load_spec(spec), tmp_path / f"{module}.vmfb", emit_mlir=tmp_path / f"{module}.mlir")
@@ -95,8 +101,9 @@ def test_builds_for_sm90_and_sm80_with_the_abi_iree_calls(tmp_path, spec, kernel
         for name in kernels:
             assert f"func.func @{name}(" in mlir
             entry = _entry(ptx, name)
-            # a, b, c, then M, N, K as 32-bit push constants.
-            assert len(re.findall(r"\.param \.u64", entry)) == 3 and len(re.findall(r"\.param \.u32", entry)) == 3, entry
+            # a, b, the extra inputs, c, then M, N, K as 32-bit push constants.
+            buffers = 3 + len(EXTRA_INPUTS.get(name, []))
+            assert len(re.findall(r"\.param \.u64", entry)) == buffers and len(re.findall(r"\.param \.u32", entry)) == 3, entry
             assert ".maxntid 256, 1, 1" in entry
         # f32 FMAs only: no tensor-core instruction, no conversion to TF32.
         assert "fma.rn.f32" in ptx
@@ -110,6 +117,7 @@ def test_inspect_shows_the_signatures(capsys):
     assert "kernel gemm_f32(a: f32[M, K], b: f32[K, N]) -> (c: f32[M, N])" in out
     assert "kernel gemm_nt_f32(a: f32[M, K], b: f32[N, K]) -> (c: f32[M, N])" in out
     assert "kernel gemm_batched_f32(a: f32[B, M, K], b: f32[B, K, N]) -> (c: f32[B, M, N])" in out
+    assert "kernel gemm_nt_bias_residual_f32(a: f32[M, K], b: f32[N, K], bias: f32[N], residual: f32[M, N]) -> (c: f32[M, N])" in out
 
 
 @needs_build_tools
@@ -180,6 +188,8 @@ extern std::barrier<>* emu_block_barrier;
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
 template <class T> inline T __ldg(const T* p) { return *p; }
+inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float x, float y) { return x / y; }
 """
 
 # Runs one kernel on random inputs (per-row means in a, per-column means in b, so a value taken

@@ -152,6 +152,45 @@ def _wall_tflops(module, name: str, a: np.ndarray, b: np.ndarray, n: int, calls:
     return 2.0 * a.shape[0] * n * a.shape[1] / float(np.median(times)) / 1e12
 
 
+# (M, N, K): edges of both tile heights, N and K not multiples of 4, and BERT-base's Linears at
+# 16 x 512 tokens (q, k, v and the attention output; the first MLP Linear at a quarter of the rows).
+EPILOGUE_SIZES = [(1, 1, 1), (37, 101, 13), (1000, 77, 100), (517, 1000, 17), (8192, 768, 768), (2048, 3072, 768)]
+
+
+def _same_bits(what: str, got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype == np.float32, (what, got.shape, got.dtype)
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    assert not differ.any(), f"{what}: {int(differ.sum())} elements differ, first at {np.argwhere(differ)[0].tolist()}"
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("m, n, k", EPILOGUE_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in EPILOGUE_SIZES])
+def test_linear_epilogues(modules, build, m, n, k):
+    """The Linear kernels, as built and poisoned (NaN outputs) and as sm_80 PTX: gemm_nt_bias_f32 and
+    gemm_nt_bias_residual_f32 store the bits of gemm_nt_f32's c followed by the model's own f32
+    adds, computed here (c + bias, then + residual); gemm_nt_bias_gelu_erf_f32 the erf-GELU of
+    x = c + bias close to float64's GELU of those f32 values: within 4 ulps of the result, plus
+    |x| 2^-21 for erff's absolute error (about 2^-24 near +-1, where 1 + erf cancels for very
+    negative x and the result is tiny). gemm_nt_f32's c itself is checked against float64 by
+    test_matches_float64."""
+    a, b = inputs("gemm_nt_f32", m, n, k)
+    rng = np.random.default_rng()
+    bias = rng.normal(0.0, 1.0, n).astype(np.float32)
+    residual = rng.normal(0.0, 4.0, (m, n)).astype(np.float32)
+    c = np.asarray(modules[build].gemm_nt_f32(a, b))
+    with_bias = c + bias  # f32 adds, rounded to nearest as the GPU's
+    gelu = REFERENCES._gelu_erf(with_bias.astype(np.float64))
+    for way, module in zip(WAYS, (build, f"{build}_poisonable", f"{build}_sm80_ptx_poisonable")):
+        poison = () if way == "as built" else (np.full((m, n), np.nan, np.float32),)
+        f = modules[module]
+        _same_bits(f"{build} {way} gemm_nt_bias_f32", np.asarray(f.gemm_nt_bias_f32(a, b, bias, *poison)), with_bias)
+        _same_bits(f"{build} {way} gemm_nt_bias_residual_f32", np.asarray(f.gemm_nt_bias_residual_f32(a, b, bias, residual, *poison)), with_bias + residual)
+        got = np.asarray(f.gemm_nt_bias_gelu_erf_f32(a, b, bias, *poison)).astype(np.float64)
+        bound = 4 * np.spacing(np.abs(gelu).astype(np.float32)).astype(np.float64) + np.abs(with_bias).astype(np.float64) * 2.0**-21 + 1e-30
+        bad = ~(np.abs(got - gelu) <= bound)  # NaN fails
+        assert not bad.any(), f"{build} {way} gemm_nt_bias_gelu_erf_f32: {int(bad.sum())} elements off, first at {np.argwhere(bad)[0].tolist()}"
+
+
 # GPT-2 small in f32 at 8 x 1024 tokens: (kernel, M, N, K).
 GPT2 = [("gemm_f32", 8192, 3072, 768), ("gemm_f32", 8192, 768, 3072), ("gemm_nt_f32", 8192, 50257, 768)]
 

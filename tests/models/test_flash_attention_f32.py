@@ -23,7 +23,8 @@ from ..support.host_emulation import build_host_emulation
 
 SOURCE = ROOT / "kernels" / "flash_attention_f32.cu"
 SPEC = ROOT / "kernels" / "flash_attention_f32.toml"
-KERNELS = [f"flash_attn_f32_d{d}{m}" for d in (64, 128) for m in ("", "_causal", "_mask")]
+# The [B, H, S, D] kernels, then the same on [B, S, H, D] (flash_attn_bshd_f32_*).
+KERNELS = [f"flash_attn{layout}_f32_d{d}{m}" for layout in ("", "_bshd") for d in (64, 128) for m in ("", "_causal", "_mask")]
 SHARED_MEMORY = {64: 72704, 128: 79872}
 
 
@@ -33,11 +34,11 @@ def test_spec_declares_the_sdpa_kinds():
     assert [k["name"] for k in spec["kernel"]] == KERNELS
     for k in spec["kernel"]:
         d = int(re.search(r"_d(\d+)", k["name"])[1])
-        masked = k["name"].endswith("_mask")
+        masked, bshd = k["name"].endswith("_mask"), "_bshd" in k["name"]
         assert k["block"] == [256] and k["grid"] == ["B * Hq", "ceildiv(Sq, 64)"] and k["shared_memory"] == SHARED_MEMORY[d]
-        assert k["shapes"] == {"q": ["B", "Hq", "Sq", d], "k": ["B", "Hkv", "Sk", d], "v": ["B", "Hkv", "Sk", d],
-                               **({"mask": ["MB", "MH", "MQ", "Sk"]} if masked else {}), "out": ["B", "Hq", "Sq", d]}
-        op = "sdpa_mask" if masked else "sdpa_causal" if k["name"].endswith("_causal") else "sdpa"
+        q, kv = (["B", "Sq", "Hq", d], ["B", "Sk", "Hkv", d]) if bshd else (["B", "Hq", "Sq", d], ["B", "Hkv", "Sk", d])
+        assert k["shapes"] == {"q": q, "k": kv, "v": kv, **({"mask": ["MB", "MH", "MQ", "Sk"]} if masked else {}), "out": q}
+        op = ("sdpa_bshd" if bshd else "sdpa") + ("_mask" if masked else "_causal" if k["name"].endswith("_causal") else "")
         assert k["replaces"] == {"op": op, "accumulate": "f32"}
 
 

@@ -188,3 +188,25 @@ def test_bert_shape_rate(modules):
         times.append(time.perf_counter() - start)
     tflops = 4.0 * 16 * 12 * 512 * 512 * 64 / float(np.median(times)) / 1e12
     print(f"\n{kernel} B16 H12 S512: max err/bound {worst:.3f}, {float(np.median(times)) * 1e3:.3f} ms, {tflops:.1f} TFLOP/s (wall)")
+
+
+BSHD_KERNELS = [f"flash_attn_bshd_f32_d{d}{m}" for d in (64, 128) for m in ("", "_causal", "_mask")]
+BSHD_CASES = ["tails", "gqa", "mqa", "bert"]
+
+
+@pytest.mark.parametrize("kernel", BSHD_KERNELS)
+@pytest.mark.parametrize("case", BSHD_CASES)
+def test_bshd_layout_gives_the_same_bits(modules, kernel, case):
+    """flash_attn_bshd_f32_*: q, k, v and out as [B, S, H, D] (the projections' layout), the same
+    computation as the [B, H, S, D] kernel of the same object: its output, transposed, bit for bit
+    (the sm_90a cubin and the sm_80 PTX, outputs poisoned with NaN). The heads kernels are checked
+    against float64 by test_matches_float64."""
+    heads_kernel = kernel.replace("_bshd", "")
+    q, k, v, mask, scale = inputs(heads_kernel, CASES[case], np.random.default_rng())
+    qs, ks, vs = (np.ascontiguousarray(a.transpose(0, 2, 1, 3)) for a in (q, k, v))
+    for module in ("flash_attention_f32_poisonable", "flash_attention_f32_sm80_ptx_poisonable"):
+        want = np.asarray(call(modules[module], heads_kernel, q, k, v, mask, scale, np.full(q.shape, np.nan, np.float32))).transpose(0, 2, 1, 3)
+        got = np.asarray(call(modules[module], kernel, qs, ks, vs, mask, scale, np.full(qs.shape, np.nan, np.float32)))
+        assert got.shape == want.shape
+        differ = got.view(np.uint32) != want.view(np.uint32)
+        assert not differ.any(), f"{kernel} ({module}): {int(differ.sum())} elements differ, first at {np.argwhere(differ)[0].tolist()}"

@@ -27,6 +27,8 @@ from ..support.model_references import _compile_cpu, _random_args, _run, with_re
 MODELS = Path(__file__).parent
 FLASH = ROOT / "kernels" / "flash_attention.toml"
 GEMM_NT = ROOT / "kernels" / "gemm_nt.toml"
+GEMM_F32 = ROOT / "kernels" / "gemm_f32.toml"
+FLASH_F32 = ROOT / "kernels" / "flash_attention_f32.toml"
 CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf or at most half the lowest value elsewhere): the kernel's causal masking, the mask not read"
 ZERO_NOTE = "the mask is 0 everywhere (every query sees every key): the kernel without a mask, the mask not read"
 BROADCAST_NOTE = "the mask is read as 2x1x16x16, broadcast over its dims of size 1"
@@ -255,4 +257,21 @@ def test_bert_linears_read_their_weights_as_stored(tmp_path, name):
     assert report.kernel_counts() == {"gemm_nt_fused.gemm_nt_bias_bf16": 6, "gemm_nt_fused.gemm_nt_bias_residual_bf16": 4,
                                       "gemm_nt_fused.gemm_nt_bias_gelu_erf_bf16": 2}
     assert all("its rhs is a transposed [N, K] matrix, read as it is stored (the transpose is not computed)" in d.notes for d in report.replaced)
+    _assert_computes_the_same(tmp_path, name, report, program)
+
+
+@pytest.mark.parametrize("name", F32)
+def test_f32_bert_takes_the_f32_kernels_on_its_layouts(tmp_path, name):
+    """In f32 (strict numerics), BERT's Linears take gemm_f32.cu's kernels with their epilogues (q,
+    k and v with their bias, the attention output and the second MLP Linear with their residual
+    adds, the first MLP Linear with its erf GELU), each weight read as stored, and its attention the
+    f32 flash kernel on the projections' [B, S, H, D] layout; the rewritten model computes what the
+    original does, on the CPU."""
+    report, program = rewrite_model(_model(name), [GEMM_F32, FLASH_F32])
+    attention = "flash_attention_f32.flash_attn_bshd_f32_d64" + ("_mask" if "padded" in name else "")
+    assert report.kernel_counts() == {"gemm_f32.gemm_nt_bias_f32": 6, "gemm_f32.gemm_nt_bias_residual_f32": 4, "gemm_f32.gemm_nt_bias_gelu_erf_f32": 2,
+                                      attention: 2}
+    linears = [d for d in report.replaced if d.capability.label.startswith("gemm_f32.")]
+    assert all("its rhs is a transposed [N, K] matrix, read as it is stored (the transpose is not computed)" in d.notes for d in linears)
+    assert all(BSHD_NOTE in d.notes for d in report.replaced if d.capability.label == attention)
     _assert_computes_the_same(tmp_path, name, report, program)

@@ -230,8 +230,8 @@ def test_linear_gelu_erf_named_when_no_kernel_declares_it():
     wide = _dry("ops_gelu_erf_bf16.torch.mlir", [K / "gemm.toml"], wide=True)
     (d,) = wide.replaced
     assert d.capability.label == "gemm.gemm_bias_bf16" and "its erf GELU is left to IREE (no kernel declares matmul+bias+gelu_erf for it)" in d.notes
-    (d,) = _dry("ops_gelu_erf_f32.torch.mlir", [K / "gemm_f32.toml"]).replaced  # the f32 Linear as matmul_nt: no f32 kernel of the kind
-    assert d.form.kind == "matmul_nt" and "its bias add and erf GELU are left to IREE (no kernel declares matmul+bias+gelu_erf for it)" in d.notes
+    (d,) = _dry("ops_gelu_erf_f32.torch.mlir", [K / "gemm_f32.toml"]).replaced  # f32: the Linear with its GELU, strict numerics
+    assert d.capability.label == "gemm_f32.gemm_nt_bias_gelu_erf_f32" and d.form.kind == "matmul_nt+bias+gelu_erf"
     (left,) = _dry("ops_gelu_erf_f32.torch.mlir", [K / "library.toml"]).left
     assert left.reasons[0] == ("kernel", "no kernel declares 'matmul+bias+gelu_erf' or 'matmul+bias' or 'matmul_nt' or 'matmul' or 'batch_matmul'")
 

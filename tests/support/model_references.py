@@ -100,7 +100,7 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
             lines.append(f"return %hr : {out}")
         else:
             lines.append(f"return %h : {out}")
-    elif op in ("matmul", "matmul+bias", "batch_matmul"):
+    elif op in ("matmul", "matmul+bias", "matmul+bias+residual", "batch_matmul"):  # the result's type throughout (f32)
         batch = op == "batch_matmul"
         named = "linalg.batch_matmul" if batch else "linalg.matmul"
         if batch:
@@ -111,13 +111,21 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
             sizes = "%m, %n"
         lines += [f"%z = arith.constant 0.0 : {acc}", f"%e = tensor.empty({sizes}) : {out}", f"%f = linalg.fill ins(%z : {acc}) outs(%e : {out}) -> {out}"]
         lines.append(f"%r = {named} ins(%a0, %a1 : {ins[0]}, {ins[1]}) outs(%f : {out}) -> {out}")
-        if op == "matmul+bias":
+        if op in ("matmul+bias", "matmul+bias+residual"):
             lines.append(
                 "%rb = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], "
                 f'iterator_types = ["parallel", "parallel"]}} ins(%r, %a2 : {out}, {ins[2]}) outs(%e : {out}) {{\n^bb0(%x: {acc}, %y: {acc}, %o: {acc}):\n'
                 f"%s = arith.addf %x, %y : {acc}\nlinalg.yield %s : {acc}\n}} -> {out}"
             )
-            lines.append(f"return %rb : {out}")
+            result = "%rb"
+            if op == "matmul+bias+residual":  # then the residual add (gemm_nt_bias_residual_f32)
+                lines.append(
+                    "%rr = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], "
+                    f'iterator_types = ["parallel", "parallel"]}} ins(%rb, %a3 : {out}, {ins[3]}) outs(%e : {out}) {{\n^bb0(%x: {acc}, %y: {acc}, %o: {acc}):\n'
+                    f"%s = arith.addf %x, %y : {acc}\nlinalg.yield %s : {acc}\n}} -> {out}"
+                )
+                result = "%rr"
+            lines.append(f"return {result} : {out}")
         else:
             lines.append(f"return %r : {out}")
     elif op in ("matmul_nt", "matmul_nt+extf"):  # a @ b^T, b [N, K]: f32 accumulation, rounded once to the result's type

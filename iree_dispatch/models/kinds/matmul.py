@@ -175,15 +175,13 @@ def _bias_forms(op: ir.Operation, bias_add, lhs: Operand, rhs: Operand, shape: S
 
 def _residual_forms(bias_forms: list[Form], rank: int) -> list[Form]:
     """`bias_forms` (none or one matmul+bias form), preceded by a matmul+bias+residual form when the
-    bias add's half-precision result (a bf16 Linear's) has as its only use, directly or through one
-    reshape of its leading dims (the importer's [B*S, N] <-> [B, S, N]), an add with another tensor
-    of the same shape and type, elementwise (a transformer's residual connection). The add's result
-    is the form's; the model's dims come from the residual, which has its shape."""
+    bias add's result has as its only use, directly or through one reshape of its leading dims (the
+    importer's [B*S, N] <-> [B, S, N]), an add with another tensor of the same shape and type,
+    elementwise (a transformer's residual connection). The add's result is the form's; the
+    model's dims come from the residual, which has its shape."""
     if not bias_forms:
         return []
     (form,) = bias_forms
-    if FLOAT_WIDTH.get(form.result_dtype, 0) != 16:  # an f32 model keeps its plain matmul+bias
-        return bias_forms
     value = _through_leading_reshape(form.result)
     found = _residual_add(value, form.result_dtype) if value is not None else None
     if found is None:
