@@ -137,13 +137,16 @@ def export_mlir(
 ) -> Path:
     """Exports `module(*args, **kwargs)` with torch.export and imports it with IREE's FX importer
     into `path` (torch dialect MLIR). `output`: a function applied to the module's output (e.g.
-    `lambda o: o.logits`). The exported program's decompositions, buffers and masks are prepared
-    for IREE first (the module docstring)."""
+    `lambda o: o.logits`). Keyword arguments given as None are left out (the module's defaults).
+    The exported program's decompositions, buffers and masks are prepared for IREE first (the
+    module docstring)."""
     import torch
     from iree.compiler import ir
     from iree.compiler.extras.fx_importer import FxImporter
 
-    kwargs = dict(kwargs or {})
+    # A keyword argument given as None (attention_mask=None) means the model's default; passed on,
+    # torch.export would make it a `!torch.none` argument of the function, which IREE can't take.
+    kwargs = {name: value for name, value in (kwargs or {}).items() if value is not None}
     if params_as_inputs:
         wrapped = _WithParameters.make(module, len(args), list(kwargs), output)
         flat = (*args, *kwargs.values(), *(p.detach() for _, p in module.named_parameters()))

@@ -65,6 +65,19 @@ def test_export_attention_kinds(tmp_path, families, family, padded, kind):
     assert len(sdpa) == default_exports.LAYERS and all(d.replaced and d.form.kind == kind for d in sdpa)
 
 
+def test_keyword_arguments_given_as_none_are_left_out(tmp_path, families):
+    """attention_mask=None, as users write it for an unpadded batch: the export takes the ids alone
+    (no `!torch.none` argument, which IREE can't take), and the model compiler rewrites it."""
+    model, output, _ = families["bert"]
+    ids, _ = default_exports.inputs(torch)
+    mlir = export_mlir(default_exports.typed(torch, model, "bf16"), (ids,), tmp_path / "model.mlir", kwargs={"attention_mask": None},
+                       params_as_inputs=True, output=output)
+    (signature,) = [line for line in mlir.read_text().splitlines() if "func.func @main(" in line]
+    assert "!torch.none" not in signature.split("->")[0]
+    report = compile_model(mlir, [FLASH], dry_run=True)
+    assert [d.form.kind for d in report.decisions if d.candidate.kind == "sdpa"] == ["sdpa_bshd"] * default_exports.LAYERS  # unmasked, on the projections
+
+
 class _WithBuffers(torch.nn.Module):
     """A persistent and a non-persistent buffer, both read by forward."""
 

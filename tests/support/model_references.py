@@ -157,6 +157,19 @@ def reference_function(symbol: str, op: str, kernel, eps: float | None) -> str:
             + f"}} -> {out}"
         )
         lines.append(f"return %h : {out}")
+    elif op == "swiglu":  # silu(gate) * up in f32, rounded once to the result's type (swiglu_f32, swiglu_bf16)
+        gate, up = ins
+        lines += [f"%m = tensor.dim %a0, %c0 : {gate}", f"%n = tensor.dim %a0, %c1 : {gate}", f"%e = tensor.empty(%m, %n) : {out}"]
+        widen = [f"%{v}f = arith.extf %{v} : {_elem(t)} to f32" if _elem(t) != "f32" else f"%{v}f = arith.addf %{v}, %zero : f32" for v, t in (("g", gate), ("u", up))]
+        rounded = f"%r = arith.truncf %p : f32 to {acc}" if acc != "f32" else "%r = arith.addf %p, %zero : f32"
+        lines.append(
+            "%h = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], "
+            f'iterator_types = ["parallel", "parallel"]}} ins(%a0, %a1 : {gate}, {up}) outs(%e : {out}) {{\n^bb0(%g: {_elem(gate)}, %u: {_elem(up)}, %o: {acc}):\n'
+            "%zero = arith.constant 0.0 : f32\n%one = arith.constant 1.0 : f32\n" + "\n".join(widen) + "\n"
+            "%ng = arith.negf %gf : f32\n%ex = math.exp %ng : f32\n%den = arith.addf %ex, %one : f32\n%s = arith.divf %gf, %den : f32\n"
+            f"%p = arith.mulf %s, %uf : f32\n{rounded}\nlinalg.yield %r : {acc}\n}} -> {out}"
+        )
+        lines.append(f"return %h : {out}")
     elif op == "softmax":
         src, dst = _elem(ins[0]), acc
         lines += [f"%m = tensor.dim %a0, %c0 : {ins[0]}", f"%n = tensor.dim %a0, %c1 : {ins[0]}", "%e = tensor.empty(%m, %n) : tensor<?x?xf32>"]
