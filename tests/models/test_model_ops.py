@@ -96,16 +96,24 @@ def test_rewritten_llama_rmsnorm_computes_the_same(tmp_path, model, wide, tol):
     """The rewritten model (the kernel as a reference body, f32 math) against the original, on IREE's CPU."""
     report, program = rewrite_model(MODELS / model, [K / "library.toml"], allow_wider_accumulation=wide)
     assert len(report.replaced) == 1
+    _assert_rewritten_computes_the_same(tmp_path, model, report, program, tol, results=1)
+
+
+def _assert_rewritten_computes_the_same(tmp_path, model: str, report, program: str, tol: float, results: int) -> None:
+    """The export `model` and its rewritten `program` (the kernels given reference bodies) compiled
+    for IREE's CPU and run on the same fresh random inputs: each of the `results` [2, 8, 32] results
+    the same within `tol` of its largest value."""
     original = (MODELS / model).read_text()
     if "bf16" in model:
         pytest.importorskip("ml_dtypes")
     expected_vmfb = _compile_cpu(original, tmp_path / "original.vmfb")
     got_vmfb = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
     args = _random_args(original, "main", np.random.default_rng())
-    (expected,), (got,) = _run(expected_vmfb, "main", args), _run(got_vmfb, "main", args)
-    expected, got = np.asarray(expected, np.float32), np.asarray(got, np.float32)
-    assert expected.shape == got.shape == (2, 8, 32)
-    assert np.max(np.abs(expected - got)) <= tol * max(1.0, float(np.max(np.abs(expected))))
+    expected, got = _run(expected_vmfb, "main", args), _run(got_vmfb, "main", args)
+    assert len(expected) == len(got) == results
+    for e, g in zip(expected, got):
+        e, g = np.asarray(e, np.float32), np.asarray(g, np.float32)
+        assert e.shape == g.shape == (2, 8, 32) and np.max(np.abs(e - g)) <= tol * max(1.0, float(np.max(np.abs(e))))
 
 
 # ---- SwiGLU ----
@@ -137,17 +145,7 @@ def test_rewritten_swiglu_computes_the_same(tmp_path, model, wide, tol):
     IREE's CPU: a gate and up taken the wrong way round, or the wrong halves, fail."""
     report, program = rewrite_model(MODELS / model, [MODEL_OPS], allow_wider_accumulation=wide)
     assert [d.candidate.kind for d in report.replaced].count("swiglu") == 2
-    original = (MODELS / model).read_text()
-    if "bf16" in model:
-        pytest.importorskip("ml_dtypes")
-    expected_vmfb = _compile_cpu(original, tmp_path / "original.vmfb")
-    got_vmfb = _compile_cpu(with_reference_kernels(program, report), tmp_path / "rewritten.vmfb")
-    args = _random_args(original, "main", np.random.default_rng())
-    expected, got = _run(expected_vmfb, "main", args), _run(got_vmfb, "main", args)
-    assert len(expected) == len(got) == 2  # one result per SwiGLU
-    for e, g in zip(expected, got):
-        e, g = np.asarray(e, np.float32), np.asarray(g, np.float32)
-        assert e.shape == g.shape == (2, 8, 32) and np.max(np.abs(e - g)) <= tol * max(1.0, float(np.max(np.abs(e))))
+    _assert_rewritten_computes_the_same(tmp_path, model, report, program, tol, results=2)  # one result per SwiGLU
 
 
 def test_swiglu_f32_replaced_strictly_bf16_needs_wider():
