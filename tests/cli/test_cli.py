@@ -125,7 +125,8 @@ def test_compile_takes_the_kernel_library_folder(tmp_path, capsys):
     modules = json.loads((tmp_path / "r.json").read_text())["modules"]
     assert modules == sorted(modules) and {"library", "gemm", "gemm_f32", "gemm_nt", "attention", "flash_attention"} <= set(modules)
     assert "samples" not in modules and "transformer" not in modules
-    assert "#1 matmul 32x64 @ 64x128 f32 x f32 -> 32x128 f32 at mlp_f32.mlir:7 -> gemm_f32.gemm_f32" in out
+    # N = 128 <= 768: the 96-row tiles (gemm_f32_m96.toml, preferred there)
+    assert "#1 matmul 32x64 @ 64x128 f32 x f32 -> 32x128 f32 at mlp_f32.mlir:7 -> gemm_f32_m96.gemm_f32" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
     assert main(["compile", str(model), "--kernels", str(tmp_path), "--dry-run"]) == 1
     err = capsys.readouterr().err

@@ -1,8 +1,9 @@
 """f32 models' SDPA taken by kernels/flash_attention_f32.toml's kernels in the strict build: the
 committed exports of a tiny BERT in f32 (tests/support/default_exports.py; without a mask and with
 a [B, S] padding mask) and the f32 SDPA module (tests/support/sdpa_exports.py) with the kernel
-library (`--kernels kernels/`): every attention op takes the f32 kernel its mask allows (f32
-model, f32 kernel, f32 accumulation: an exact match, no --allow-wider-accumulation), the
+library (`--kernels kernels/`): every attention op takes the f32 kernel its mask allows, on the
+layout BERT's projections hold q, k and v in ([B, S, H, D]: f32 model, f32 kernel, f32
+accumulation: an exact match, no --allow-wider-accumulation), the
 rewritten model computes what the original computes on the CPU (the kernels given reference
 bodies), and the padded BERT compiles for CUDA with the f32 kernels linked in. No torch needed."""
 
@@ -29,20 +30,14 @@ CAUSAL_NOTE = "the mask is the causal triangle (0 where key j <= query i, -inf o
 BROADCAST_NOTE = "the mask is read as 2x1x16x16, broadcast over its dims of size 1"
 
 # Each f32 export: the kernel both of its attention ops take, and their notes.
-# BERT's q, k and v come from three projections: the library's qkv-layout kinds say why not them;
-# the [B, S, H, D] layout is there, but its kernels are bf16 and f16 only: each says so.
+# BERT's q, k and v come from three projections, as stored: the [B, S, H, D] kernels read them so;
+# the library's qkv-layout kinds say why not them.
 NOT_QKV = "not as {}: q, k and v are not slices of one [B, S, 3E] tensor"
-
-
-def not_bshd(masking: str) -> list[str]:
-    mask = (", bf16", ", f32") if masking else ("", "")
-    return [f"not as sdpa_bshd{masking}: flash_attention.flash_attn_bshd_{t}_d{d}{masking}: takes {t}, {t}, {t}{mask[0].replace('bf16', t)}, "
-            f"the model has f32, f32, f32{mask[1]}" for t in ("bf16", "f16") for d in (64, 128)]
-
+BSHD_NOTE = "q, k and v are read from their projections' [B, S, E] results and the result is written in [B, S, E] layout (the transposes are not computed)"
 
 TAKEN = {
-    "bert_default_f32": ("flash_attn_f32_d64", [ZERO_NOTE, NOT_QKV.format("sdpa_qkv"), *not_bshd("")]),
-    "bert_default_padded_f32": ("flash_attn_f32_d64_mask", [BROADCAST_NOTE, NOT_QKV.format("sdpa_qkv_mask"), *not_bshd("_mask")]),
+    "bert_default_f32": ("flash_attn_bshd_f32_d64", [BSHD_NOTE, ZERO_NOTE, NOT_QKV.format("sdpa_qkv")]),
+    "bert_default_padded_f32": ("flash_attn_bshd_f32_d64_mask", [BSHD_NOTE, BROADCAST_NOTE, NOT_QKV.format("sdpa_qkv_mask")]),
 }
 
 
@@ -58,7 +53,7 @@ def test_bert_f32_attention_taken(name):
     kernel, notes = TAKEN[name]
     for d in (d for d in report.replaced if d.candidate.kind == "sdpa"):
         assert (d.capability.label, d.notes) == (f"flash_attention_f32.{kernel}", notes)
-        assert [o.shape for o in d.form.operands[:3]] == [(2, 4, 16, 64)] * 3
+        assert [o.shape for o in d.form.operands[:3]] == [(2, 16, 4, 64)] * 3
         assert {o.dtype for o in d.form.operands} == {"f32"}
 
 
@@ -114,4 +109,4 @@ def test_padded_bert_f32_compiles(tmp_path):
     """The padded BERT compiles for CUDA with the f32 attention kernels linked in (nvcc, sm_90a and sm_80)."""
     report = compile_model(_model("bert_default_padded_f32"), [FLASH_F32], tmp_path / "flash_f32.vmfb")
     assert (tmp_path / "flash_f32.vmfb").stat().st_size > 0
-    assert [d.capability.label for d in report.replaced] == ["flash_attention_f32.flash_attn_f32_d64_mask"] * 2
+    assert [d.capability.label for d in report.replaced] == ["flash_attention_f32.flash_attn_bshd_f32_d64_mask"] * 2
