@@ -390,9 +390,9 @@ def _run_model(args, name: str, partial: Path) -> None:
 def _run_one(family: Family, dtype: str, entry: dict, prepared: dict, meta: dict, folder: Path, runs: dict, deadline: float, dev: str, args,
              save: Callable[[], None]) -> None:
     """Checks one family in one dtype into `runs` (`save` after each): PyTorch eager, torch.compile
-and the prepared IREE variants the device runs, each loaded and checked first, then all of them
-timed in alternating rounds, then the IREE variants' GPU time profiled; what the deadline leaves
-no time for is marked skipped."""
+    and the prepared IREE variants the device runs, each loaded and checked first, then all of them
+    timed in alternating rounds, then the IREE variants' GPU time profiled; what the deadline
+    leaves no time for is marked skipped."""
     import torch
 
     tag = f"[{family.name} {dtype}]"
@@ -785,6 +785,17 @@ def replot(args) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    """An argument that must be a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -804,8 +815,8 @@ def main(argv=None) -> int:
     r.add_argument("--out", default="build/model-results")
     r.add_argument("--models", help="only these of the prepared models (e.g. gpt2,bert)")
     r.add_argument("--dtypes", help="only these of the prepared dtypes (e.g. bf16)")
-    r.add_argument("--iters", type=int, default=20, help="timed forwards of each implementation, over --rounds rounds")
-    r.add_argument("--rounds", type=int, default=4,
+    r.add_argument("--iters", type=_positive, default=20, help="timed forwards of each implementation, over --rounds rounds")
+    r.add_argument("--rounds", type=_positive, default=4,
                    help="rounds in which every implementation is timed in turn (iters / rounds calls each), so a drift in the run falls on all alike")
     r.add_argument("--time-limit", type=float, default=900.0,
                    help="seconds per model; checked before each implementation, whatever is left then is reported as skipped")

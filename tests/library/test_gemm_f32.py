@@ -10,6 +10,7 @@ kernels/gemm_f32_m96.toml (SGEMM_BM=96). Runs on a GPU: tests/library/test_gpu_g
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import tomllib
@@ -148,6 +149,13 @@ def test_references_are_the_products_they_name():
     assert got.dtype == got_nt.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-15)
     np.testing.assert_allclose(got_nt, want_nt, rtol=1e-15)
+    # The Linear kernels': the NT product plus bias [N] (and residual [M, N]), erf-GELU of it.
+    bias, residual = rng.standard_normal(4), rng.standard_normal((5, 4))
+    linear = np.asarray(want_nt) + bias
+    np.testing.assert_allclose(references.gemm_nt_bias_f32(a, bt, bias), linear, rtol=1e-15)
+    np.testing.assert_allclose(references.gemm_nt_bias_residual_f32(a, bt, bias, residual), linear + residual, rtol=1e-15)
+    gelu = [[0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0))) for x in row] for row in linear]
+    np.testing.assert_allclose(references.gemm_nt_bias_gelu_erf_f32(a, bt, bias), gelu, rtol=1e-13, atol=1e-15)
     batched = references.gemm_batched_f32(np.stack([a, 2 * a]), np.stack([b, -b]))
     np.testing.assert_allclose(batched, [want, -2 * np.asarray(want)], rtol=1e-15)
 
