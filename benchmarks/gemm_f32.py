@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""gemm_nt_f32 (kernels/gemm_f32.cu) with 128- and 96-row tiles against torch.matmul in f32, on
-the Linear shapes of BERT-base at 16 x 512 tokens and two wider N, in one process.
+"""The f32 GEMMs of kernels/gemm_f32.cu against torch.matmul in f32, on the Linear shapes of
+BERT-base at 16 x 512 tokens and two wider N, in one process.
 
 For each M x N x K, on the same device inputs (a [M, K], b [N, K], c = a @ b^T):
-  * `rows128`, `rows96`: the sm_90a object of each build (SGEMM_BM=128, 96) launched by CuPy
-    RawModule with its grid (ceildiv(M, rows), ceildiv(N, 128)), CUDA events around each launch,
-    median of --iters after 3 warm-up launches; c poisoned with NaN first;
+  * `nt`: gemm_nt_f32 (a Linear's weight as stored: asynchronous copies, 16-deep steps, 128-row
+    tiles), the sm_90a object of the 128-row build;
+  * `nn128`, `nn96`: gemm_f32 of b^T ([K, N], made once, not timed; register-staged loads, 8-deep
+    steps) from the SGEMM_BM=128 and 96 builds;
+  each launched by CuPy RawModule with its grid (ceildiv(M, rows), ceildiv(N, 128)), CUDA events
+  around each launch, median of --iters after 3 warm-up launches; c poisoned with NaN first;
   * `torch`: torch.matmul(a, b.T) in f32 with TF32 off (cuBLAS SGEMM), timed the same way.
-TFLOP/s = 2 M N K / time. Checked: the 96-row c is the 128-row c bit for bit, and the 128-row c
-is within 1e-5 of |a| @ |b^T| of torch's float64 product (on a sample of rows).
+TFLOP/s = 2 M N K / time. Checked: the three kernels' c are the same bits (each element one fmaf
+chain over k in order), and within 1e-5 of |a| @ |b^T| of torch's float64 product (on a sample of
+rows).
 
     python benchmarks/gemm_f32.py --prepare          # CPU side: nvcc -> build/gemm_f32_bench/*.cubin
     python3 benchmarks/gemm_f32.py --out DIR         # GPU side: cupy, torch
@@ -44,7 +48,12 @@ def run(out_dir: Path, iters: int) -> None:
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    kernels = {rows: cp.RawModule(path=str(OBJECTS / f"gemm_f32_m{rows}.sm_90a.cubin")).get_function("gemm_nt_f32") for rows in ROWS}
+    modules = {rows: cp.RawModule(path=str(OBJECTS / f"gemm_f32_m{rows}.sm_90a.cubin")) for rows in ROWS}
+    # name -> (kernel, tile rows, whether it takes b as stored [N, K] or b^T [K, N])
+    kernels = {"nt": (modules[128].get_function("gemm_nt_f32"), 128, True), "nn128": (modules[128].get_function("gemm_f32"), 128, False),
+               "nn96": (modules[96].get_function("gemm_f32"), 96, False)}
+    # CuPy launches on torch's current stream so that torch's events time it
+    stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
 
     def timed(fn) -> float:
         for _ in range(3):
@@ -63,39 +72,46 @@ def run(out_dir: Path, iters: int) -> None:
     for m, n, k in SHAPES:
         a = torch.rand(m, k, device="cuda") - 0.5
         b = torch.rand(n, k, device="cuda") - 0.5
-        ca, cb = cp.asarray(a), cp.asarray(b)
-        row = {"shape": [m, n, k]}
+        ca, cb, cbt = cp.asarray(a), cp.asarray(b), cp.asarray(b.T.contiguous())
+        row: dict = {"shape": [m, n, k]}
         results = {}
-        for rows, kernel in kernels.items():
+        for name, (kernel, rows, as_stored) in kernels.items():
             c = cp.full((m, n), cp.nan, dtype=cp.float32)
             grid = ((m + rows - 1) // rows, (n + 127) // 128)
-            # CuPy launches on torch's current stream so that torch's events time it
-            stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+            args = (ca, cb if as_stored else cbt, c, np.int32(m), np.int32(n), np.int32(k))
             with stream:
-                row[f"rows{rows}_ms"] = timed(lambda: kernel(grid, (256,), (ca, cb, c, np.int32(m), np.int32(n), np.int32(k))))
-            results[rows] = c
+                row[f"{name}_ms"] = timed(lambda kernel=kernel, grid=grid, args=args: kernel(grid, (256,), args))
+            results[name] = c
         row["torch_ms"] = timed(lambda: a @ b.T)
-        row["same_bits"] = bool((results[96].view(cp.uint32) == results[128].view(cp.uint32)).all())
+        row["same_bits"] = all(bool((results[name].view(cp.uint32) == results["nt"].view(cp.uint32)).all()) for name in ("nn128", "nn96"))
         sample = slice(0, m, max(1, m // 64))
         want = a[sample].double() @ b.double().T
         bound = 1e-5 * (a[sample].double().abs() @ b.double().abs().T)
-        row["within_bound"] = bool(((torch.as_tensor(results[128], device="cuda")[sample].double() - want).abs() <= bound).all())
+        row["within_bound"] = bool(((torch.as_tensor(results["nt"], device="cuda")[sample].double() - want).abs() <= bound).all())
         flops = 2.0 * m * n * k
-        for key in ("rows128", "rows96", "torch"):
+        for key in (*kernels, "torch"):
             row[f"{key}_tflops"] = flops / (row[f"{key}_ms"] * 1e-3) / 1e12
         rows_out.append(row)
         print(row, flush=True)
     result = {"date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "device": torch.cuda.get_device_name(),
-              "torch": torch.__version__, "iters": iters, "rows": rows_out}
+              "driver": _driver_version(), "torch": torch.__version__, "iters": iters, "rows": rows_out}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "gemm_f32.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = [f"{result['device']}, {result['date']}, median of {iters} (CUDA events)", "",
-             "| M × N × K | 128-row tiles | 96-row tiles | torch.matmul (cuBLAS SGEMM) | 96-row = 128-row bits | within 1e-5 |", "|---|---:|---:|---:|---|---|"]
+    lines = [f"{result['device']}, driver {result['driver']}, {result['date']}, median of {iters} (CUDA events); µs (TFLOP/s)", "",
+             "| M × N × K | gemm_nt_f32 | gemm_f32 of b^T, 128-row | gemm_f32 of b^T, 96-row | torch.matmul (cuBLAS SGEMM) | same bits | within 1e-5 |",
+             "|---|---:|---:|---:|---:|---|---|"]
     for r in rows_out:
-        cells = [f"{r[f'{key}_ms'] * 1e3:.1f} µs ({r[f'{key}_tflops']:.1f})" for key in ("rows128", "rows96", "torch")]
+        cells = [f"{r[f'{key}_ms'] * 1e3:.1f} ({r[f'{key}_tflops']:.1f})" for key in (*kernels, "torch")]
         lines.append(f"| {' × '.join(map(str, r['shape']))} | {' | '.join(cells)} | {r['same_bits']} | {r['within_bound']} |")
     (out_dir / "gemm_f32.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _driver_version() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, check=True).stdout.split()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return "unknown"
 
 
 def main(argv=None) -> int:

@@ -14,9 +14,11 @@ GPT-2 small (GPT2LMHeadModel, its default configuration, batch 8 x 1024), a Llam
 configuration without the pooler, batch 16 x 512 with a [B, S] padding `attention_mask`). Each is
 exported as users export them: transformers' default attention (SDPA), the masks transformers
 builds inside the model (the LMs from the token ids alone, BERT from its padding mask), and
-`export_mlir(..., params_as_inputs=True)`: the parameters are the exported function's trailing
-arguments, so the vmfbs hold no weights, and the GPU side rebuilds the same weights from the seed
-and passes the same tensors to every implementation. The outputs (the LMs' logits, BERT's
+`export_mlir(..., params_as_globals=True)`: the parameters are module globals read from IREE
+parameters, so the vmfbs hold no weights; the GPU side rebuilds the same weights from the seed,
+gives torch the model and each IREE variant the same weights as parameters (copied to the device
+once, at load), and every implementation the same inputs. A call takes the token ids (and BERT's
+mask) only, as the torch model's forward does. The outputs (the LMs' logits, BERT's
 last_hidden_state) are returned as float32.
 
 `run` compares, per model and dtype: PyTorch eager and torch.compile (default mode), both with
@@ -202,7 +204,7 @@ def _prepare_one(family: Family, dtype: str, batch: int, seq: int, args, kernels
     ids, padding = make_inputs(family, batch, seq, args.seed, model.config.vocab_size)
     started = time.perf_counter()
     kwargs = {"attention_mask": padding} if family.padded else {}
-    mlir = export_mlir(model, (ids,), d / "model.mlir", kwargs=kwargs, params_as_inputs=True, output=family.output_of)
+    mlir = export_mlir(model, (ids,), d / "model.mlir", kwargs=kwargs, params_as_globals=True, output=family.output_of)
     print(f"{tag} export + import: {time.perf_counter() - started:.1f} s -> {mlir} ({mlir.stat().st_size / 2**20:.1f} MiB)", flush=True)
     entry: dict = {"parameters": [(n, list(p.shape), str(p.dtype)) for n, p in model.named_parameters()], "variants": {}}
     del model
@@ -401,7 +403,7 @@ def _run_one(family: Family, dtype: str, entry: dict, prepared: dict, meta: dict
     if [tuple(p) for p in prepared["parameters"]] != [tuple(p) for p in shapes]:
         raise RuntimeError(f"the model's parameters differ from the exported ones (transformers version?): {len(shapes)} vs {len(prepared['parameters'])}")
     ids, padding = make_inputs(family, entry["batch"], entry["seq"], meta["seed"], model.config.vocab_size)
-    host_args = [_to_numpy(ids), *([_to_numpy(padding)] if padding is not None else []), *(_to_numpy(p) for p in model.parameters())]
+    host_args = [_to_numpy(ids), *([_to_numpy(padding)] if padding is not None else [])]
     model = model.to(dev)
     ids = ids.to(dev)
     padding = padding.to(dev) if padding is not None else None
@@ -447,7 +449,7 @@ def _run_one(family: Family, dtype: str, entry: dict, prepared: dict, meta: dict
                 runs[name]["skipped"] = f"over the time limit of {args.time_limit} s"
                 continue
             try:
-                loaded[name] = _load_iree(folder / variant["vmfb"], variant["device"], host_args, args.iree_device, loaded.values())
+                loaded[name] = _load_iree(folder / variant["vmfb"], variant["device"], host_args, model, args.iree_device, loaded.values())
                 started = time.perf_counter()
                 output = loaded[name].call()
                 runs[name]["first_call_ms"] = (time.perf_counter() - started) * 1e3
@@ -505,7 +507,7 @@ def _torch_contender(name: str, fn: Callable[[], object], result: dict, dev: str
 
 @dataclass
 class _Loaded:
-    """An IREE variant loaded on its device with the arguments there; `call` is synchronous."""
+    """An IREE variant loaded on its device with its weights and inputs there; `call` is synchronous."""
 
     module: object
     config: object
@@ -516,12 +518,15 @@ class _Loaded:
         return self.module.main(*self.args)
 
 
-def _load_iree(vmfb: Path, device: str, host_args, iree_device: bool, others) -> _Loaded:
-    """One IREE variant. On CUDA the module runs on iree_dispatch's device (its driver flags and
-    output pool, docs/runtime.md), or with iree_device on one IREE creates with its own defaults.
-    The arguments are copied to the device once per device: a variant on the same device as one
-    of `others` shares theirs."""
+def _load_iree(vmfb: Path, device: str, host_args, model, iree_device: bool, others) -> _Loaded:
+    """One IREE variant, with `model`'s weights as its parameters (copied to the device as it
+    loads). On CUDA the module runs on iree_dispatch's device (its driver flags and output pool,
+    docs/runtime.md), or with iree_device on one IREE creates with its own defaults. The inputs
+    are copied to the device once per device: a variant on the same device as one of `others`
+    shares theirs."""
     import iree.runtime as ireert
+
+    from iree_dispatch.models.torch_export import parameter_module
 
     same = next((o for o in others if o.device_key == (device, iree_device)), None)
     if same is not None:
@@ -534,7 +539,8 @@ def _load_iree(vmfb: Path, device: str, host_args, iree_device: bool, others) ->
         else:
             config = ireert.Config(device)
         args = [ireert.asdevicearray(config.device, a) for a in host_args]
-    module = ireert.load_vm_module(ireert.VmModule.mmap(config.vm_instance, str(vmfb)), config)
+    weights = parameter_module(model.named_parameters(), config.vm_instance)
+    module = ireert.load_vm_modules(weights, ireert.VmModule.mmap(config.vm_instance, str(vmfb)), config=config)[-1]
     return _Loaded(module, config, args, (device, iree_device))
 
 

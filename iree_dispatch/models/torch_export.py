@@ -1,12 +1,17 @@
 """Torch models → MLIR for `compile_model` (needs torch; IREE's FX importer comes with the compiler).
 
 `export_mlir(module, args, path)`: torch.export, then IREE's FX importer, weights frozen into the
-module as constants. `export_mlir(..., params_as_inputs=True)`: the module's parameters become
-the function's trailing arguments instead (in `parameter_names(module)` order), so the MLIR and
-the .vmfb hold no weights: a GPT-2 with inlined weights is a 250-500 MB vmfb, without them a few
-MB; the caller passes the weights at run time (`benchmarks/model.py`).
+module as constants. Two ways keep the weights out of the MLIR and the .vmfb (a GPT-2 with
+inlined weights is a 250-500 MB vmfb, without them a few MB):
+- `params_as_inputs=True`: the module's parameters become the function's trailing arguments (in
+  `parameter_names(module)` order); the caller passes them on every call.
+- `params_as_globals=True`: each parameter becomes a module global read from an IREE parameter
+  (scope `PARAMETER_SCOPE`, key its name in `parameter_names(module)`), loaded onto the device
+  once, when the module is loaded (`parameter_module` makes the IREE module that provides them); a
+  call takes the model's inputs only. Each argument costs IREE's call a few checks and a binding
+  (BERT-base's 199 weights, about 0.45 ms a call on an H100: docs/models.md).
 
-Between the two, what transformers models do by default is made importable and compilable
+Between export and import, what transformers models do by default is made importable and compilable
 (docs/models.md, "Torch models"): every buffer, persistent or not, is given to the importer as a
 constant (in both modes: buffers are computed from the configuration, not trained); the ops
 transformers' mask builders emit that IREE does not legalize are decomposed (`decompositions()`)
@@ -15,8 +20,9 @@ and an `x & True` they start from is dropped; SDPA's bool masks become additive 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def _diff(x, n: int = 1, dim: int = -1, prepend=None, append=None):
@@ -132,6 +138,7 @@ def export_mlir(
     *,
     kwargs: dict | None = None,
     params_as_inputs: bool = False,
+    params_as_globals: bool = False,
     output=None,
     func_name: str = "main",
 ) -> Path:
@@ -139,7 +146,10 @@ def export_mlir(
     into `path` (torch dialect MLIR). `output`: a function applied to the module's output (e.g.
     `lambda o: o.logits`). Keyword arguments given as None are left out (the module's defaults).
     The exported program's decompositions, buffers and masks are prepared for IREE first (the
-    module docstring)."""
+    module docstring). `params_as_inputs`, `params_as_globals`: where the weights go instead of
+    constants (the module docstring); at most one."""
+    if params_as_inputs and params_as_globals:
+        raise ValueError("export_mlir: params_as_inputs and params_as_globals exclude each other")
     import torch
     from iree.compiler import ir
     from iree.compiler.extras.fx_importer import FxImporter
@@ -147,7 +157,7 @@ def export_mlir(
     # A keyword argument given as None (attention_mask=None) means the model's default; passed on,
     # torch.export would make it a `!torch.none` argument of the function, which IREE can't take.
     kwargs = {name: value for name, value in (kwargs or {}).items() if value is not None}
-    if params_as_inputs:
+    if params_as_inputs or params_as_globals:
         wrapped = _WithParameters.make(module, len(args), list(kwargs), output)
         flat = (*args, *kwargs.values(), *(p.detach() for _, p in module.named_parameters()))
         prog = torch.export.export(wrapped, flat)
@@ -172,8 +182,67 @@ def export_mlir(
     prog.state_dict.update({name: prog.constants[name] for name in prog.graph_signature.non_persistent_buffers})
     importer = FxImporter(context=ir.Context())
     importer.import_frozen_program(prog, func_name=func_name)
+    if params_as_globals:
+        _arguments_to_globals(importer.module, func_name, parameter_names(module))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         importer.module.operation.print(file=f)
     return path
+
+
+PARAMETER_SCOPE = "model"  # the IREE parameter scope of params_as_globals' weights
+
+
+def _arguments_to_globals(module, func_name: str, names: Sequence[str]) -> None:
+    """The last len(names) arguments of `func_name` become immutable globals, each initialized
+    from the IREE parameter PARAMETER_SCOPE::name and read once at the function's entry."""
+    from iree.compiler import ir
+
+    with module.context, ir.Location.unknown():
+        func = next(op for op in module.body.operations if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == func_name)
+        block = func.regions[0].blocks[0]
+        first = len(block.arguments) - len(names)
+        function_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        first_op = block.operations[0]
+        for index, name in enumerate(names):
+            argument = block.arguments[first + index]
+            vtensor = str(argument.type)  # !torch.vtensor<[d0,d1,...],dtype>
+            shape, dtype = vtensor[len("!torch.vtensor<["):-1].rsplit("],", 1)
+            tensor = ir.Type.parse(f"tensor<{'x'.join(shape.split(',')) + 'x' if shape else ''}{dtype}>")
+            symbol = f"__parameter_{index}"
+            ir.InsertionPoint(func).insert(ir.Operation.parse(f'util.global private @{symbol} = #stream.parameter.named<"{PARAMETER_SCOPE}"::"{name}"> : {tensor}'))
+            with ir.InsertionPoint(first_op):
+                loaded = ir.Operation.create("util.global.load", results=[tensor], attributes={"global": ir.FlatSymbolRefAttr.get(symbol),
+                                                                                               "is_immutable": ir.UnitAttr.get()})
+                value = ir.Operation.create("torch_c.from_builtin_tensor", results=[argument.type], operands=[loaded.result])
+            argument.replace_all_uses_with(value.result)
+        for index in reversed(range(first, len(block.arguments))):
+            block.erase_argument(index)
+        func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(list(function_type.inputs)[:first], list(function_type.results)))
+
+
+def parameter_module(parameters: Iterable[tuple[str, Any]], instance: Any) -> Any:
+    """The IREE module (iree.runtime.VmModule) that provides a params_as_globals export's weights:
+    `parameters` as (name, tensor or array) pairs, e.g. the torch module's `named_parameters()`,
+    copied to the host as they are now, under PARAMETER_SCOPE. Load it before the model's module
+    (`iree.runtime.load_vm_modules(parameter_module(...), model, config=...)`), which copies them
+    to the device once."""
+    import iree.runtime as ireert
+
+    index = ireert.ParameterIndex()
+    for name, value in parameters:
+        index.add_buffer(name, _host_bytes(value))
+    return ireert.create_io_parameters_module(instance, index.create_provider(scope=PARAMETER_SCOPE))
+
+
+def _host_bytes(value: Any) -> bytes:
+    """A torch tensor's or an array's elements on the host, contiguous (bf16 as its 16-bit words)."""
+    import numpy as np
+
+    if hasattr(value, "detach"):  # a torch tensor (torch is imported only where a model is exported)
+        import torch
+
+        t = value.detach().contiguous().cpu()
+        value = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+    return np.ascontiguousarray(value).tobytes()

@@ -1,9 +1,10 @@
 """On a CUDA device: the f32 CUDA-core GEMMs (kernels/gemm_f32.toml: gemm_f32, c = a @ b, and
-gemm_nt_f32, c = a @ b^T with b [N, K]; and the same two built with 96-row tiles,
-kernels/gemm_f32_m96.toml) against their float64 references, through IREE
-(iree_dispatch.runtime), and the 96-row builds against the 128-row ones bit for bit.
+gemm_nt_f32, c = a @ b^T with b [N, K], and its Linear epilogues; gemm_f32 also built with
+96-row tiles, kernels/gemm_f32_m96.toml) against their float64 references, through IREE
+(iree_dispatch.runtime); the 96-row gemm_f32 against the 128-row one, and gemm_nt_f32 against
+gemm_f32 of the transposed b, bit for bit.
 
-Sizes: 1 x 1 x 1; sizes that are not multiples of the 128 x 128 x 8 tiles; K not a multiple of 4
+Sizes: 1 x 1 x 1; sizes that are not multiples of the tiles (128 x 128 x 8, 96 x 128 x 8, NT 128 x 128 x 16); K not a multiple of 4
 (a's rows, and NT's b rows, not 16-byte aligned: element loads); N odd (b's rows for gemm_f32 and
 c's rows not 16-byte aligned: element loads and stores); multiples of the tiles (float4 loads and
 stores); GPT-2 small's f32 matmuls at 8 x 1024 tokens: the MLP's up-projection 8192 x 3072 x 768
@@ -48,6 +49,9 @@ REFERENCES = load_references()
 
 
 BUILDS = ("gemm_f32", "gemm_f32_m96")  # 128- and 96-row tiles
+# (build, kernel): gemm_f32 in both builds; the NT kernels (128-row tiles in every build) where
+# they are declared, gemm_f32.toml.
+BUILD_KERNELS = [("gemm_f32", "gemm_f32"), ("gemm_f32_m96", "gemm_f32"), ("gemm_f32", "gemm_nt_f32")]
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +115,7 @@ SIZES = [(1, 1, 1), (1, 77, 5), (3, 8, 8), (37, 101, 13), (128, 128, 8), (129, 1
          (517, 1000, 17), (256, 384, 768), (1024, 1024, 1024), (300, 2048, 4096), (300, 50257, 64)]
 
 
-@pytest.mark.parametrize("build", BUILDS)
-@pytest.mark.parametrize("name", ["gemm_f32", "gemm_nt_f32"])
+@pytest.mark.parametrize("build, name", BUILD_KERNELS)
 @pytest.mark.parametrize("m, n, k", SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in SIZES])
 def test_matches_float64(modules, build, name, m, n, k):
     a, b = inputs(name, m, n, k)
@@ -126,16 +129,23 @@ def test_matches_float64(modules, build, name, m, n, k):
 SAME_BITS = [(96, 128, 8), (128, 128, 8), (1000, 77, 100), (8192, 768, 768), (8192, 768, 3072)]
 
 
-@pytest.mark.parametrize("name", ["gemm_f32", "gemm_nt_f32"])
 @pytest.mark.parametrize("m, n, k", SAME_BITS, ids=[f"{m}x{n}x{k}" for m, n, k in SAME_BITS])
-def test_96_row_tiles_give_the_same_bits(modules, name, m, n, k):
+def test_96_row_tiles_give_the_same_bits(modules, m, n, k):
     """Each element's sum over K runs in the same order whatever the tile's height: the 96-row
     build's c is the 128-row build's, bit for bit (the output poisoned with NaN first)."""
-    a, b = inputs(name, m, n, k)
-    want = np.asarray(getattr(modules["gemm_f32"], name)(a, b))
-    got = np.asarray(getattr(modules["gemm_f32_m96_poisonable"], name)(a, b, np.full(want.shape, np.nan, np.float32)))
-    differ = want.view(np.uint32) != got.view(np.uint32)
-    assert not differ.any(), f"{int(differ.sum())} elements differ, first at {np.argwhere(differ)[0].tolist()}"
+    a, b = inputs("gemm_f32", m, n, k)
+    want = np.asarray(modules["gemm_f32"].gemm_f32(a, b))
+    _same_bits("gemm_f32_m96", np.asarray(modules["gemm_f32_m96_poisonable"].gemm_f32(a, b, np.full(want.shape, np.nan, np.float32))), want)
+
+
+@pytest.mark.parametrize("m, n, k", SAME_BITS, ids=[f"{m}x{n}x{k}" for m, n, k in SAME_BITS])
+def test_nt_kernel_gives_the_bits_of_gemm_f32(modules, m, n, k):
+    """gemm_nt_f32 (asynchronous copies, 16-deep steps) sums each element over K in gemm_f32's
+    order (register-staged loads, 8-deep steps): a @ b^T from it is gemm_f32's a @ (b^T), bit for
+    bit (the output poisoned with NaN first)."""
+    a, b = inputs("gemm_nt_f32", m, n, k)
+    want = np.asarray(modules["gemm_f32"].gemm_f32(a, np.ascontiguousarray(b.T)))
+    _same_bits("gemm_nt_f32", np.asarray(modules["gemm_f32_poisonable"].gemm_nt_f32(a, b, np.full(want.shape, np.nan, np.float32))), want)
 
 
 def _wall_tflops(module, name: str, a: np.ndarray, b: np.ndarray, n: int, calls: int = 5) -> float:
@@ -163,9 +173,8 @@ def _same_bits(what: str, got: np.ndarray, want: np.ndarray) -> None:
     assert not differ.any(), f"{what}: {int(differ.sum())} elements differ, first at {np.argwhere(differ)[0].tolist()}"
 
 
-@pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("m, n, k", EPILOGUE_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in EPILOGUE_SIZES])
-def test_linear_epilogues(modules, build, m, n, k):
+def test_linear_epilogues(modules, m, n, k):
     """The Linear kernels, as built and poisoned (NaN outputs) and as sm_80 PTX: gemm_nt_bias_f32 and
     gemm_nt_bias_residual_f32 store the bits of gemm_nt_f32's c followed by the model's own f32
     adds, computed here (c + bias, then + residual); gemm_nt_bias_gelu_erf_f32 the erf-GELU of
@@ -173,6 +182,7 @@ def test_linear_epilogues(modules, build, m, n, k):
     |x| 2^-21 for erff's absolute error (about 2^-24 near +-1, where 1 + erf cancels for very
     negative x and the result is tiny). gemm_nt_f32's c itself is checked against float64 by
     test_matches_float64."""
+    build = "gemm_f32"
     a, b = inputs("gemm_nt_f32", m, n, k)
     rng = np.random.default_rng()
     bias = rng.normal(0.0, 1.0, n).astype(np.float32)
@@ -191,12 +201,11 @@ def test_linear_epilogues(modules, build, m, n, k):
         assert not bad.any(), f"{build} {way} gemm_nt_bias_gelu_erf_f32: {int(bad.sum())} elements off, first at {np.argwhere(bad)[0].tolist()}"
 
 
-# GPT-2 small in f32 at 8 x 1024 tokens: (kernel, M, N, K).
-GPT2 = [("gemm_f32", 8192, 3072, 768), ("gemm_f32", 8192, 768, 3072), ("gemm_nt_f32", 8192, 50257, 768)]
+# GPT-2 small in f32 at 8 x 1024 tokens: (build, kernel, M, N, K).
+GPT2 = [(build, "gemm_f32", 8192, n, k) for build in BUILDS for n, k in ((3072, 768), (768, 3072))] + [("gemm_f32", "gemm_nt_f32", 8192, 50257, 768)]
 
 
-@pytest.mark.parametrize("build", BUILDS)
-@pytest.mark.parametrize("name, m, n, k", GPT2, ids=[f"{name}-{m}x{n}x{k}" for name, m, n, k in GPT2])
+@pytest.mark.parametrize("build, name, m, n, k", GPT2, ids=[f"{build}.{name}-{m}x{n}x{k}" for build, name, m, n, k in GPT2])
 def test_gpt2_shapes(modules, build, name, m, n, k):
     """The MLP's two matmuls and the LM head (vocabulary 50257, odd: element loads of b's rows
     for gemm_f32, element stores of c's rows), every element checked."""

@@ -784,7 +784,7 @@ def test_the_kernel_library_holds_the_benchmarks_kernels():
                       "gemm_n128.gemm_bias_residual_bf16_persistent": "matmul+bias+residual", "gemm_n128.gemm_nt_bias_bf16_persistent": "matmul_nt+bias",
                       "attention.attention_bf16": "attention", "attention.attention_qkv_bf16": "attention_qkv",
                       "gemm_f32.gemm_f32": "matmul", "gemm_f32.gemm_nt_f32": "matmul_nt", "gemm_f32.gemm_batched_f32": "batch_matmul",
-                      "gemm_f32_m96.gemm_f32": "matmul", "gemm_f32_m96.gemm_nt_f32": "matmul_nt",
+                      "gemm_f32_m96.gemm_f32": "matmul",
                       "library.softmax_warp_bf16": "softmax", "library.layernorm_warp_bf16": "layernorm", "library.rmsnorm_f32": "rmsnorm"}.items():
         assert labels.get(label) == op, label
     assert "gemm.gemm_batched_bf16" not in labels

@@ -295,6 +295,19 @@ def _run(vmfb: Path, function: str, args):
     return [o.to_host() for o in outs]
 
 
+def _run_with_parameters(vmfb: Path, function: str, args, parameters):
+    """_run with an export's params_as_globals weights (name, tensor) provided as IREE parameters."""
+    import iree.runtime as ireert
+
+    from iree_dispatch.models.torch_export import parameter_module
+
+    config = ireert.Config("local-task")
+    module = ireert.load_vm_modules(parameter_module(parameters, config.vm_instance), ireert.VmModule.mmap(config.vm_instance, str(vmfb)), config=config)[-1]
+    out = module[function](*args)
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    return [o.to_host() for o in outs]
+
+
 def _random_args(text: str, function: str, rng):
     import ml_dtypes
 
