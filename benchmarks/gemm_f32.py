@@ -27,6 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from common import nvidia_smi  # benchmarks/common.py, beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
 OBJECTS = ROOT / "build" / "gemm_f32_bench"
 ROWS = (128, 96)
@@ -94,7 +96,7 @@ def run(out_dir: Path, iters: int) -> None:
         rows_out.append(row)
         print(row, flush=True)
     result = {"date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "device": torch.cuda.get_device_name(),
-              "driver": _driver_version(), "torch": torch.__version__, "iters": iters, "rows": rows_out}
+              "driver": nvidia_smi("driver_version") or "unknown", "torch": torch.__version__, "iters": iters, "rows": rows_out}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "gemm_f32.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [f"{result['device']}, driver {result['driver']}, {result['date']}, median of {iters} (CUDA events); µs (TFLOP/s)", "",
@@ -105,13 +107,6 @@ def run(out_dir: Path, iters: int) -> None:
         lines.append(f"| {' × '.join(map(str, r['shape']))} | {' | '.join(cells)} | {r['same_bits']} | {r['within_bound']} |")
     (out_dir / "gemm_f32.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-
-
-def _driver_version() -> str:
-    try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, check=True).stdout.split()[0]
-    except (OSError, subprocess.CalledProcessError, IndexError):
-        return "unknown"
 
 
 def main(argv=None) -> int:

@@ -298,7 +298,8 @@ def run(args) -> int:
     meta = json.loads((folder / "meta.json").read_text())
     results: dict = {"meta": {k: v for k, v in meta.items() if k != "models"}, "device": None, "models": {}}
     results["meta"].update({"iters": args.iters, "rounds": args.rounds, "time_limit_s": args.time_limit, "iree_flags": args.iree_flags,
-                            "iree_device": "IREE's defaults" if args.iree_device else "iree_dispatch's (runtime/devices.py)"})
+                            "iree_device": "IREE's defaults" if args.iree_device else "iree_dispatch's (runtime/devices.py)",
+                            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "driver": _driver_version()})
     wanted_models = set(args.models.split(",")) if args.models else None
     if wanted_models is not None and not wanted_models <= set(meta["models"]):
         raise SystemExit(f"not prepared in {folder}: {', '.join(sorted(wanted_models - set(meta['models'])))}; prepared: {', '.join(meta['models'])}")
@@ -345,6 +346,15 @@ def run(args) -> int:
     plot(results, dest / "model.png")
     print(table(results))
     return 0
+
+
+def _driver_version() -> str:
+    """The NVIDIA driver's version (nvidia-smi), or "none" on a machine without one."""
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True,
+                              check=True).stdout.split()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return "none"
 
 
 def _run_model(args, name: str, partial: Path) -> None:
@@ -691,7 +701,8 @@ def table(results: dict) -> str:
     devices = sorted({model["device"] for model in results["models"].values() if model.get("device")}) or [results["device"]]
     rounds = f" over {m['rounds']} alternating rounds" if m.get("rounds") else ""
     lines = [f"On {' and '.join(map(str, devices))}, seed {m['seed']}, median of {m.get('iters')} forwards{rounds} (wall time of a call that returns with the output "
-             f"ready; torch's CUDA-event time in parentheses below); torch {m.get('run_torch')}", ""]
+             f"ready; torch's CUDA-event time in parentheses below); torch {m.get('run_torch')}"
+             + (f"; driver {m['driver']}, started {m['started']}" if m.get("started") else ""), ""]
     columns = [k for k in SHORT if any(k in runs for *_, runs in _cases(results))]  # the CPU check's column only where it ran
     head = " | ".join(f"{SHORT[k]} ms" for k in columns)
     lines += [f"| model | dtype | {head} | torch.compile / ours | torch.compile / ours, wider |", "|---|---|" + "---:|" * (len(columns) + 2)]

@@ -296,7 +296,7 @@ def _run(vmfb: Path, function: str, args):
 
 
 def _run_with_parameters(vmfb: Path, function: str, args, parameters):
-    """_run with an export's params_as_globals weights (name, tensor) provided as IREE parameters."""
+    """_run with an export's params_as_globals weights ((name, tensor or array) pairs) provided as IREE parameters."""
     import iree.runtime as ireert
 
     from iree_dispatch.models.torch_export import parameter_module
