@@ -8,7 +8,8 @@ For each M x N x K, on the same device inputs (a [M, K], b [N, K], c = a @ b^T):
   * `nn128`, `nn96`: gemm_f32 of b^T ([K, N], made once, not timed; register-staged loads, 8-deep
     steps) from the SGEMM_BM=128 and 96 builds;
   each launched by CuPy RawModule with its grid (ceildiv(M, rows), ceildiv(N, 128)), CUDA events
-  around each launch, median of --iters after 3 warm-up launches; c poisoned with NaN first;
+  around each launch, median of --iters after 3 warm-up launches (and, once before the first
+  shape, about a second of SGEMMs, so that the GPU's clocks are up); c poisoned with NaN first;
   * `torch`: torch.matmul(a, b.T) in f32 with TF32 off (cuBLAS SGEMM), timed the same way.
 TFLOP/s = 2 M N K / time. Checked: the three kernels' c are the same bits (each element one fmaf
 chain over k in order), and within 1e-5 of |a| @ |b^T| of torch's float64 product (on a sample of
@@ -69,6 +70,14 @@ def run(out_dir: Path, iters: int) -> None:
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
         return float(np.median(times))
+
+    # The clocks of a GPU that was idle ramp up over the first tenths of a second of work: about a
+    # second of SGEMMs before the first shape, so that it is not timed slower than the others.
+    warm = torch.rand(4096, 4096, device="cuda")
+    for _ in range(50):
+        warm @ warm
+    torch.cuda.synchronize()
+    del warm
 
     rows_out = []
     for m, n, k in SHAPES:

@@ -67,13 +67,19 @@ __device__ __forceinline__ void copy4_async(float* dst, const float* src, bool i
 #endif
 }
 
-// The micro-tile of a BM-row tile: a thread's rows (4 + ROWS_HI), columns 8.
+// This thread's micro-tile of its block's BM-row tile of c: its rows (4 + ROWS_HI), columns 8.
 template <int BM>
 struct MicroTile {
   static_assert(BM == 128 || BM == 96, "the micro-tile's rows: 4 + 4 (BM = 128) or 4 + 2 (BM = 96) a thread");
   static constexpr int ROWS_HI = (BM - 64) / 16;  // a thread's rows in the tile's rows 64 .. BM - 1
   static constexpr int ROWS = 4 + ROWS_HI;
   static constexpr int LDA = BM + PAD;
+  const int tx = threadIdx.x % 16;  // the thread's columns: tx*4 + {0..3}, 64 + tx*4 + {0..3}
+  const int ty = threadIdx.x / 16;  // its rows: ty*4 + {0..3}, 64 + ty*ROWS_HI + {0..ROWS_HI-1}
+  // The tile's first row and column. Tiles of M along x: the grid's x has no 65535 limit, and the
+  // blocks of one wave then share a few column tiles of b.
+  const int m0 = blockIdx.x * BM;
+  const int n0 = blockIdx.y * BN;
   float acc[ROWS][8];
 
   __device__ __forceinline__ MicroTile() {
@@ -84,7 +90,7 @@ struct MicroTile {
   }
 
   // The products of one k: this thread's A values of column k times its B values of row k.
-  __device__ __forceinline__ void multiply(const float* __restrict__ as_k, const float* __restrict__ bs_k, int ty, int tx) {
+  __device__ __forceinline__ void multiply(const float* __restrict__ as_k, const float* __restrict__ bs_k) {
     const float4 a_lo = *reinterpret_cast<const float4*>(as_k + ty * 4);
     float ar[ROWS] = {a_lo.x, a_lo.y, a_lo.z, a_lo.w};
     if constexpr (ROWS_HI == 4) {
@@ -103,9 +109,9 @@ struct MicroTile {
       for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
   }
 
-  // Stores epilogue(sum, row, col) of every element inside c [M, N] (tile at m0, n0).
+  // Stores epilogue(sum, row, col) of every element inside c [M, N].
   template <class Epilogue>
-  __device__ __forceinline__ void store(float* __restrict__ c, int m0, int n0, int M, int N, int ty, int tx, const Epilogue& epilogue) const {
+  __device__ __forceinline__ void store(float* __restrict__ c, int M, int N, const Epilogue& epilogue) const {
     const bool vec_c = aligned16(c) && (N % 4 == 0);
 #pragma unroll
     for (int i = 0; i < ROWS; ++i) {
@@ -181,14 +187,10 @@ __device__ __forceinline__ void gemm_nn_body(const float* __restrict__ a, const 
   __shared__ __align__(16) float As[2][BK][LDA];
   __shared__ __align__(16) float Bs[2][BK][LDB];
 
+  MicroTile<BM> tile;
   const int tid = threadIdx.x;
-  const int tx = tid % 16;
-  const int ty = tid / 16;
-  // Tiles of M along x (the grid's x has no 65535 limit, and the blocks of one wave then share
-  // a few column tiles of b).
-  const int m0 = blockIdx.x * BM;
-  const int n0 = blockIdx.y * BN;
-
+  const int m0 = tile.m0;
+  const int n0 = tile.n0;
   const bool vec_a = aligned16(a) && (K % 4 == 0);
   const bool vec_b = aligned16(b) && (N % 4 == 0);
 
@@ -213,7 +215,6 @@ __device__ __forceinline__ void gemm_nn_body(const float* __restrict__ a, const 
     *reinterpret_cast<float4*>(&Bs[buf][ldb_k][ldb_n]) = vb;
   };
 
-  MicroTile<BM> tile;
   // Every thread runs the same number of steps and reaches every __syncthreads: no thread
   // returns early (threads past M or N load zeros and skip only their stores).
   const int steps = (K + BK - 1) / BK;
@@ -230,14 +231,14 @@ __device__ __forceinline__ void gemm_nn_body(const float* __restrict__ a, const 
       next_b = load_b((step + 1) * BK);
     }
 #pragma unroll
-    for (int k = 0; k < BK; ++k) tile.multiply(&As[buf][k][0], &Bs[buf][k][0], ty, tx);
+    for (int k = 0; k < BK; ++k) tile.multiply(&As[buf][k][0], &Bs[buf][k][0]);
     if (more) store_tiles(buf ^ 1, next_a, next_b);
     // The other buffer is complete for the next step, and no thread still reads this one when it
     // gets overwritten a step later.
     __syncthreads();
     buf ^= 1;
   }
-  tile.store(c, m0, n0, M, N, ty, tx, Plain{});
+  tile.store(c, M, N, Plain{});
 }
 
 // c = epilogue(a @ b^T), b [N, K]: 128-row tiles, 16-deep steps, two buffers filled by cp.async.
@@ -253,12 +254,10 @@ __device__ __forceinline__ void gemm_nt_body(const float* __restrict__ a, const 
   __shared__ __align__(16) float As[2][BK][LDA];
   __shared__ __align__(16) float Bs[2][BK][LDB];
 
+  MicroTile<BM> tile;
   const int tid = threadIdx.x;
-  const int tx = tid % 16;
-  const int ty = tid / 16;
-  const int m0 = blockIdx.x * BM;
-  const int n0 = blockIdx.y * BN;
-
+  const int m0 = tile.m0;
+  const int n0 = tile.n0;
   // Thread t copies k = t % 8 and 8 + t % 8 of rows t / 8 + 32 g: one copy instruction of a warp
   // reads 4 rows x 8 consecutive floats and writes 32 distinct banks (k-major, LDA = 4 mod 32).
   const int cp_k = tid % 8;
@@ -292,7 +291,6 @@ __device__ __forceinline__ void gemm_nt_body(const float* __restrict__ a, const 
     __pipeline_commit();
   };
 
-  MicroTile<BM> tile;
   // Every thread runs every step and reaches every __syncthreads (no early return).
   const int steps = (K + BK - 1) / BK;
   issue(0, 0);
@@ -305,9 +303,9 @@ __device__ __forceinline__ void gemm_nt_body(const float* __restrict__ a, const 
     __syncthreads();
     if (step + 1 < steps) issue(buf ^ 1, step + 1);
 #pragma unroll
-    for (int k = 0; k < BK; ++k) tile.multiply(&As[buf][k][0], &Bs[buf][k][0], ty, tx);
+    for (int k = 0; k < BK; ++k) tile.multiply(&As[buf][k][0], &Bs[buf][k][0]);
   }
-  tile.store(c, m0, n0, M, N, ty, tx, epilogue);
+  tile.store(c, M, N, epilogue);
 }
 
 }  // namespace sgemm
