@@ -210,7 +210,8 @@ def _arguments_to_globals(module, func_name: str, names: Sequence[str]) -> None:
             argument = block.arguments[first + index]
             vtensor = str(argument.type)  # !torch.vtensor<[d0,d1,...],dtype>
             shape, dtype = vtensor[len("!torch.vtensor<["):-1].rsplit("],", 1)
-            tensor = ir.Type.parse(f"tensor<{'x'.join(shape.split(',')) + 'x' if shape else ''}{dtype}>")
+            element = "i" + dtype[2:] if dtype[:2] in ("si", "ui") else dtype  # builtin tensors' integers are signless
+            tensor = ir.Type.parse(f"tensor<{'x'.join(shape.split(',')) + 'x' if shape else ''}{element}>")
             symbol = f"__parameter_{index}"
             ir.InsertionPoint(func).insert(ir.Operation.parse(f'util.global private @{symbol} = #stream.parameter.named<"{PARAMETER_SCOPE}"::"{name}"> : {tensor}'))
             with ir.InsertionPoint(first_op):

@@ -51,3 +51,20 @@ def test_globals_compute_what_the_arguments_did(tmp_path):
     (with_parameters,) = _run_with_parameters(_compile_cpu(_as_globals(), tmp_path / "globals.vmfb"), "main", [x], zip(NAMES, (scale, shift)))
     np.testing.assert_allclose(with_parameters, x * scale + shift, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(with_parameters, with_arguments)
+
+
+def test_integer_and_zero_dimensional_weights_take_builtin_types():
+    """A signed integer weight is a signless builtin tensor (what torch_c.from_builtin_tensor takes);
+    a 0-d weight a tensor without dims."""
+    module = ir.Module.parse("""
+func.func @main(%x: !torch.vtensor<[2],si64>, %w: !torch.vtensor<[2],si64>, %s: !torch.vtensor<[],f32>) -> !torch.vtensor<[2],si64> {
+  %int1 = torch.constant.int 1
+  %0 = torch.aten.add.Tensor %x, %w, %int1 : !torch.vtensor<[2],si64>, !torch.vtensor<[2],si64>, !torch.int -> !torch.vtensor<[2],si64>
+  return %0 : !torch.vtensor<[2],si64>
+}
+""", context=ir.Context())
+    _arguments_to_globals(module, "main", ["w", "s"])
+    text = str(module)
+    assert f'@__parameter_0 = #stream.parameter.named<"{PARAMETER_SCOPE}"::"w"> : tensor<2xi64>' in text
+    assert f'@__parameter_1 = #stream.parameter.named<"{PARAMETER_SCOPE}"::"s"> : tensor<f32>' in text
+    assert "torch_c.from_builtin_tensor %__parameter_0 : tensor<2xi64> -> !torch.vtensor<[2],si64>" in text
