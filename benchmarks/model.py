@@ -522,7 +522,8 @@ class _Loaded:
     module: object
     config: object
     args: list
-    device_key: tuple[str, bool]  # (IREE device name, IREE's own defaults): variants with the same key share the arguments
+    weights: object  # the IREE module providing the model's weights as parameters
+    device_key: tuple[str, bool]  # (IREE device name, IREE's own defaults): variants with the same key share the inputs and weights
 
     def call(self):
         return self.module.main(*self.args)
@@ -532,15 +533,15 @@ def _load_iree(vmfb: Path, device: str, host_args, model, iree_device: bool, oth
     """One IREE variant, with `model`'s weights as its parameters (copied to the device as it
     loads). On CUDA the module runs on iree_dispatch's device (its driver flags and output pool,
     docs/runtime.md), or with iree_device on one IREE creates with its own defaults. The inputs
-    are copied to the device once per device: a variant on the same device as one of `others`
-    shares theirs."""
+    are copied to the device, and the weights to the host, once per device: a variant on the same
+    device as one of `others` shares theirs."""
     import iree.runtime as ireert
 
     from iree_dispatch.models.torch_export import parameter_module
 
     same = next((o for o in others if o.device_key == (device, iree_device)), None)
     if same is not None:
-        config, args = same.config, same.args
+        config, args, weights = same.config, same.args, same.weights
     else:
         if device == "cuda" and not iree_device:
             from iree_dispatch.runtime import devices
@@ -549,9 +550,9 @@ def _load_iree(vmfb: Path, device: str, host_args, model, iree_device: bool, oth
         else:
             config = ireert.Config(device)
         args = [ireert.asdevicearray(config.device, a) for a in host_args]
-    weights = parameter_module(model.named_parameters(), config.vm_instance)
+        weights = parameter_module(model.named_parameters(), config.vm_instance)
     module = ireert.load_vm_modules(weights, ireert.VmModule.mmap(config.vm_instance, str(vmfb)), config=config)[-1]
-    return _Loaded(module, config, args, (device, iree_device))
+    return _Loaded(module, config, args, weights, (device, iree_device))
 
 
 def _time_in_rounds(contenders: list[_Contender], rounds: int, iters: int, deadline: float, late: str) -> None:
