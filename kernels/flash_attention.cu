@@ -82,6 +82,7 @@ struct Elem<__nv_bfloat16> {
   static __device__ __forceinline__ float2 unpack(unsigned u) { return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&u)); }
   static __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
   static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16(x); }
+  static constexpr float LOWEST = -3.38953139e38f;  // the lowest finite bf16 (torch.finfo.min)
   // c += a (16 x 16, row) @ b (16 x 8, col), f32 accumulators.
   static __device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
@@ -99,6 +100,7 @@ struct Elem<__half> {
   static __device__ __forceinline__ float2 unpack(unsigned u) { return __half22float2(*reinterpret_cast<__half2*>(&u)); }
   static __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
   static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+  static constexpr float LOWEST = -65504.0f;  // the lowest finite f16 (torch.finfo.min)
   static __device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -175,6 +177,57 @@ struct MaskView {
 // the 8 rows of a warp's quads then read distinct banks).
 constexpr int MASK_PITCH = BK + 8;
 
+// The additive mask of a thread's row (row_base + g, or + 8 with half = 1) from key 0: mrow[key],
+// where the mask lies in global memory, or in the staged tile when `staged` is not null (keys
+// k0 .., row_base's row first).
+template <typename T>
+__device__ __forceinline__ const T* mask_row(MaskView<T> mask, int row_base, int half, int k0, int Sk, const T* staged) {
+  const int g = (threadIdx.x & 31) >> 2;
+  return staged ? staged + (g + 8 * half) * MASK_PITCH - k0 : mask.slice + static_cast<long>(min(row_base + g + 8 * half, mask.MQ - 1)) * Sk;
+}
+
+// The mask values of keys `key` and key + 1 of a row (mask_row); keys past Sk get -inf.
+template <typename T>
+__device__ __forceinline__ float2 mask_pair(const T* mrow, int key, int Sk, bool pairs) {
+  using E = Elem<T>;
+  float2 a = make_float2(-INFINITY, -INFINITY);
+  if (pairs) {  // Sk even: key < Sk means key + 1 < Sk too
+    if (key < Sk) a = E::unpack(*reinterpret_cast<const unsigned*>(mrow + key));  // a generic load: shared or global
+  } else {
+    if (key < Sk) a.x = E::to_float(mrow[key]);
+    if (key + 1 < Sk) a.y = E::to_float(mrow[key + 1]);
+  }
+  return a;
+}
+
+// Whether this thread's part of an additive-mask key tile (NK keys from k0) can be skipped
+// without changing a bit of the result. It is exact when each of its scores would get weight 0
+// and leave its row's max where it is: every mask value it would add is the type's lowest finite
+// value (torch.finfo.min, what transformers' padding masks hold) or -inf (keys past Sk too), and
+// each of its two rows has already met a key whose masked score is at least half that lowest
+// value (m, the running max in natural units). Then a skipped score x = s + mask is at most
+// s + LOWEST and the max at least LOWEST / 2: x - max <= s - |LOWEST| / 2, far past where exp
+// underflows to 0 for any scaled score s short of that margin (1.7e38 for bf16, 32752 for f16);
+// the max stays, so alpha is 1 and o and l keep their bits. A row that has not met such a key
+// (every key so far masked, as in a left-padded sequence) keeps every tile; a NaN mask value
+// keeps its tile, so the NaN reaches the result.
+template <typename T, int NK = BK>
+__device__ __forceinline__ bool skippable(const float (&m)[2], int row_base, int k0, int Sk, MaskView<T> mask, const T* staged) {
+  constexpr float LOWEST = Elem<T>::LOWEST;
+  const int c = threadIdx.x & 3;
+  bool masked = m[0] >= 0.5f * LOWEST && m[1] >= 0.5f * LOWEST;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const T* mrow = mask_row(mask, row_base, half, k0, Sk, staged);
+#pragma unroll
+    for (int n = 0; n < NK / 8; ++n) {
+      const float2 a = mask_pair(mrow, k0 + 8 * n + 2 * c, Sk, mask.pairs || staged);
+      masked = masked && a.x <= LOWEST && a.y <= LOWEST;
+    }
+  }
+  return masked;
+}
+
 // Scale and mask the scores of NK keys from k0: the additive mask, the causal rule (only where
 // the tile crosses the diagonal of these rows), and -inf for keys past Sk. `staged`, when not
 // null, is the mask tile in shared memory (keys k0 .., row_base's row first), read instead of
@@ -182,32 +235,20 @@ constexpr int MASK_PITCH = BK + 8;
 template <typename T, Masking MASKING, int NK = BK>
 __device__ __forceinline__ void scale_and_mask(float (&s)[NK / 8][4], int row_base, int k0, int Sk, float score_scale, MaskView<T> mask,
                                                const T* staged = nullptr) {
-  using E = Elem<T>;
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const bool key_tail = k0 + NK > Sk;
   const bool diagonal = MASKING == CAUSAL && k0 + NK - 1 > row_base;  // some key of the tile is after some row
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = row_base + g + 8 * half;
-    // The mask row from key 0 (mrow[key]): in global memory, or in the staged tile (keys from k0).
-    const T* mrow = nullptr;
-    if (MASKING == ADDITIVE) mrow = staged ? staged + (g + 8 * half) * MASK_PITCH - k0 : mask.slice + static_cast<long>(min(row, mask.MQ - 1)) * Sk;
+    const T* mrow = MASKING == ADDITIVE ? mask_row(mask, row_base, half, k0, Sk, staged) : nullptr;
 #pragma unroll
     for (int n = 0; n < NK / 8; ++n) {
       const int key = k0 + 8 * n + 2 * c;
       float x0 = s[n][2 * half] * score_scale, x1 = s[n][2 * half + 1] * score_scale;
       if (MASKING == ADDITIVE) {
-        float a0 = -INFINITY, a1 = -INFINITY;  // keys past Sk
-        if (mask.pairs || staged) {
-          if (key < Sk) {
-            const float2 pair = E::unpack(*reinterpret_cast<const unsigned*>(mrow + key));  // a generic load: shared or global
-            a0 = pair.x, a1 = pair.y;
-          }
-        } else {
-          if (key < Sk) a0 = E::to_float(mrow[key]);
-          if (key + 1 < Sk) a1 = E::to_float(mrow[key + 1]);
-        }
-        x0 += a0, x1 += a1;
+        const float2 a = mask_pair(mrow, key, Sk, mask.pairs || staged);
+        x0 += a.x, x1 += a.y;
       } else {
         if ((key_tail && key >= Sk) || (diagonal && key > row)) x0 = -INFINITY;
         if ((key_tail && key + 1 >= Sk) || (diagonal && key + 1 > row)) x1 = -INFINITY;
@@ -435,6 +476,12 @@ __device__ __forceinline__ void flash_attention_fwd(const T* __restrict__ q, con
     }
     const int k0 = t * BK;
     if (MASKING == CAUSAL && k0 > warp_row0 + MT * 16 - 1) continue;  // every key of the tile is after this warp's rows
+    if (MASKING == ADDITIVE) {  // a tile whose every score the warp may skip is skipped
+      bool skip = true;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) skip = skip && skippable<T>(m[mt], warp_row0 + mt * 16, k0, Sk, w.mask, nullptr);
+      if (__all_sync(0xffffffffu, skip)) continue;
+    }
     const T* sK = shared + (t & 1) * STAGE;
     const T* sV = sK + BK * PITCH;
 
@@ -652,6 +699,18 @@ __device__ __forceinline__ void load_mask_tile(unsigned char* tile, MaskView<T> 
   }
 }
 
+// Whether `p` holds in all 128 threads of this warpgroup: named barrier 1 or 2 (0 is
+// __syncthreads'), each warpgroup its own.
+__device__ __forceinline__ bool warpgroup_all(bool p, int warpgroup) {
+  unsigned all;
+  if (warpgroup == 0) {
+    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.and.pred q, 1, 128, p;\n selp.u32 %0, 1, 0, q;\n}\n" : "=r"(all) : "r"(static_cast<unsigned>(p)) : "memory");
+  } else {
+    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.and.pred q, 2, 128, p;\n selp.u32 %0, 1, 0, q;\n}\n" : "=r"(all) : "r"(static_cast<unsigned>(p)) : "memory");
+  }
+  return all != 0;
+}
+
 // cp.async and plain stores write through the generic proxy, wgmma reads through the async one.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -705,6 +764,13 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
     }
     const int k0 = t * BK;
     if (MASKING == CAUSAL && k0 > group_row0 + 63) continue;  // every key of the tile is after this warpgroup's rows
+    // This warp's rows of the staged mask tile (computed where used: a register less in the loop).
+    auto mask_tile = [&]() -> const T* {
+      return staged ? reinterpret_cast<const T*>(base_ptr + Q_BYTES + (t & 1) * STAGE_BYTES + 2 * TILE_BYTES) + (row_base - w.q0) * MASK_PITCH : nullptr;
+    };
+    // A tile whose every score the warpgroup may skip is skipped (wgmma is the warpgroup's: its
+    // four warps vote).
+    if (MASKING == ADDITIVE && warpgroup_all(skippable<T>(m, row_base, k0, Sk, w.mask, mask_tile()), warpgroup)) continue;
     const uint32_t k_base = base + Q_BYTES + (t & 1) * STAGE_BYTES, v_base = k_base + TILE_BYTES;
 
     float s[BK / 8][4];
@@ -722,8 +788,7 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands(s);
 
-    const T* mask_tile = reinterpret_cast<const T*>(base_ptr + Q_BYTES + (t & 1) * STAGE_BYTES + 2 * TILE_BYTES) + (row_base - w.q0) * MASK_PITCH;
-    scale_and_mask<T, MASKING>(s, row_base, k0, Sk, score_scale, w.mask, staged ? mask_tile : nullptr);
+    scale_and_mask<T, MASKING>(s, row_base, k0, Sk, score_scale, w.mask, mask_tile());
     online_softmax<MASKING, D>(s, m, l, o);
 
     unsigned pa[BK / 16][4];

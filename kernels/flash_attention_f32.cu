@@ -128,6 +128,34 @@ __device__ __forceinline__ void load_rows(float* tile, const float* src, long pi
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
+constexpr float LOWEST = -3.40282347e38f;  // the lowest finite float (torch.finfo(float32).min)
+
+// Whether this thread's part of an additive-mask key tile (rows q0 + ty + 16 i, keys k0 + tx +
+// 16 j) can be skipped without changing a bit of the result: every mask value it would add is
+// LOWEST (what transformers' padding masks hold) or -inf (keys past Sk too), and each of its rows
+// has already met a key whose masked score is at least LOWEST / 2 (m, the running max, natural
+// units). A skipped score x = s + mask is then at most s + LOWEST and the max at least LOWEST /
+// 2: its weight exp(x - max) underflows to 0 for any scaled score s short of 1.7e38, and the max
+// stays, so the rescale factor is 1 and o and l keep their bits. A row that has not met such a
+// key (every key so far masked, as in a left-padded sequence) keeps every tile; a NaN mask value
+// keeps its tile, so the NaN reaches the result.
+template <int KT>
+__device__ __forceinline__ bool skippable(const float (&m)[QT], const float* mslice, int q0, int k0, int Sk, int MQ) {
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+  bool masked = true;
+#pragma unroll
+  for (int i = 0; i < QT; ++i) {
+    const float* mrow = mslice + static_cast<long>(min(q0 + ty + 16 * i, MQ - 1)) * Sk;
+    masked = masked && m[i] >= 0.5f * LOWEST;
+#pragma unroll
+    for (int j = 0; j < KT; ++j) {
+      const int key = k0 + tx + 16 * j;
+      masked = masked && (key >= Sk || __ldg(mrow + key) <= LOWEST);
+    }
+  }
+  return masked;
+}
+
 // Where q, k, v and out are: HEADS, [B, H, S, D] (SDPA's operands); BSHD, [B, S, H, D] (separate
 // q, k and v projections' [B, S, H * D] results as stored, out the [B, S, E] the output projection
 // reads: no transposes computed). The same computation on either.
@@ -191,7 +219,11 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
   for (int t = 0; t < k_tiles; ++t) {
     const int k0 = t * BK;
     cp_async_wait_all_but_latest();  // q and k(t) have landed; v(t) may still be in flight
-    __syncthreads();
+    // A tile that every thread may skip (skippable) is skipped: its copies and barriers go on,
+    // its three loops (scores, weights, p @ v) run no step.
+    bool skip = false;
+    if (MASKING == ADDITIVE) skip = __syncthreads_and(skippable<KT>(m, mslice, q0, k0, Sk, MQ));
+    else __syncthreads();
 
     float s[QT][KT];
 #pragma unroll
@@ -199,7 +231,7 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
 #pragma unroll
       for (int j = 0; j < KT; ++j) s[i][j] = 0.0f;
 #pragma unroll 1  // unrolled further, the masked d64 variant spills
-    for (int d = 0; d < D; d += 4) {
+    for (int d = 0; d < (skip ? 0 : D); d += 4) {
       float4 qv[QT], kv[KT];
 #pragma unroll
       for (int i = 0; i < QT; ++i) qv[i] = ld4(qs + (ty + 16 * i) * PITCH + d);
@@ -220,7 +252,7 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
     cp_async_commit();
 
 #pragma unroll
-    for (int i = 0; i < QT; ++i) {
+    for (int i = 0; i < (skip ? 0 : QT); ++i) {
       const int row = q0 + ty + 16 * i;
       const float* mrow = MASKING == ADDITIVE ? mslice + static_cast<long>(min(row, MQ - 1)) * Sk : nullptr;
       float mx = -INFINITY;
@@ -254,7 +286,7 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
     __syncthreads();                 // and every thread's weights are in p
 
 #pragma unroll 2
-    for (int kk = 0; kk < BK; kk += 4) {
+    for (int kk = 0; kk < (skip ? 0 : BK); kk += 4) {
       float4 pv[QT];
 #pragma unroll
       for (int i = 0; i < QT; ++i) pv[i] = ld4(ps + (ty + 16 * i) * P_PITCH + kk);
