@@ -200,32 +200,57 @@ __device__ __forceinline__ float2 mask_pair(const T* mrow, int key, int Sk, bool
   return a;
 }
 
-// Whether this thread's part of an additive-mask key tile (NK keys from k0) can be skipped
-// without changing a bit of the result. It is exact when each of its scores would get weight 0
-// and leave its row's max where it is: every mask value it would add is the type's lowest finite
-// value (torch.finfo.min, what transformers' padding masks hold) or -inf (keys past Sk too), and
-// each of its two rows has already met a key whose masked score is at least half that lowest
-// value (m, the running max in natural units). Then a skipped score x = s + mask is at most
-// s + LOWEST and the max at least LOWEST / 2: x - max <= s - |LOWEST| / 2, far past where exp
-// underflows to 0 for any scaled score s short of that margin (1.7e38 for bf16, 32752 for f16);
-// the max stays, so alpha is 1 and o and l keep their bits. A row that has not met such a key
-// (every key so far masked, as in a left-padded sequence) keeps every tile; a NaN mask value
-// keeps its tile, so the NaN reaches the result.
-template <typename T, int NK = BK>
-__device__ __forceinline__ bool skippable(const float (&m)[2], int row_base, int k0, int Sk, MaskView<T> mask, const T* staged) {
+// Skipping hidden key tiles. A key tile may be skipped without changing a bit of the result when
+// each of its scores would get weight 0 and leave its row's max where it is: every mask value
+// the block would add in it is the type's lowest finite value (torch.finfo.min, what
+// transformers' padding masks hold) or -inf, and every row of the block has already met a key
+// whose masked score is at least half that lowest value (m, the running max in natural units).
+// Then a skipped score x = s + mask is at most s + LOWEST and the max at least LOWEST / 2:
+// x - max <= s - |LOWEST| / 2, far past where exp underflows to 0 for any scaled score s short
+// of that margin (1.7e38 for bf16, 32752 for f16); the max stays, so alpha is 1 and o and l keep
+// their bits. A row that has not met such a key (every key so far hidden, as in a left-padded
+// sequence) keeps every tile; a NaN mask value keeps its tile, so the NaN reaches the result.
+// Keys past Sk and rows past Sq count as hidden (they get -inf, or are not stored). The block
+// decides together, in the barrier that opens each tile (__syncthreads_and), from each thread's
+// part of the tile's mask: its own cp.async chunks of a staged tile (landed for it once it has
+// waited for them), or with a mask of one row (MQ = 1: a [B, 1, 1, Sk] padding mask) one key
+// per thread of the first BK; a mask with a row per query that is not staged is not checked.
+
+// Whether the mask values a thread checks in key tile k0 .. k0 + BK - 1 are all hidden. Where
+// the tile is staged (`staged` not null: the tile's ROWS x BK values MASK_PITCH apart, those
+// this thread copied: load_mask_tile's chunks), or else, one key of mask row 0 (MQ = 1) per
+// thread of the first BK.
+template <typename T, int ROWS, int THREADS>
+__device__ __forceinline__ bool mask_part_hidden(MaskView<T> mask, const T* staged, int r0, int rows, int k0, int Sk) {
   constexpr float LOWEST = Elem<T>::LOWEST;
-  const int c = threadIdx.x & 3;
-  bool masked = m[0] >= 0.5f * LOWEST && m[1] >= 0.5f * LOWEST;
+  bool hidden = true;
+  if (staged) {
+    constexpr int CHUNKS_PER_ROW = BK / 8, CHUNKS = ROWS * CHUNKS_PER_ROW;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const T* mrow = mask_row(mask, row_base, half, k0, Sk, staged);
+    for (int j = 0; j < CHUNKS / THREADS; ++j) {
+      const int i = threadIdx.x + j * THREADS, r = i / CHUNKS_PER_ROW, c = i % CHUNKS_PER_ROW;
+      if (r0 + r >= rows || k0 + c * 8 >= Sk) continue;  // zeros in the tile: not stored, or -inf
+      const uint4 chunk = *reinterpret_cast<const uint4*>(staged + r * MASK_PITCH + c * 8);
+      const unsigned words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
 #pragma unroll
-    for (int n = 0; n < NK / 8; ++n) {
-      const float2 a = mask_pair(mrow, k0 + 8 * n + 2 * c, Sk, mask.pairs || staged);
-      masked = masked && a.x <= LOWEST && a.y <= LOWEST;
+      for (int e = 0; e < 4; ++e) {
+        const float2 x = Elem<T>::unpack(words[e]);
+        hidden = hidden && x.x <= LOWEST && x.y <= LOWEST;  // NaN is not hidden
+      }
     }
+  } else if (mask.MQ == 1) {
+    const int key = k0 + static_cast<int>(threadIdx.x);
+    if (threadIdx.x < BK && key < Sk) hidden = Elem<T>::to_float(mask.slice[key]) <= LOWEST;
+  } else {
+    hidden = false;
   }
-  return masked;
+  return hidden;
+}
+
+// Whether both of this thread's rows have met a key whose masked score is at least LOWEST / 2.
+template <typename T>
+__device__ __forceinline__ bool rows_met_a_key(const float (&m)[2]) {
+  return m[0] >= 0.5f * Elem<T>::LOWEST && m[1] >= 0.5f * Elem<T>::LOWEST;
 }
 
 // Scale and mask the scores of NK keys from k0: the additive mask, the causal rule (only where
@@ -466,22 +491,27 @@ __device__ __forceinline__ void flash_attention_fwd(const T* __restrict__ q, con
   const float score_scale = MASKING == ADDITIVE ? scale : scale * LOG2E;
 
   for (int t = 0; t < w.k_tiles; ++t) {
-    cp_async_wait_all();
-    __syncthreads();  // tile t is in place for all; every warp is done with the stage tile t + 1 takes
+    const int k0 = t * BK;
+    // The block skips a tile its mask hides entirely (see mask_part_hidden).
+    bool skip = false;
+    if (MASKING == ADDITIVE) {
+      bool met = true;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) met = met && rows_met_a_key<T>(m[mt]);
+      const bool hidden = mask_part_hidden<T, BQ, THREADS>(w.mask, nullptr, w.q0, Sq, k0, Sk);
+      cp_async_wait_all();
+      skip = __syncthreads_and(met && hidden);  // tile t is in place for all; every warp is done with the stage tile t + 1 takes
+    } else {
+      cp_async_wait_all();
+      __syncthreads();  // tile t is in place for all; every warp is done with the stage tile t + 1 takes
+    }
     if (t + 1 < w.k_tiles) {
       T* next = shared + ((t + 1) & 1) * STAGE;
       load_rows<T, BK, D, THREADS>(next, w.kh, w.kv_stride, (t + 1) * BK, Sk, async);
       load_rows<T, BK, D, THREADS>(next + BK * PITCH, w.vh, w.kv_stride, (t + 1) * BK, Sk, async);
       cp_async_commit();
     }
-    const int k0 = t * BK;
-    if (MASKING == CAUSAL && k0 > warp_row0 + MT * 16 - 1) continue;  // every key of the tile is after this warp's rows
-    if (MASKING == ADDITIVE) {  // a tile whose every score the warp may skip is skipped
-      bool skip = true;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) skip = skip && skippable<T>(m[mt], warp_row0 + mt * 16, k0, Sk, w.mask, nullptr);
-      if (__all_sync(0xffffffffu, skip)) continue;
-    }
+    if (skip || (MASKING == CAUSAL && k0 > warp_row0 + MT * 16 - 1)) continue;  // hidden, or every key of the tile after this warp's rows
     const T* sK = shared + (t & 1) * STAGE;
     const T* sV = sK + BK * PITCH;
 
@@ -699,18 +729,6 @@ __device__ __forceinline__ void load_mask_tile(unsigned char* tile, MaskView<T> 
   }
 }
 
-// Whether `p` holds in all 128 threads of this warpgroup: named barrier 1 or 2 (0 is
-// __syncthreads'), each warpgroup its own.
-__device__ __forceinline__ bool warpgroup_all(bool p, int warpgroup) {
-  unsigned all;
-  if (warpgroup == 0) {
-    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.and.pred q, 1, 128, p;\n selp.u32 %0, 1, 0, q;\n}\n" : "=r"(all) : "r"(static_cast<unsigned>(p)) : "memory");
-  } else {
-    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.and.pred q, 2, 128, p;\n selp.u32 %0, 1, 0, q;\n}\n" : "=r"(all) : "r"(static_cast<unsigned>(p)) : "memory");
-  }
-  return all != 0;
-}
-
 // cp.async and plain stores write through the generic proxy, wgmma reads through the async one.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -752,9 +770,22 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
   const uint32_t q_base = base + warpgroup * 64 * 128;  // this warpgroup's rows in each 64-column block
 
   for (int t = 0; t < w.k_tiles; ++t) {
-    cp_async_wait_all();
-    fence_proxy_async();
-    __syncthreads();  // tile t is in place for all; every warpgroup is done with the stage tile t + 1 takes
+    const int k0 = t * BK;
+    const T* mask_stage = reinterpret_cast<const T*>(base_ptr + Q_BYTES + (t & 1) * STAGE_BYTES + 2 * TILE_BYTES);
+    // The block skips a tile its mask hides entirely (see mask_part_hidden).
+    bool skip = false;
+    if (MASKING == ADDITIVE) {
+      const bool met = rows_met_a_key<T>(m);
+      bool hidden = staged || mask_part_hidden<T, BQ, THREADS>(w.mask, nullptr, w.q0, Sq, k0, Sk);  // MQ = 1: its load before the wait
+      cp_async_wait_all();
+      if (staged) hidden = mask_part_hidden<T, BQ, THREADS>(w.mask, mask_stage, w.q0, min(Sq, w.mask.MQ), k0, Sk);  // this thread's own copies
+      fence_proxy_async();
+      skip = __syncthreads_and(met && hidden);  // tile t is in place for all; every warpgroup is done with the stage tile t + 1 takes
+    } else {
+      cp_async_wait_all();
+      fence_proxy_async();
+      __syncthreads();  // tile t is in place for all; every warpgroup is done with the stage tile t + 1 takes
+    }
     if (t + 1 < w.k_tiles) {
       unsigned char* next = base_ptr + Q_BYTES + ((t + 1) & 1) * STAGE_BYTES;
       load_swizzled<T, BK, D, THREADS>(next, w.kh, w.kv_stride, (t + 1) * BK, Sk, async);
@@ -762,15 +793,7 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
       if (staged) load_mask_tile<T, BQ, THREADS>(next + 2 * TILE_BYTES, w.mask, w.q0, min(Sq, w.mask.MQ), (t + 1) * BK, Sk);
       cp_async_commit();
     }
-    const int k0 = t * BK;
-    if (MASKING == CAUSAL && k0 > group_row0 + 63) continue;  // every key of the tile is after this warpgroup's rows
-    // This warp's rows of the staged mask tile (computed where used: a register less in the loop).
-    auto mask_tile = [&]() -> const T* {
-      return staged ? reinterpret_cast<const T*>(base_ptr + Q_BYTES + (t & 1) * STAGE_BYTES + 2 * TILE_BYTES) + (row_base - w.q0) * MASK_PITCH : nullptr;
-    };
-    // A tile whose every score the warpgroup may skip is skipped (wgmma is the warpgroup's: its
-    // four warps vote).
-    if (MASKING == ADDITIVE && warpgroup_all(skippable<T>(m, row_base, k0, Sk, w.mask, mask_tile()), warpgroup)) continue;
+    if (skip || (MASKING == CAUSAL && k0 > group_row0 + 63)) continue;  // hidden, or every key of the tile after this warpgroup's rows
     const uint32_t k_base = base + Q_BYTES + (t & 1) * STAGE_BYTES, v_base = k_base + TILE_BYTES;
 
     float s[BK / 8][4];
@@ -788,7 +811,7 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands(s);
 
-    scale_and_mask<T, MASKING>(s, row_base, k0, Sk, score_scale, w.mask, mask_tile());
+    scale_and_mask<T, MASKING>(s, row_base, k0, Sk, score_scale, w.mask, staged ? mask_stage + (row_base - w.q0) * MASK_PITCH : nullptr);
     online_softmax<MASKING, D>(s, m, l, o);
 
     unsigned pa[BK / 16][4];

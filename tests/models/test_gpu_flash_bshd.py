@@ -125,7 +125,9 @@ def test_flash_bshd_padding_skips_hidden_tiles_exactly(modules, function, paddin
     and that changes no bit: each case's result equals, bit for bit, the same call with the
     padding at half the lowest value (hidden just as well: its weights underflow to 0 the same,
     but no tile holding it is skippable), and both are within the float64 bound. A sequence of
-    length 0 averages v as torch does (every key at the same lowest value). Both mask shapes:
+    length 0 keeps the lowest value in both (its rows never meet a visible key, so none of their
+    tiles is skippable; and halved, its f16 scores would round differently: softmax of s + LOWEST
+    is softmax of s, as torch's, within f32's rounding at 65504). Both mask shapes:
     [B, 1, 1, Sk] read where it lies, [B, 1, Sq, Sk] (transformers' expanded mask) staged in
     shared memory by the sm_90a body. Every module: as built, and poisoned as built and as
     sm_80 PTX."""
@@ -136,6 +138,8 @@ def test_flash_bshd_padding_skips_hidden_tiles_exactly(modules, function, paddin
     shape = (b, 1, sq if per_row else 1, sk)
     mask = padding_mask(shape, lengths, side, LOWEST[type_name], np_type)
     unskippable = padding_mask(shape, lengths, side, LOWEST[type_name] / 2, np_type)
+    empty = np.array(lengths) == 0
+    unskippable[empty] = mask[empty]  # no tile of an empty sequence's rows is skippable either way
     scale = float(np.float32(0.9 / np.sqrt(d)))
     for module in ("flash_attention", "flash_attention_poisonable", "flash_attention_sm80_ptx_poisonable"):
         results = []
