@@ -82,7 +82,6 @@ struct Elem<__nv_bfloat16> {
   static __device__ __forceinline__ float2 unpack(unsigned u) { return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&u)); }
   static __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
   static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16(x); }
-  static constexpr float LOWEST = -3.38953139e38f;  // the lowest finite bf16 (torch.finfo.min)
   // c += a (16 x 16, row) @ b (16 x 8, col), f32 accumulators.
   static __device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
@@ -100,7 +99,6 @@ struct Elem<__half> {
   static __device__ __forceinline__ float2 unpack(unsigned u) { return __half22float2(*reinterpret_cast<__half2*>(&u)); }
   static __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
   static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
-  static constexpr float LOWEST = -65504.0f;  // the lowest finite f16 (torch.finfo.min)
   static __device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -177,82 +175,6 @@ struct MaskView {
 // the 8 rows of a warp's quads then read distinct banks).
 constexpr int MASK_PITCH = BK + 8;
 
-// The additive mask of a thread's row (row_base + g, or + 8 with half = 1) from key 0: mrow[key],
-// where the mask lies in global memory, or in the staged tile when `staged` is not null (keys
-// k0 .., row_base's row first).
-template <typename T>
-__device__ __forceinline__ const T* mask_row(MaskView<T> mask, int row_base, int half, int k0, int Sk, const T* staged) {
-  const int g = (threadIdx.x & 31) >> 2;
-  return staged ? staged + (g + 8 * half) * MASK_PITCH - k0 : mask.slice + static_cast<long>(min(row_base + g + 8 * half, mask.MQ - 1)) * Sk;
-}
-
-// The mask values of keys `key` and key + 1 of a row (mask_row); keys past Sk get -inf.
-template <typename T>
-__device__ __forceinline__ float2 mask_pair(const T* mrow, int key, int Sk, bool pairs) {
-  using E = Elem<T>;
-  float2 a = make_float2(-INFINITY, -INFINITY);
-  if (pairs) {  // Sk even: key < Sk means key + 1 < Sk too
-    if (key < Sk) a = E::unpack(*reinterpret_cast<const unsigned*>(mrow + key));  // a generic load: shared or global
-  } else {
-    if (key < Sk) a.x = E::to_float(mrow[key]);
-    if (key + 1 < Sk) a.y = E::to_float(mrow[key + 1]);
-  }
-  return a;
-}
-
-// Skipping hidden key tiles. A key tile may be skipped without changing a bit of the result when
-// each of its scores would get weight 0 and leave its row's max where it is: every mask value
-// the block would add in it is the type's lowest finite value (torch.finfo.min, what
-// transformers' padding masks hold) or -inf, and every row of the block has already met a key
-// whose masked score is at least half that lowest value (m, the running max in natural units).
-// Then a skipped score x = s + mask is at most s + LOWEST and the max at least LOWEST / 2:
-// x - max <= s - |LOWEST| / 2, far past where exp underflows to 0 for any scaled score s short
-// of that margin (1.7e38 for bf16, 32752 for f16); the max stays, so alpha is 1 and o and l keep
-// their bits. A row that has not met such a key (every key so far hidden, as in a left-padded
-// sequence) keeps every tile; a NaN mask value keeps its tile, so the NaN reaches the result.
-// Keys past Sk and rows past Sq count as hidden (they get -inf, or are not stored). The block
-// decides together, in the barrier that opens each tile (__syncthreads_and), from each thread's
-// part of the tile's mask: its own cp.async chunks of a staged tile (landed for it once it has
-// waited for them), or with a mask of one row (MQ = 1: a [B, 1, 1, Sk] padding mask) one key
-// per thread of the first BK; a mask with a row per query that is not staged is not checked.
-
-// Whether the mask values a thread checks in key tile k0 .. k0 + BK - 1 are all hidden. Where
-// the tile is staged (`staged` not null: the tile's ROWS x BK values MASK_PITCH apart, those
-// this thread copied: load_mask_tile's chunks), or else, one key of mask row 0 (MQ = 1) per
-// thread of the first BK.
-template <typename T, int ROWS, int THREADS>
-__device__ __forceinline__ bool mask_part_hidden(MaskView<T> mask, const T* staged, int r0, int rows, int k0, int Sk) {
-  constexpr float LOWEST = Elem<T>::LOWEST;
-  bool hidden = true;
-  if (staged) {
-    constexpr int CHUNKS_PER_ROW = BK / 8, CHUNKS = ROWS * CHUNKS_PER_ROW;
-#pragma unroll
-    for (int j = 0; j < CHUNKS / THREADS; ++j) {
-      const int i = threadIdx.x + j * THREADS, r = i / CHUNKS_PER_ROW, c = i % CHUNKS_PER_ROW;
-      if (r0 + r >= rows || k0 + c * 8 >= Sk) continue;  // zeros in the tile: not stored, or -inf
-      const uint4 chunk = *reinterpret_cast<const uint4*>(staged + r * MASK_PITCH + c * 8);
-      const unsigned words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 x = Elem<T>::unpack(words[e]);
-        hidden = hidden && x.x <= LOWEST && x.y <= LOWEST;  // NaN is not hidden
-      }
-    }
-  } else if (mask.MQ == 1) {
-    const int key = k0 + static_cast<int>(threadIdx.x);
-    if (threadIdx.x < BK && key < Sk) hidden = Elem<T>::to_float(mask.slice[key]) <= LOWEST;
-  } else {
-    hidden = false;
-  }
-  return hidden;
-}
-
-// Whether both of this thread's rows have met a key whose masked score is at least LOWEST / 2.
-template <typename T>
-__device__ __forceinline__ bool rows_met_a_key(const float (&m)[2]) {
-  return m[0] >= 0.5f * Elem<T>::LOWEST && m[1] >= 0.5f * Elem<T>::LOWEST;
-}
-
 // Scale and mask the scores of NK keys from k0: the additive mask, the causal rule (only where
 // the tile crosses the diagonal of these rows), and -inf for keys past Sk. `staged`, when not
 // null, is the mask tile in shared memory (keys k0 .., row_base's row first), read instead of
@@ -260,20 +182,32 @@ __device__ __forceinline__ bool rows_met_a_key(const float (&m)[2]) {
 template <typename T, Masking MASKING, int NK = BK>
 __device__ __forceinline__ void scale_and_mask(float (&s)[NK / 8][4], int row_base, int k0, int Sk, float score_scale, MaskView<T> mask,
                                                const T* staged = nullptr) {
+  using E = Elem<T>;
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const bool key_tail = k0 + NK > Sk;
   const bool diagonal = MASKING == CAUSAL && k0 + NK - 1 > row_base;  // some key of the tile is after some row
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = row_base + g + 8 * half;
-    const T* mrow = MASKING == ADDITIVE ? mask_row(mask, row_base, half, k0, Sk, staged) : nullptr;
+    // The mask row from key 0 (mrow[key]): in global memory, or in the staged tile (keys from k0).
+    const T* mrow = nullptr;
+    if (MASKING == ADDITIVE) mrow = staged ? staged + (g + 8 * half) * MASK_PITCH - k0 : mask.slice + static_cast<long>(min(row, mask.MQ - 1)) * Sk;
 #pragma unroll
     for (int n = 0; n < NK / 8; ++n) {
       const int key = k0 + 8 * n + 2 * c;
       float x0 = s[n][2 * half] * score_scale, x1 = s[n][2 * half + 1] * score_scale;
       if (MASKING == ADDITIVE) {
-        const float2 a = mask_pair(mrow, key, Sk, mask.pairs || staged);
-        x0 += a.x, x1 += a.y;
+        float a0 = -INFINITY, a1 = -INFINITY;  // keys past Sk
+        if (mask.pairs || staged) {
+          if (key < Sk) {
+            const float2 pair = E::unpack(*reinterpret_cast<const unsigned*>(mrow + key));  // a generic load: shared or global
+            a0 = pair.x, a1 = pair.y;
+          }
+        } else {
+          if (key < Sk) a0 = E::to_float(mrow[key]);
+          if (key + 1 < Sk) a1 = E::to_float(mrow[key + 1]);
+        }
+        x0 += a0, x1 += a1;
       } else {
         if ((key_tail && key >= Sk) || (diagonal && key > row)) x0 = -INFINITY;
         if ((key_tail && key + 1 >= Sk) || (diagonal && key + 1 > row)) x1 = -INFINITY;
@@ -491,27 +425,16 @@ __device__ __forceinline__ void flash_attention_fwd(const T* __restrict__ q, con
   const float score_scale = MASKING == ADDITIVE ? scale : scale * LOG2E;
 
   for (int t = 0; t < w.k_tiles; ++t) {
-    const int k0 = t * BK;
-    // The block skips a tile its mask hides entirely (see mask_part_hidden).
-    bool skip = false;
-    if (MASKING == ADDITIVE) {
-      bool met = true;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) met = met && rows_met_a_key<T>(m[mt]);
-      const bool hidden = mask_part_hidden<T, BQ, THREADS>(w.mask, nullptr, w.q0, Sq, k0, Sk);
-      cp_async_wait_all();
-      skip = __syncthreads_and(met && hidden);  // tile t is in place for all; every warp is done with the stage tile t + 1 takes
-    } else {
-      cp_async_wait_all();
-      __syncthreads();  // tile t is in place for all; every warp is done with the stage tile t + 1 takes
-    }
+    cp_async_wait_all();
+    __syncthreads();  // tile t is in place for all; every warp is done with the stage tile t + 1 takes
     if (t + 1 < w.k_tiles) {
       T* next = shared + ((t + 1) & 1) * STAGE;
       load_rows<T, BK, D, THREADS>(next, w.kh, w.kv_stride, (t + 1) * BK, Sk, async);
       load_rows<T, BK, D, THREADS>(next + BK * PITCH, w.vh, w.kv_stride, (t + 1) * BK, Sk, async);
       cp_async_commit();
     }
-    if (skip || (MASKING == CAUSAL && k0 > warp_row0 + MT * 16 - 1)) continue;  // hidden, or every key of the tile after this warp's rows
+    const int k0 = t * BK;
+    if (MASKING == CAUSAL && k0 > warp_row0 + MT * 16 - 1) continue;  // every key of the tile is after this warp's rows
     const T* sK = shared + (t & 1) * STAGE;
     const T* sV = sK + BK * PITCH;
 
@@ -770,22 +693,9 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
   const uint32_t q_base = base + warpgroup * 64 * 128;  // this warpgroup's rows in each 64-column block
 
   for (int t = 0; t < w.k_tiles; ++t) {
-    const int k0 = t * BK;
-    const T* mask_stage = reinterpret_cast<const T*>(base_ptr + Q_BYTES + (t & 1) * STAGE_BYTES + 2 * TILE_BYTES);
-    // The block skips a tile its mask hides entirely (see mask_part_hidden).
-    bool skip = false;
-    if (MASKING == ADDITIVE) {
-      const bool met = rows_met_a_key<T>(m);
-      bool hidden = staged || mask_part_hidden<T, BQ, THREADS>(w.mask, nullptr, w.q0, Sq, k0, Sk);  // MQ = 1: its load before the wait
-      cp_async_wait_all();
-      if (staged) hidden = mask_part_hidden<T, BQ, THREADS>(w.mask, mask_stage, w.q0, min(Sq, w.mask.MQ), k0, Sk);  // this thread's own copies
-      fence_proxy_async();
-      skip = __syncthreads_and(met && hidden);  // tile t is in place for all; every warpgroup is done with the stage tile t + 1 takes
-    } else {
-      cp_async_wait_all();
-      fence_proxy_async();
-      __syncthreads();  // tile t is in place for all; every warpgroup is done with the stage tile t + 1 takes
-    }
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();  // tile t is in place for all; every warpgroup is done with the stage tile t + 1 takes
     if (t + 1 < w.k_tiles) {
       unsigned char* next = base_ptr + Q_BYTES + ((t + 1) & 1) * STAGE_BYTES;
       load_swizzled<T, BK, D, THREADS>(next, w.kh, w.kv_stride, (t + 1) * BK, Sk, async);
@@ -793,7 +703,8 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
       if (staged) load_mask_tile<T, BQ, THREADS>(next + 2 * TILE_BYTES, w.mask, w.q0, min(Sq, w.mask.MQ), (t + 1) * BK, Sk);
       cp_async_commit();
     }
-    if (skip || (MASKING == CAUSAL && k0 > group_row0 + 63)) continue;  // hidden, or every key of the tile after this warpgroup's rows
+    const int k0 = t * BK;
+    if (MASKING == CAUSAL && k0 > group_row0 + 63) continue;  // every key of the tile is after this warpgroup's rows
     const uint32_t k_base = base + Q_BYTES + (t & 1) * STAGE_BYTES, v_base = k_base + TILE_BYTES;
 
     float s[BK / 8][4];
@@ -811,7 +722,8 @@ __device__ __forceinline__ void flash_attention_fwd_sm90(const T* __restrict__ q
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands(s);
 
-    scale_and_mask<T, MASKING>(s, row_base, k0, Sk, score_scale, w.mask, staged ? mask_stage + (row_base - w.q0) * MASK_PITCH : nullptr);
+    const T* mask_tile = reinterpret_cast<const T*>(base_ptr + Q_BYTES + (t & 1) * STAGE_BYTES + 2 * TILE_BYTES) + (row_base - w.q0) * MASK_PITCH;
+    scale_and_mask<T, MASKING>(s, row_base, k0, Sk, score_scale, w.mask, staged ? mask_tile : nullptr);
     online_softmax<MASKING, D>(s, m, l, o);
 
     unsigned pa[BK / 16][4];

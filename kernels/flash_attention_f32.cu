@@ -130,37 +130,26 @@ __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast
 
 constexpr float LOWEST = -3.40282347e38f;  // the lowest finite float (torch.finfo(float32).min)
 
-// Skipping hidden key tiles (the same rule as flash_attention.cu's, which explains it): a key
-// tile may be skipped without changing a bit of the result when every mask value the block
-// would add in it is LOWEST or -inf (keys past Sk and rows past Sq count as hidden) and every
-// row of the block has already met a key whose masked score is at least LOWEST / 2 (m, the
-// running max in natural units): a skipped weight exp(x - max) underflows to 0 for any scaled
-// score short of 1.7e38 and the max stays. The block decides together in the barrier that
-// opens each tile (__syncthreads_and), each thread checking a part of the tile's mask, loaded
-// before the wait for the tile's copies so that the load overlaps it.
+// Skipping hidden key tiles. With a mask of one row (MQ = 1: a [B, 1, 1, Sk] padding mask, as a
+// user hands SDPA one) a key tile may be skipped without changing a bit of the result when each
+// of its scores would get weight 0 and leave its row's max where it is: every mask value in it
+// is LOWEST (what transformers' padding masks hold) or -inf (keys past Sk count as such), and
+// every row of the block has already met a key whose masked score is at least LOWEST / 2 (m, the
+// running max in natural units). Then a skipped score x = s + mask is at most s + LOWEST and
+// the max at least LOWEST / 2: its weight exp(x - max) underflows to 0 for any scaled score
+// short of 1.7e38, and the max stays, so the rescale factor is 1 and o and l keep their bits. A
+// row that has not met such a key (every key so far hidden, as in a left-padded sequence) keeps
+// every tile; a NaN mask value keeps its tile, so the NaN reaches the result. The block decides
+// together, in the barrier that opens each tile (__syncthreads_and), each of its first BK
+// threads checking one key, loaded before the wait for the tile's copies so that the load
+// overlaps it. A mask with a row per query is not checked: checking its BQ x BK values per tile
+// cost more than the skipped tiles saved (docs/flash_attention.md).
 
-// Whether the mask values this thread checks in key tile k0 .. k0 + BK - 1 are all LOWEST or
-// -inf (NaN is not): with a mask of one row (MQ = 1: a [B, 1, 1, Sk] padding mask), one key per
-// thread of the first BK; with a row per query, BQ x BK values four by four (16-byte loads:
-// the slice 16-byte aligned, Sk % 4 == 0 and MQ * Sk < 2^31, else nothing is skipped).
+// Whether key k0 + threadIdx.x of a one-row mask is hidden (threads past BK: yes).
 template <int BK>
-__device__ __forceinline__ bool mask_part_hidden(const float* mslice, int q0, int Sq, int k0, int Sk, int MQ) {
-  if (MQ == 1) {
-    const int key = k0 + static_cast<int>(threadIdx.x);
-    return threadIdx.x >= BK || key >= Sk || __ldg(mslice + key) <= LOWEST;
-  }
-  if (!aligned16(mslice) || Sk % 4 != 0 || static_cast<long>(MQ) * Sk >= (1L << 31)) return false;
-  constexpr int VECTORS_PER_ROW = BK / 4, VECTORS = BQ * VECTORS_PER_ROW;
-  static_assert(VECTORS % THREADS == 0, "every thread checks the same number of vectors");
-  bool hidden = true;
-#pragma unroll
-  for (int n = 0; n < VECTORS / THREADS; ++n) {
-    const int i = threadIdx.x + n * THREADS, row = q0 + i / VECTORS_PER_ROW, key = k0 + (i % VECTORS_PER_ROW) * 4;
-    if (row >= Sq || key >= Sk) continue;  // not stored, or -inf (Sk % 4 == 0: the vector is whole)
-    const float4 x = __ldg(reinterpret_cast<const float4*>(mslice + min(row, MQ - 1) * Sk + key));  // int: MQ * Sk < 2^31
-    hidden = hidden && x.x <= LOWEST && x.y <= LOWEST && x.z <= LOWEST && x.w <= LOWEST;
-  }
-  return hidden;
+__device__ __forceinline__ bool key_hidden(const float* mrow, int k0, int Sk) {
+  const int key = k0 + static_cast<int>(threadIdx.x);
+  return threadIdx.x >= BK || key >= Sk || __ldg(mrow + key) <= LOWEST;  // NaN is not hidden
 }
 
 // Where q, k, v and out are: HEADS, [B, H, S, D] (SDPA's operands); BSHD, [B, S, H, D] (separate
@@ -225,14 +214,14 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
 
   for (int t = 0; t < k_tiles; ++t) {
     const int k0 = t * BK;
-    // The block skips a tile its mask hides entirely (mask_part_hidden): its copies and
-    // barriers go on, its three loops (scores, weights, p @ v) run no step.
+    // The block skips a key tile a one-row mask hides (key_hidden): its copies and barriers go
+    // on, its three loops (scores, weights, p @ v) run no step.
     bool skip = false;
-    if (MASKING == ADDITIVE) {
+    if (MASKING == ADDITIVE && MQ == 1) {
       bool met = true;
 #pragma unroll
       for (int i = 0; i < QT; ++i) met = met && m[i] >= 0.5f * LOWEST;
-      const bool hidden = mask_part_hidden<BK>(mslice, q0, Sq, k0, Sk, MQ);
+      const bool hidden = key_hidden<BK>(mslice, k0, Sk);
       cp_async_wait_all_but_latest();  // q and k(t) have landed; v(t) may still be in flight
       skip = __syncthreads_and(met && hidden);
     } else {

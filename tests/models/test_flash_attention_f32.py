@@ -6,7 +6,7 @@ CUDA features emulated (a std::thread per CUDA thread, __syncthreads and each wa
 barrier of the block's threads), computes every element within the GPU tests' bound against the
 float64 softmax(q @ k^T * scale + mask) @ v: tails, causal with Sq != Sk, grouped- and multi-query
 attention, broadcast masks with -inf entries, a row all -inf (NaN) and one all finfo.min (finite),
-padding masks whose hidden key tiles are skipped,
+padding masks (one row: their hidden key tiles skipped),
 pointers only 4-byte aligned (the element-copy path), and Hq % Hkv != 0 (NaN everywhere). It
 checks too that nothing outside out is written. Runs on a GPU: test_gpu_flash_attention_f32.py."""
 
@@ -237,8 +237,9 @@ def test_source_computes_every_element_on_the_host(emulated, masking, d, case):
 
 
 # Padding masks (B, Hq, Hkv, Sq, Sk, MB, MH, MQ, offset): mask batch entries keeping all 200 keys,
-# the first 100 and none (the rest at finfo.min), broadcast over the query rows and one row per
-# query: the tiles past a sequence's end are skipped, an entry with no key kept averages v.
+# the first 100 and none (the rest at finfo.min). One row broadcast over the queries: the key
+# tiles past a sequence's end are skipped; one row per query: every tile computed. An entry with
+# no key kept averages v in both.
 PADDING_CASES = [(3, 2, 2, 130, 200, 3, 1, 1, 0), (3, 2, 1, 70, 200, 3, 1, 70, 0)]
 
 

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 from ..support.artifacts.flash_attention import LAYOUT, build_all
-from ..support.flash_heads_last import LOWEST, REFERENCES, check, mask_input, run_three_ways, type_of
+from ..support.flash_heads_last import REFERENCES, check, mask_input, run_three_ways, type_of
 from ..support.gpu_modules import loaded_modules
 
 pytestmark = pytest.mark.gpu
@@ -96,59 +96,6 @@ def test_flash_bshd_mask_matches_float64(modules, function, size, mask_name):
     scale = float(np.float32(0.9 / np.sqrt(d)))
     reports = run_three_ways(modules, function, [q, k, v, mask], q.shape, np_type, scale, lambda got: check(got, q, k, v, mask, False, scale))
     print(f"\n{function} {size_id(size)} mask {mask.shape}: as built {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
-
-
-# Padding masks as transformers builds them: per batch entry, keys hidden by the type's lowest
-# value. (B, Hq, Sq, Sk, lengths, side): right padding (BERT's; whole 64-key tiles hidden at the
-# end, a sequence of length 0 hidden everywhere, lengths off the tiles) and left padding (the
-# hidden tiles come first, before the rows have met a visible key).
-PADDINGS = [
-    (4, 2, 256, 320, (320, 100, 0, 37), "right"),
-    (3, 2, 130, 300, (300, 64, 129), "right"),
-    (3, 2, 200, 256, (256, 70, 1), "left"),
-]
-
-
-def padding_mask(shape: tuple[int, ...], lengths: tuple[int, ...], side: str, value: float, np_type) -> np.ndarray:
-    """[B, 1, MQ, Sk]: 0 for the keys a sequence has, `value` for its padding."""
-    b, _, mq, sk = shape
-    keys = np.arange(sk)
-    hidden = np.stack([keys >= n if side == "right" else keys < sk - n for n in lengths])  # [B, Sk]
-    return np.broadcast_to(np.where(hidden, value, 0.0)[:, None, None, :], shape).astype(np.float32).astype(np_type)
-
-
-@pytest.mark.parametrize("per_row", [False, True], ids=["b11s", "b1ss"])
-@pytest.mark.parametrize("padding", PADDINGS, ids=[f"{p[5]}_B{p[0]}_S{p[2]}x{p[3]}" for p in PADDINGS])
-@pytest.mark.parametrize("function", MASKED)
-def test_flash_bshd_padding_skips_hidden_tiles_exactly(modules, function, padding, per_row):
-    """Key tiles that a padding mask hides entirely are skipped (flash_attention.cu: skippable),
-    and that changes no bit: each case's result equals, bit for bit, the same call with the
-    padding at half the lowest value (hidden just as well: its weights underflow to 0 the same,
-    but no tile holding it is skippable), and both are within the float64 bound. A sequence of
-    length 0 keeps the lowest value in both (its rows never meet a visible key, so none of their
-    tiles is skippable; and halved, its f16 scores would round differently: softmax of s + LOWEST
-    is softmax of s, as torch's, within f32's rounding at 65504). Both mask shapes:
-    [B, 1, 1, Sk] read where it lies, [B, 1, Sq, Sk] (transformers' expanded mask) staged in
-    shared memory by the sm_90a body. Every module: as built, and poisoned as built and as
-    sm_80 PTX."""
-    type_name, np_type, d = type_of(function)
-    b, h, sq, sk, lengths, side = padding
-    rng = np.random.default_rng()
-    q, k, v = bshd_inputs(b, h, h, sq, sk, d, np_type, rng)
-    shape = (b, 1, sq if per_row else 1, sk)
-    mask = padding_mask(shape, lengths, side, LOWEST[type_name], np_type)
-    unskippable = padding_mask(shape, lengths, side, LOWEST[type_name] / 2, np_type)
-    empty = np.array(lengths) == 0
-    unskippable[empty] = mask[empty]  # no tile of an empty sequence's rows is skippable either way
-    scale = float(np.float32(0.9 / np.sqrt(d)))
-    for module in ("flash_attention", "flash_attention_poisonable", "flash_attention_sm80_ptx_poisonable"):
-        results = []
-        for m in (mask, unskippable):
-            outputs = [] if module == "flash_attention" else [np.full(q.shape, np.nan, np_type)]
-            got = getattr(modules[module], function)(q, k, v, m, *outputs, scale)
-            results.append(np.asarray(got.to_host() if hasattr(got, "to_host") else got))
-        check(results[0], q, k, v, mask, False, scale)
-        assert results[0].tobytes() == results[1].tobytes(), f"{module}: skipping hidden tiles changed the result"
 
 
 @pytest.mark.parametrize("function", ["flash_attn_bshd_bf16_d64", "flash_attn_bshd_f16_d128_mask"])
