@@ -128,30 +128,6 @@ __device__ __forceinline__ void load_rows(float* tile, const float* src, long pi
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
-constexpr float LOWEST = -3.40282347e38f;  // the lowest finite float (torch.finfo(float32).min)
-
-// Skipping hidden key tiles. With a mask of one row (MQ = 1: a [B, 1, 1, Sk] padding mask, as a
-// user hands SDPA one) a key tile may be skipped without changing a bit of the result when each
-// of its scores would get weight 0 and leave its row's max where it is: every mask value in it
-// is LOWEST (what transformers' padding masks hold) or -inf (keys past Sk count as such), and
-// every row of the block has already met a key whose masked score is at least LOWEST / 2 (m, the
-// running max in natural units). Then a skipped score x = s + mask is at most s + LOWEST and
-// the max at least LOWEST / 2: its weight exp(x - max) underflows to 0 for any scaled score
-// short of 1.7e38, and the max stays, so the rescale factor is 1 and o and l keep their bits. A
-// row that has not met such a key (every key so far hidden, as in a left-padded sequence) keeps
-// every tile; a NaN mask value keeps its tile, so the NaN reaches the result. The block decides
-// together, in the barrier that opens each tile (__syncthreads_and), each of its first BK
-// threads checking one key, loaded before the wait for the tile's copies so that the load
-// overlaps it. A mask with a row per query is not checked: checking its BQ x BK values per tile
-// cost more than the skipped tiles saved (docs/flash_attention.md).
-
-// Whether key k0 + threadIdx.x of a one-row mask is hidden (threads past BK: yes).
-template <int BK>
-__device__ __forceinline__ bool key_hidden(const float* mrow, int k0, int Sk) {
-  const int key = k0 + static_cast<int>(threadIdx.x);
-  return threadIdx.x >= BK || key >= Sk || __ldg(mrow + key) <= LOWEST;  // NaN is not hidden
-}
-
 // Where q, k, v and out are: HEADS, [B, H, S, D] (SDPA's operands); BSHD, [B, S, H, D] (separate
 // q, k and v projections' [B, S, H * D] results as stored, out the [B, S, E] the output projection
 // reads: no transposes computed). The same computation on either.
@@ -214,20 +190,8 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
 
   for (int t = 0; t < k_tiles; ++t) {
     const int k0 = t * BK;
-    // The block skips a key tile a one-row mask hides (key_hidden): its copies and barriers go
-    // on, its three loops (scores, weights, p @ v) run no step.
-    bool skip = false;
-    if (MASKING == ADDITIVE && MQ == 1) {
-      bool met = true;
-#pragma unroll
-      for (int i = 0; i < QT; ++i) met = met && m[i] >= 0.5f * LOWEST;
-      const bool hidden = key_hidden<BK>(mslice, k0, Sk);
-      cp_async_wait_all_but_latest();  // q and k(t) have landed; v(t) may still be in flight
-      skip = __syncthreads_and(met && hidden);
-    } else {
-      cp_async_wait_all_but_latest();  // q and k(t) have landed; v(t) may still be in flight
-      __syncthreads();
-    }
+    cp_async_wait_all_but_latest();  // q and k(t) have landed; v(t) may still be in flight
+    __syncthreads();
 
     float s[QT][KT];
 #pragma unroll
@@ -235,7 +199,7 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
 #pragma unroll
       for (int j = 0; j < KT; ++j) s[i][j] = 0.0f;
 #pragma unroll 1  // unrolled further, the masked d64 variant spills
-    for (int d = 0; d < (skip ? 0 : D); d += 4) {
+    for (int d = 0; d < D; d += 4) {
       float4 qv[QT], kv[KT];
 #pragma unroll
       for (int i = 0; i < QT; ++i) qv[i] = ld4(qs + (ty + 16 * i) * PITCH + d);
@@ -256,7 +220,7 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
     cp_async_commit();
 
 #pragma unroll
-    for (int i = 0; i < (skip ? 0 : QT); ++i) {
+    for (int i = 0; i < QT; ++i) {
       const int row = q0 + ty + 16 * i;
       const float* mrow = MASKING == ADDITIVE ? mslice + static_cast<long>(min(row, MQ - 1)) * Sk : nullptr;
       float mx = -INFINITY;
@@ -290,7 +254,7 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
     __syncthreads();                 // and every thread's weights are in p
 
 #pragma unroll 2
-    for (int kk = 0; kk < (skip ? 0 : BK); kk += 4) {
+    for (int kk = 0; kk < BK; kk += 4) {
       float4 pv[QT];
 #pragma unroll
       for (int i = 0; i < QT; ++i) pv[i] = ld4(ps + (ty + 16 * i) * P_PITCH + kk);

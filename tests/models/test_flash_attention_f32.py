@@ -6,7 +6,6 @@ CUDA features emulated (a std::thread per CUDA thread, __syncthreads and each wa
 barrier of the block's threads), computes every element within the GPU tests' bound against the
 float64 softmax(q @ k^T * scale + mask) @ v: tails, causal with Sq != Sk, grouped- and multi-query
 attention, broadcast masks with -inf entries, a row all -inf (NaN) and one all finfo.min (finite),
-padding masks (one row: their hidden key tiles skipped),
 pointers only 4-byte aligned (the element-copy path), and Hq % Hkv != 0 (NaN everywhere). It
 checks too that nothing outside out is written. Runs on a GPU: test_gpu_flash_attention_f32.py."""
 
@@ -74,8 +73,8 @@ def test_module_builds(tmp_path):
 
 # Host emulation of what flash_attention_f32.cu uses from CUDA (its PTX has C++ stand-ins where
 # __CUDA_ARCH__ is undefined): each CUDA thread a std::thread, __syncthreads a std::barrier of the
-# block's 256 threads, a warp shuffle or a block vote (__syncthreads_and) a slot per thread between
-# two such barriers (every thread of the block shuffles at the same points), the dynamic shared memory one array (the blocks run one
+# block's 256 threads, a warp shuffle a slot per thread between two such barriers (every thread of
+# the block shuffles at the same points), the dynamic shared memory one array (the blocks run one
 # after another).
 _SHIM = r"""
 #pragma once
@@ -100,15 +99,6 @@ extern float emu_shuffle_slots[256];
 #define __launch_bounds__(...)
 template <class T> inline T __ldg(const T* p) { return *p; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
-extern int emu_vote_slots[256];
-inline int __syncthreads_and(int p) {
-  emu_vote_slots[threadIdx.x] = p;
-  emu_block_barrier->arrive_and_wait();
-  int all = 1;
-  for (int i = 0; i < 256; ++i) all &= emu_vote_slots[i] != 0;
-  emu_block_barrier->arrive_and_wait();
-  return all;
-}
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
   emu_shuffle_slots[threadIdx.x] = v;
   emu_block_barrier->arrive_and_wait();
@@ -134,7 +124,6 @@ _DRIVER = r"""
 thread_local emu_dim3 threadIdx, blockIdx;
 std::barrier<>* emu_block_barrier;
 float emu_shuffle_slots[256];
-int emu_vote_slots[256];
 namespace flash_attention_f32 { alignas(16) float shared[79872 / 4]; }
 #define PLAIN(name) extern "C" void name(const float*, const float*, const float*, float*, int, int, int, int, int, float);
 #define MASKED(name) extern "C" void name(const float*, const float*, const float*, const float*, float*, int, int, int, int, int, int, int, int, float);
@@ -142,15 +131,14 @@ PLAIN(flash_attn_f32_d64) PLAIN(flash_attn_f32_d64_causal) MASKED(flash_attn_f32
 PLAIN(flash_attn_f32_d128) PLAIN(flash_attn_f32_d128_causal) MASKED(flash_attn_f32_d128_mask)
 
 int main(int argc, char** argv) {
-  const std::string masking = argv[1];  // none, causal, mask, padding (an additive mask too)
-  const bool additive = masking == "mask" || masking == "padding";
+  const std::string masking = argv[1];  // none, causal, mask
   const int D = atoi(argv[2]), B = atoi(argv[3]), Hq = atoi(argv[4]), Hkv = atoi(argv[5]), Sq = atoi(argv[6]), Sk = atoi(argv[7]);
   const int MB = atoi(argv[8]), MH = atoi(argv[9]), MQ = atoi(argv[10]), off = atoi(argv[11]);
   const float scale = 0.9f / std::sqrt((float)D);
   std::mt19937 rng(B * 7 + Hq * 131 + Sq * 17 + Sk + D + off);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::uniform_real_distribution<float> u(0.f, 1.f);
-  const size_t nq = (size_t)B * Hq * Sq * D, nk = (size_t)B * Hkv * Sk * D, nm = additive ? (size_t)MB * MH * MQ * Sk : 1;
+  const size_t nq = (size_t)B * Hq * Sq * D, nk = (size_t)B * Hkv * Sk * D, nm = masking == "mask" ? (size_t)MB * MH * MQ * Sk : 1;
   std::vector<float> Q(nq + 4), K(nk + 4), V(nk + 4), M(nm + 4), O(nq + 8, 12345.f);
   float *q = Q.data() + off, *k = K.data() + off, *v = V.data() + off, *m = M.data() + off, *o = O.data() + off;
   for (size_t i = 0; i < nq; ++i) q[i] = 1.5f * nd(rng);
@@ -159,12 +147,6 @@ int main(int argc, char** argv) {
   if (masking == "mask") {
     for (size_t i = 0; i < nm; ++i) m[i] = u(rng) < 0.2f ? -INFINITY : 2.0f * nd(rng);
     if (MQ >= 3) for (size_t s = 0; s < (size_t)MB * MH; ++s) for (int j = 0; j < Sk; ++j) m[(s * MQ) * Sk + j] = -INFINITY, m[(s * MQ + 1) * Sk + j] = -3.4028234663852886e38f;
-  }
-  if (masking == "padding") {  // mask batch mb keeps its first Sk (MB - 1 - mb) / (MB - 1) keys (all if MB = 1), the rest at finfo.min
-    for (size_t i = 0; i < nm; ++i) {
-      const int mb = (int)(i / ((size_t)MH * MQ * Sk)), key = (int)(i % Sk), keep = MB == 1 ? Sk : Sk * (MB - 1 - mb) / (MB - 1);
-      m[i] = key < keep ? 2.0f * nd(rng) : -3.4028234663852886e38f;
-    }
   }
   for (size_t i = 0; i < nq; ++i) o[i] = NAN;
   std::barrier<> barrier(256);
@@ -175,7 +157,7 @@ int main(int argc, char** argv) {
     threadIdx = {t, 0, 0};
     for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) {
       blockIdx = {x, y, 0};
-      if (additive) (D == 64 ? flash_attn_f32_d64_mask : flash_attn_f32_d128_mask)(q, k, v, m, o, B, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+      if (masking == "mask") (D == 64 ? flash_attn_f32_d64_mask : flash_attn_f32_d128_mask)(q, k, v, m, o, B, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
       else if (masking == "causal") (D == 64 ? flash_attn_f32_d64_causal : flash_attn_f32_d128_causal)(q, k, v, o, B, Hq, Hkv, Sq, Sk, scale);
       else (D == 64 ? flash_attn_f32_d64 : flash_attn_f32_d128)(q, k, v, o, B, Hq, Hkv, Sq, Sk, scale);
       barrier.arrive_and_wait();
@@ -192,7 +174,7 @@ int main(int argc, char** argv) {
       double acc = 0;
       for (int d = 0; d < D; ++d) acc += (double)q[(((size_t)b * Hq + h) * Sq + i) * D + d] * k[(((size_t)b * Hkv + kvh) * Sk + j) * D + d];
       acc *= scale;
-      if (additive) acc += m[(((size_t)(b % MB) * MH + h % MH) * MQ + std::min(i, MQ - 1)) * Sk + j];
+      if (masking == "mask") acc += m[(((size_t)(b % MB) * MH + h % MH) * MQ + std::min(i, MQ - 1)) * Sk + j];
       if (masking == "causal" && j > i) acc = -INFINITY;
       s[j] = acc; mx = std::max(mx, acc);
     }
@@ -233,18 +215,4 @@ def emulated(tmp_path_factory):
 @pytest.mark.parametrize("case", CASES, ids=["x".join(map(str, c)) for c in CASES])
 def test_source_computes_every_element_on_the_host(emulated, masking, d, case):
     proc = subprocess.run([str(emulated), masking, str(d), *map(str, case)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-# Padding masks (B, Hq, Hkv, Sq, Sk, MB, MH, MQ, offset): mask batch entries keeping all 200 keys,
-# the first 100 and none (the rest at finfo.min). One row broadcast over the queries: the key
-# tiles past a sequence's end are skipped; one row per query: every tile computed. An entry with
-# no key kept averages v in both.
-PADDING_CASES = [(3, 2, 2, 130, 200, 3, 1, 1, 0), (3, 2, 1, 70, 200, 3, 1, 70, 0)]
-
-
-@pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("case", PADDING_CASES, ids=["x".join(map(str, c)) for c in PADDING_CASES])
-def test_padding_tiles_skipped_on_the_host(emulated, d, case):
-    proc = subprocess.run([str(emulated), "padding", str(d), *map(str, case)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -117,44 +117,6 @@ def call(module, kernel: str, q, k, v, mask, scale, out=None):
     return getattr(module, kernel)(*buffers, scale)
 
 
-# Padding masks [B, 1, 1, Sk] (B, Hq, Sq, Sk, kept keys per batch entry): whole key tiles hidden
-# at the end (d64: 64-key tiles, d128: 32), lengths off the tiles, an entry with no key kept.
-PADDINGS = [(4, 2, 130, 300, (300, 100, 0, 37)), (2, 3, 64, 512, (512, 256))]
-
-
-@pytest.mark.parametrize("padding", PADDINGS, ids=[f"B{p[0]}_S{p[2]}x{p[3]}" for p in PADDINGS])
-@pytest.mark.parametrize("kernel", ["flash_attn_f32_d64_mask", "flash_attn_f32_d128_mask", "flash_attn_bshd_f32_d64_mask"])
-def test_padding_skips_hidden_tiles_exactly(modules, kernel, padding):
-    """Key tiles a one-row padding mask hides are skipped (flash_attention_f32.cu: key_hidden),
-    and that changes no bit: the result equals, bit for bit, the same call with the padding at
-    half the lowest value (hidden as well: its weights underflow to 0 the same, but no tile is
-    skippable), on every module, and is within the float64 bound. An entry with no key kept has
-    the lowest value in both (its rows never meet a visible key: no tile of theirs is skipped)."""
-    b, h, sq, sk, lengths = padding
-    d = int(kernel.split("_d")[1].split("_")[0])
-    bshd = "_bshd_" in kernel
-    rng = np.random.default_rng()
-    q = (rng.standard_normal((b, h, sq, d)) * 1.5).astype(np.float32)
-    k = (rng.standard_normal((b, h, sk, d)) * 1.5).astype(np.float32)
-    v = (rng.standard_normal((b, h, sk, d)) + rng.standard_normal((b, h, 1, 1)) * 2).astype(np.float32)
-    lowest = np.finfo(np.float32).min
-    hidden = np.arange(sk)[None, :] >= np.array(lengths)[:, None]
-    mask = np.where(hidden, lowest, 0.0).astype(np.float32)[:, None, None, :]
-    unskippable = np.where(hidden & (np.array(lengths) > 0)[:, None], lowest / 2, mask[:, 0, 0, :]).astype(np.float32)[:, None, None, :]
-    scale = float(0.9 / np.sqrt(d))
-    want = REFERENCES.flash_attention(q, k, v, mask=mask, scale=np.float32(scale))
-    to_layout = (lambda x: np.ascontiguousarray(x.transpose(0, 2, 1, 3))) if bshd else (lambda x: x)
-    args = [to_layout(x) for x in (q, k, v)]
-    for module, way in zip(("flash_attention_f32", "flash_attention_f32_poisonable", "flash_attention_f32_sm80_ptx_poisonable"), WAYS):
-        results = []
-        for m in (mask, unskippable):
-            out = None if module == "flash_attention_f32" else np.full(args[0].shape, np.nan, np.float32)
-            got = call(modules[module], kernel, *args, m, scale, out)
-            results.append(np.asarray(got.to_host() if hasattr(got, "to_host") else got))
-        check(kernel, way, to_layout(results[0]), want)
-        assert results[0].tobytes() == results[1].tobytes(), f"{kernel} ({way}): skipping hidden tiles changed the result"
-
-
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("case", list(CASES))
 def test_matches_float64(modules, kernel, case):
