@@ -606,9 +606,10 @@ def _time_in_rounds(contenders: list[_Contender], rounds: int, iters: int, deadl
 def _kernel_breakdown(call, ours: list[str], trace: Path | None = None) -> dict:
     """GPU time of one call by kernel (CUPTI through torch.profiler): ours (by entry name) and
     IREE's own dispatches, in ms, with the eight longest kernels; and where the forward's wall
-    time goes besides kernels: the span from the call to its last kernel's end, the idle time
-    between kernels (gaps), the host time before the first kernel, the largest gaps with the
-    kernels around them. `trace`: also write the chrome trace there (gzip)."""
+    time goes besides kernels (_timeline). Two calls are profiled and the second is the one
+    reported: CUPTI asks for its activity buffers during the first launch it traces (hundreds of
+    microseconds inside that cuLaunchKernel), which would read as a gap in the forward.
+    `trace`: also write the chrome trace (both calls) there (gzip)."""
     import gzip
     import tempfile
 
@@ -616,22 +617,10 @@ def _kernel_breakdown(call, ours: list[str], trace: Path | None = None) -> dict:
 
     call()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function(_WARM_UP):
+            call()
         with record_function(_FORWARD):
             call()
-    totals: dict[str, float] = {}
-    for e in prof.key_averages():
-        t = getattr(e, "device_time_total", None)
-        if t is None:
-            t = getattr(e, "cuda_time_total", 0.0)
-        if t:
-            totals[e.key] = totals.get(e.key, 0.0) + t / 1e3
-    mine = {k: v for k, v in totals.items() if any(k == name or k.startswith(name + "(") for name in ours)}
-    result = {
-        "total_ms": sum(totals.values()),
-        "ours_ms": sum(mine.values()),
-        "iree_ms": sum(totals.values()) - sum(mine.values()),
-        "top": dict(sorted(totals.items(), key=lambda kv: -kv[1])[:8]),
-    }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
@@ -640,27 +629,53 @@ def _kernel_breakdown(call, ours: list[str], trace: Path | None = None) -> dict:
             trace.parent.mkdir(parents=True, exist_ok=True)
             with gzip.open(trace, "wt") as f:
                 json.dump(events, f)
-    result["timeline"] = _timeline(events)
-    return result
+    forward = next(e for e in events if e.get("ph") == "X" and e.get("name") == _FORWARD and e.get("cat") == "user_annotation")
+    mine = _of_call(events, forward)
+    totals: dict[str, float] = {}
+    for e in mine:
+        if e.get("cat") == "kernel":
+            totals[e["name"]] = totals.get(e["name"], 0.0) + e["dur"] / 1e3
+    ours_ms = sum(v for k, v in totals.items() if any(k == name or k.startswith(name + "(") for name in ours))
+    return {
+        "total_ms": sum(totals.values()),
+        "ours_ms": ours_ms,
+        "iree_ms": sum(totals.values()) - ours_ms,
+        "top": dict(sorted(totals.items(), key=lambda kv: -kv[1])[:8]),
+        "timeline": _timeline(mine, forward),
+    }
 
 
-_FORWARD = "forward"  # the profiled call's range in the trace
+_WARM_UP, _FORWARD = "warm-up", "forward"  # the profiled calls' ranges in the trace
 
 
-def _timeline(events: list) -> dict:
+def _of_call(events: list, forward: dict) -> list:
+    """The trace's events of the profiled call `forward`: its launches (host calls inside its
+    range) and the GPU activities they started (by correlation id)."""
+    start, end = forward["ts"], forward["ts"] + forward["dur"]
+    host = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cuda_driver", "cuda_runtime") and start <= e["ts"] <= end]
+    launched = {e.get("args", {}).get("correlation") for e in host}
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("args", {}).get("correlation") in launched]
+    return host + gpu
+
+
+def _timeline(events: list, forward: dict) -> dict:
     """Where the wall time of one profiled call goes, in ms: GPU activities (kernels, copies,
-    fills), the gaps between them, and the host time before the first and after the last."""
-    gpu = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    fills), the gaps between them, and the host time before the first and after the last. A gap
+    is the host's when the next activity's launch returned after the previous activity ended (the
+    GPU waited for the host), the GPU's otherwise (the launch was queued: the time one activity
+    takes to follow another on a stream)."""
+    gpu = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
     if not gpu:
         return {}
-    launches = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cuda_driver", "cuda_runtime")]
+    launches = [e for e in events if e.get("cat") in ("cuda_driver", "cuda_runtime")]
+    launch_end = {e.get("args", {}).get("correlation"): e["ts"] + e["dur"] for e in launches}
     gaps = []
     end = gpu[0]["ts"] + gpu[0]["dur"]
     for prev, e in zip(gpu, gpu[1:]):
         if e["ts"] > end:
-            gaps.append((e["ts"] - end, prev["name"][:60], e["name"][:60]))
+            host = launch_end.get(e.get("args", {}).get("correlation"), 0.0) > end
+            gaps.append((e["ts"] - end, host, prev["name"][:60], e["name"][:60]))
         end = max(end, e["ts"] + e["dur"])
-    forward = next((e for e in events if e.get("ph") == "X" and e.get("name") == _FORWARD and e.get("cat") == "user_annotation"), None)
     by_api: dict[str, list] = {}
     for e in launches:
         by_api.setdefault(e["name"], []).append(e["dur"])
@@ -669,11 +684,13 @@ def _timeline(events: list) -> dict:
         "busy_ms": sum(e["dur"] for e in gpu) / 1e3,
         "span_ms": (end - gpu[0]["ts"]) / 1e3,
         "gaps_ms": sum(g[0] for g in gaps) / 1e3,
+        "host_gaps_ms": sum(g[0] for g in gaps if g[1]) / 1e3,
+        "gpu_gaps_ms": sum(g[0] for g in gaps if not g[1]) / 1e3,
         "gaps_over_10us": sum(1 for g in gaps if g[0] > 10),
-        "call_ms": forward["dur"] / 1e3 if forward else None,
-        "before_first_gpu_ms": (gpu[0]["ts"] - forward["ts"]) / 1e3 if forward else None,
-        "after_last_gpu_ms": (forward["ts"] + forward["dur"] - end) / 1e3 if forward else None,
-        "largest_gaps": [{"us": round(g[0], 1), "after": g[1], "before": g[2]} for g in sorted(gaps, reverse=True)[:12]],
+        "call_ms": forward["dur"] / 1e3,
+        "before_first_gpu_ms": (gpu[0]["ts"] - forward["ts"]) / 1e3,
+        "after_last_gpu_ms": (forward["ts"] + forward["dur"] - end) / 1e3,
+        "largest_gaps": [{"us": round(g[0], 1), "host": g[1], "after": g[2], "before": g[3]} for g in sorted(gaps, reverse=True)[:12]],
         "host_api": {k: {"calls": len(v), "ms": round(sum(v) / 1e3, 3)} for k, v in sorted(by_api.items(), key=lambda kv: -sum(kv[1]))[:8]},
     }
 

@@ -118,3 +118,34 @@ def test_run_refuses_a_model_not_prepared(bench, tmp_path):
     (tmp_path / "meta.json").write_text('{"seed": 0, "models": {"gpt2": {"batch": 2, "seq": 16, "dtypes": {}}}}')
     with pytest.raises(SystemExit, match="not prepared in .*: llama; prepared: gpt2"):
         bench.main(["run", "--dir", str(tmp_path), "--out", str(tmp_path / "out"), "--models", "gpt2,llama"])
+
+
+def _trace_call(t0: float, correlation: int, launches: list[tuple[float, float, float, float]]) -> list[dict]:
+    """A profiled call's trace events from t0: per activity (launch start, launch duration, kernel
+    start, kernel duration) relative to t0, correlation ids from `correlation` on."""
+    events = []
+    for i, (ls, ld, ks, kd) in enumerate(launches):
+        c = correlation + i
+        events.append({"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "ts": t0 + ls, "dur": ld, "args": {"correlation": c}})
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": t0 + ks, "dur": kd, "args": {"correlation": c}})
+    return events
+
+
+def test_timeline_of_the_second_call_splits_host_and_gpu_gaps(bench):
+    """The breakdown reads the profiled forward only (not the warm-up call before it), and tells a
+    gap the host caused (the next launch returned after the previous kernel ended) from one the
+    GPU's queue took (the launch was already queued), before/after times from the call's range."""
+    warm_up = {"ph": "X", "cat": "user_annotation", "name": bench._WARM_UP, "ts": 0.0, "dur": 900.0}
+    forward = {"ph": "X", "cat": "user_annotation", "name": bench._FORWARD, "ts": 1000.0, "dur": 200.0}
+    # warm-up: one slow first launch (CUPTI's buffer request) that must not count
+    events = [warm_up, forward, *_trace_call(0.0, 1, [(10, 400, 20, 5), (415, 5, 430, 5)])]
+    # forward: k0 at 20-40; k1 launched early (queued), starts 2 us after k0; k2 launched late, 30 us after k1 ends
+    events += _trace_call(1000.0, 10, [(5, 10, 20, 20), (16, 4, 42, 18), (85, 5, 90, 60)])
+    mine = bench._of_call(events, forward)
+    assert {e["args"]["correlation"] for e in mine} == {10, 11, 12}
+    t = bench._timeline(mine, forward)
+    assert t["gpu_activities"] == 3 and t["busy_ms"] == pytest.approx(0.098)
+    assert t["gpu_gaps_ms"] == pytest.approx(0.002) and t["host_gaps_ms"] == pytest.approx(0.030)
+    assert t["gaps_ms"] == pytest.approx(0.032) and t["span_ms"] == pytest.approx(0.130)
+    assert t["before_first_gpu_ms"] == pytest.approx(0.020) and t["after_last_gpu_ms"] == pytest.approx(0.050)
+    assert [(g["us"], g["host"], g["before"]) for g in t["largest_gaps"]] == [(30.0, True, "k2"), (2.0, False, "k1")]
