@@ -615,7 +615,6 @@ def _kernel_breakdown(call, ours: list[str], trace: Path | None = None) -> dict:
 
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    call()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         with record_function(_WARM_UP):
             call()
@@ -646,15 +645,22 @@ def _kernel_breakdown(call, ours: list[str], trace: Path | None = None) -> dict:
 
 
 _WARM_UP, _FORWARD = "warm-up", "forward"  # the profiled calls' ranges in the trace
+_GPU = ("kernel", "gpu_memcpy", "gpu_memset")  # trace categories of GPU activities
+_LAUNCH = ("cuda_driver", "cuda_runtime")  # and of the host calls that start them
+
+
+def _correlation(event: dict):
+    """The id CUPTI gives a host call and the GPU activity it started."""
+    return event.get("args", {}).get("correlation")
 
 
 def _of_call(events: list, forward: dict) -> list:
     """The trace's events of the profiled call `forward`: its launches (host calls inside its
     range) and the GPU activities they started (by correlation id)."""
     start, end = forward["ts"], forward["ts"] + forward["dur"]
-    host = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cuda_driver", "cuda_runtime") and start <= e["ts"] <= end]
-    launched = {e.get("args", {}).get("correlation") for e in host}
-    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("args", {}).get("correlation") in launched]
+    host = [e for e in events if e.get("ph") == "X" and e.get("cat") in _LAUNCH and start <= e["ts"] <= end]
+    launched = {_correlation(e) for e in host}
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in _GPU and _correlation(e) in launched]
     return host + gpu
 
 
@@ -664,16 +670,16 @@ def _timeline(events: list, forward: dict) -> dict:
     is the host's when the next activity's launch returned after the previous activity ended (the
     GPU waited for the host), the GPU's otherwise (the launch was queued: the time one activity
     takes to follow another on a stream)."""
-    gpu = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    gpu = sorted((e for e in events if e.get("cat") in _GPU), key=lambda e: e["ts"])
     if not gpu:
         return {}
-    launches = [e for e in events if e.get("cat") in ("cuda_driver", "cuda_runtime")]
-    launch_end = {e.get("args", {}).get("correlation"): e["ts"] + e["dur"] for e in launches}
+    launches = [e for e in events if e.get("cat") in _LAUNCH]
+    launch_end = {_correlation(e): e["ts"] + e["dur"] for e in launches}
     gaps = []
     end = gpu[0]["ts"] + gpu[0]["dur"]
     for prev, e in zip(gpu, gpu[1:]):
         if e["ts"] > end:
-            host = launch_end.get(e.get("args", {}).get("correlation"), 0.0) > end
+            host = launch_end.get(_correlation(e), 0.0) > end
             gaps.append((e["ts"] - end, host, prev["name"][:60], e["name"][:60]))
         end = max(end, e["ts"] + e["dur"])
     by_api: dict[str, list] = {}
