@@ -14,6 +14,7 @@ from pathlib import Path
 from ..core.archs import Arch
 from ..core.contract import DEVICES_REFLECTION_KEY
 from ..core.errors import CompileError, SpecError
+from .transients import allocate_storage, declares_storage, stores_storage, with_allocation
 
 
 def iree_compiler_version() -> str:
@@ -173,8 +174,32 @@ def compile_vmfb(mlir: Path, out: Path, codegen_arch: Arch, **options) -> None:
     Runs in the MLIR file's folder with relative paths: the vmfb records the source file name
     for debug locations, and an absolute (temporary) path would make every build differ.
     """
-    flags = compile_flags(codegen_arch, Path("."), **options)
-    _run_tool("iree-compile", [*flags, mlir.name, "-o", str(out.absolute())], f"iree-compile of {mlir.name}", cwd=mlir.parent)
+    run_iree_compile(compile_flags(codegen_arch, Path("."), **options), mlir, out)
+
+
+def run_iree_compile(flags: Sequence[str], mlir: Path, out: Path) -> None:
+    """iree-compile with `flags` of `mlir`, in its folder, into `out`. A module that declares the
+    transient-storage global (transients.py) is compiled in two steps: to the end of IREE's
+    stream phase, where the storage's size is known and `allocate_storage` completes the IR, and
+    from there to the vmfb; `mlir` (a build's private copy) then gets the storage's allocation
+    too, so that the file compiles with plain iree-compile as well. The intermediate file lies
+    beside it until then."""
+    what = f"iree-compile of {mlir.name}"
+    text = mlir.read_text(encoding="utf-8")
+    if not declares_storage(text):
+        _run_tool("iree-compile", [*flags, mlir.name, "-o", str(out.absolute())], what, cwd=mlir.parent)
+        return
+    stream = mlir.with_name(mlir.stem + ".stream.mlir")
+    try:
+        # The debug locations go along, so that the vmfb names the source, not this intermediate.
+        _run_tool("iree-compile", [*flags, "--compile-to=stream", "--mlir-print-debuginfo", mlir.name, "-o", stream.name], what, cwd=mlir.parent)
+        completed, size = allocate_storage(stream.read_text(encoding="utf-8"))
+        stream.write_text(completed, encoding="utf-8")
+        _run_tool("iree-compile", [*flags, "--compile-from=stream", stream.name, "-o", str(out.absolute())], f"{what} (from its stream phase)", cwd=mlir.parent)
+    finally:
+        stream.unlink(missing_ok=True)
+    if size is not None and not stores_storage(text):
+        mlir.write_text(with_allocation(text, size), encoding="utf-8")
 
 
 def link_program(program: Path, modules: Sequence[tuple[str, str, Sequence[str]]], devices: Sequence[TargetDevice] = ()) -> str:

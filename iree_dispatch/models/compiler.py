@@ -25,6 +25,7 @@ from ..core.files import Staging, check_input_file, check_model_file, check_outp
 from .capability import KernelSet, load_kernels, spec_files
 from .kinds import Unkinded, find_candidates, find_unkinded
 from .select import Decision, decide
+from .transients import route_transients
 
 Progress = Callable[[str], None]
 # The target IREE generates the model's own ops for: IREE 3.13 has no CUDA codegen target for
@@ -41,6 +42,8 @@ class ModelReport:
     program: Path | None = None
     # Ops no kind covers (RoPE, residual adds), recognized so the report accounts for them
     unkinded: list[Unkinded] = field(default_factory=list)
+    # The calls' transients in one storage the module keeps (transients.py); None: not rewritten (dry run)
+    transient_storage: bool | None = None
 
     @property
     def replaced(self) -> list[Decision]:
@@ -84,6 +87,9 @@ class ModelReport:
             lines.append(f"  {kind}: {c['found']} found, {c['replaced']} replaced, {c['left']} left to IREE")
         for label, n in self.kernel_counts().items():
             lines.append(f"  {label}: {n} calls")
+        if self.transient_storage is not None:
+            lines.append("transients: " + ("one storage, allocated when the module loads" if self.transient_storage else
+                                           "allocated by IREE at each call (a result of dynamic shape)"))
         if self.output is not None:
             lines.append(f"wrote {self.output}")
         return "\n".join(lines) + "\n"
@@ -105,6 +111,7 @@ class ModelReport:
             "no_kind": [{"what": u.what, "op": u.description, "location": u.location, "reason": u.reason} for u in self.unkinded],
             "counts": self.counts(),
             "kernels": self.kernel_counts(),
+            "transient_storage": self.transient_storage,
             "output": None if self.output is None else str(self.output),
         }
 
@@ -275,6 +282,7 @@ def _rewrite(model: Path, kernel_set: KernelSet, allow_wider: bool, rewrite_it: 
                 for d in decisions:
                     if d.replaced:
                         rewrite.apply(d, replaced)
+                report.transient_storage = route_transients(module)
                 module.operation.verify()
             except ir.MLIRError as exc:
                 raise CompileError(f"{model}: the rewritten model does not verify: {_mlir_error(exc)} (a bug in iree_dispatch, please report it)") from None
