@@ -213,11 +213,14 @@ def _prepare_one(family: Family, dtype: str, batch: int, seq: int, args, kernels
     subprocess.run([find_tool("iree-compile"), *INPUT_FLAGS, "--iree-cuda-target=sm_80", str(mlir), "-o", str(d / "iree.vmfb")], check=True)
     print(f"{tag} IREE alone: {time.perf_counter() - started:.1f} s", flush=True)
     entry["variants"]["iree"] = {"vmfb": "iree.vmfb", "device": "cuda", "what": "IREE alone"}
-    for name, wide in [("subst", False)] + ([("subst_wide", True)] if dtype != "f32" else []):
+    builds = [("subst", False, False)] + ([("subst_wide", True, False)] if dtype != "f32" else [])
+    if args.per_call_transients:  # the best build again, its transients allocated by IREE at each call
+        builds.append((builds[-1][0] + "_per_call", builds[-1][1], True))
+    for name, wide, per_call in builds:
         started = time.perf_counter()
         try:
             program = d / f"{name}.program.mlir" if args.keep_mlir else None
-            report = compile_model(mlir, kernels, d / f"{name}.vmfb", allow_wider_accumulation=wide, program=program)
+            report = compile_model(mlir, kernels, d / f"{name}.vmfb", allow_wider_accumulation=wide, per_call_transients=per_call, program=program)
         except Exception as exc:  # noqa: BLE001 - IREE alone and the other variant still run
             traceback.print_exc()
             entry["variants"][name] = {"error": _error_text(exc)}
@@ -225,7 +228,7 @@ def _prepare_one(family: Family, dtype: str, batch: int, seq: int, args, kernels
         (d / f"{name}.report.txt").write_text(report.text())
         (d / f"{name}.report.json").write_text(report_json(report))
         print(f"{tag} {name}: {time.perf_counter() - started:.1f} s; {report.kernel_counts()}; {report.counts()}", flush=True)
-        what = "IREE + our kernels" + (" (--allow-wider-accumulation)" if wide else "")
+        what = "IREE + our kernels" + (" (--allow-wider-accumulation)" if wide else "") + (", transients allocated at each call" if per_call else "")
         entry["variants"][name] = {"vmfb": f"{name}.vmfb", "device": "cuda", "what": what, "counts": report.counts(), "kernels": report.kernel_counts()}
     if args.cpu_check:  # the run side's code path, checked on this machine (IREE alone on the CPU)
         cpu = [find_tool("iree-compile"), "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
@@ -702,7 +705,7 @@ def _timeline(events: list, forward: dict) -> dict:
 
 
 SHORT = {"torch_eager": "PyTorch eager", "torch_compile": "torch.compile", "iree": "IREE alone", "subst": "ours", "subst_wide": "ours, wider",
-         "iree_cpu": "IREE alone, CPU"}
+         "subst_per_call": "ours, transients per call", "subst_wide_per_call": "ours, wider, transients per call", "iree_cpu": "IREE alone, CPU"}
 
 
 def _error_cell(r: dict) -> str:
@@ -848,6 +851,8 @@ def main(argv=None) -> int:
     a.add_argument("--tiny", action="store_true", help=f"2-layer models of width 256, batch {TINY_BATCH} x {TINY_SEQ}: to check both sides on a CPU")
     a.add_argument("--kernels", action="append", help="kernel specs or folders of them (default: kernels/, the kernel library)")
     a.add_argument("--cpu-check", action="store_true", help="also compile IREE alone for the CPU, to check the run side here")
+    a.add_argument("--per-call-transients", action="store_true",
+                   help="also build the best variant with --per-call-transients (IREE's allocation of the intermediate values at each call), to compare")
     a.add_argument("--keep-mlir", action="store_true", help="keep the exported model.mlir and the rewritten programs")
     a.add_argument("--wheels", action="store_true", help="also download the runtime and ml_dtypes wheels for the GPU machine into OUT/whl")
     a.set_defaults(func=prepare)

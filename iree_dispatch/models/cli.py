@@ -19,6 +19,9 @@ def add_compile_command(sub) -> None:
     c.add_argument("--allow-wider-accumulation", action="store_true",
                    help="accept kernels that accumulate in a wider type than the model (f32 for a bf16 LayerNorm or matmul, "
                         "or a bf16 matmul + bias + GELU that the model rounds between steps), narrowing their results")
+    c.add_argument("--per-call-transients", action="store_true",
+                   help="leave the calls' intermediate values to IREE's allocation at each call, instead of one storage allocated when the module loads "
+                        "(less memory held between calls; each call records its command buffer again)")
     c.add_argument("--report-json", metavar="PATH", help="also write the report as JSON")
     c.add_argument("--program", metavar="PATH", help="also keep the rewritten model (the program calling the kernels) there")
     c.add_argument("--emit-mlir", metavar="PATH", help="also keep the linked MLIR (model + kernels), with the objects it refers to in <module>.objects/ beside it")
@@ -40,6 +43,7 @@ def run_compile(args) -> int:
         args.output,
         dry_run=args.dry_run,
         allow_wider_accumulation=args.allow_wider_accumulation,
+        per_call_transients=args.per_call_transients,
         program=args.program,
         emit_mlir=args.emit_mlir,
         report_json=args.report_json,

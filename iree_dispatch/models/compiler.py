@@ -89,7 +89,7 @@ class ModelReport:
             lines.append(f"  {label}: {n} calls")
         if self.transient_storage is not None:
             lines.append("transients: " + ("one storage, allocated when the module loads" if self.transient_storage else
-                                           "allocated by IREE at each call (a result of dynamic shape)"))
+                                           "allocated by IREE at each call (--per-call-transients, or a result of dynamic shape)"))
         if self.output is not None:
             lines.append(f"wrote {self.output}")
         return "\n".join(lines) + "\n"
@@ -127,6 +127,7 @@ def compile_model(
     *,
     dry_run: bool = False,
     allow_wider_accumulation: bool = False,
+    per_call_transients: bool = False,
     program: str | Path | None = None,
     emit_mlir: str | Path | None = None,
     report_json: str | Path | None = None,
@@ -142,6 +143,9 @@ def compile_model(
     allow_wider_accumulation: accept a kernel that accumulates in a wider type than the model
     (f32 for a bf16 LayerNorm; f32 throughout for a bf16 matmul + bias + GELU the model rounds
     between steps), narrowing its result to the model's type.
+    per_call_transients: leave the calls' intermediate values to IREE's allocation at each call
+    instead of one storage the module keeps (transients.py): less memory held between calls,
+    slower calls.
     program: also write the rewritten model there (default: not kept).
     emit_mlir: also write the linked IR (model + kernels) there, with the objects it refers to in
     `<module>.objects/` beside it.
@@ -171,7 +175,7 @@ def compile_model(
     kernel_set = load_kernels(spec_paths)
     inputs += build_inputs(kernel_set.modules, None)
     check_outputs(outputs, inputs)
-    report, text = _rewrite(model, kernel_set, allow_wider_accumulation, not dry_run, say)
+    report, text = _rewrite(model, kernel_set, allow_wider_accumulation, not dry_run, say, keep_transients=not per_call_transients)
     if dry_run:
         if report_json is not None:
             with Staging(Path(report_json)) as staging:
@@ -253,7 +257,9 @@ def rewrite_model(model: str | Path, kernels: Sequence[str | Path], *, allow_wid
     return _rewrite(model, load_kernels(list(kernels)), allow_wider_accumulation, True, lambda _msg: None)
 
 
-def _rewrite(model: Path, kernel_set: KernelSet, allow_wider: bool, rewrite_it: bool, say: Progress) -> tuple[ModelReport, str | None]:
+def _rewrite(
+    model: Path, kernel_set: KernelSet, allow_wider: bool, rewrite_it: bool, say: Progress, keep_transients: bool = True
+) -> tuple[ModelReport, str | None]:
     from iree.compiler import ir
 
     with tempfile.TemporaryDirectory(prefix=".iree-dispatch-model.") as tmp:
@@ -282,7 +288,7 @@ def _rewrite(model: Path, kernel_set: KernelSet, allow_wider: bool, rewrite_it: 
                 for d in decisions:
                     if d.replaced:
                         rewrite.apply(d, replaced)
-                report.transient_storage = route_transients(module)
+                report.transient_storage = keep_transients and route_transients(module)
                 module.operation.verify()
             except ir.MLIRError as exc:
                 raise CompileError(f"{model}: the rewritten model does not verify: {_mlir_error(exc)} (a bug in iree_dispatch, please report it)") from None

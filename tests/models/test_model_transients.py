@@ -24,6 +24,8 @@ from iree_dispatch.core.errors import CompileError  # noqa: E402
 from iree_dispatch.models import compile_model  # noqa: E402
 from iree_dispatch.models.transients import route_transients  # noqa: E402
 
+from ..support.environment import needs_build_tools  # noqa: E402
+
 MODELS = Path(__file__).parent
 CPU = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic"]
 
@@ -171,3 +173,14 @@ def test_a_module_that_has_the_storage_already_is_left_as_it_is(tmp_path):
         module = ir.Module.parse(routed.read_text())
         before = str(module)
         assert route_transients(module) is False and str(module) == before
+
+
+@needs_build_tools
+def test_per_call_transients_leave_the_model_to_iree_s_allocation(tmp_path):
+    kernels = [MODELS / "kernels" / "naive.toml"]
+    kept = compile_model(MODELS / "mlp_f32.mlir", kernels, tmp_path / "a.vmfb", program=tmp_path / "a.mlir", cache=False)
+    per_call = compile_model(MODELS / "mlp_f32.mlir", kernels, tmp_path / "b.vmfb", program=tmp_path / "b.mlir", per_call_transients=True, cache=False)
+    assert kept.transient_storage is True and "transients: one storage, allocated when the module loads" in kept.text()
+    assert per_call.transient_storage is False and "transients: allocated by IREE at each call" in per_call.text()
+    assert STORAGE_GLOBAL in (tmp_path / "a.mlir").read_text() and STORAGE_GLOBAL not in (tmp_path / "b.mlir").read_text()
+    assert per_call.to_json()["transient_storage"] is False
