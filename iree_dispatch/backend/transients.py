@@ -91,14 +91,16 @@ def allocate_storage(stream_text: str) -> tuple[str, int | None]:
 
 def with_allocation(mlir_text: str, size: int) -> str:
     """`mlir_text` (a module at the input level or IREE's stream phase) with an initializer that
-    allocates the storage at `size` bytes on the default device, as the module's last."""
+    allocates the storage at `size` bytes on the default device, right after the storage's
+    declaration. Initializers run in the module's order: this one after the devices' (IREE puts
+    them first) and before any that records a command buffer binding the storage (IREE puts
+    those just before the function whose command buffer it is)."""
     body, resources = _split_resources(mlir_text)
-    # The module's closing brace: the last line that starts with one (`}`, or `} loc(...)` with
-    # debug locations; location aliases may follow it).
-    closing = [m.start() for m in re.finditer(r"^\}", body, re.MULTILINE)]
-    if not closing:
-        raise CompileError("the program's IR has no closing brace of its module at the start of a line (a bug in iree_dispatch, please report it)")
-    return body[:closing[-1]] + _INITIALIZER.format(size=size, name=STORAGE_GLOBAL) + body[closing[-1]:] + resources
+    declaration = re.search(rf"^  {re.escape(DECLARATION)}.*\n", body, re.MULTILINE)
+    if declaration is None:
+        raise CompileError("the program's IR has no top-level declaration of the transient storage (a bug in iree_dispatch, please report it)")
+    at = declaration.end()
+    return body[:at] + _INITIALIZER.format(size=size, name=STORAGE_GLOBAL) + body[at:] + resources
 
 
 def _split_resources(text: str) -> tuple[str, str]:
