@@ -73,7 +73,9 @@ def allocate_storage(stream_text: str) -> tuple[str, int | None]:
     if not loads:
         return stream_text, None
     sizes = [int(s) for s in _CONSTANT_SIZE.findall(body)]
-    if len(sizes) != len(_SIZED.findall(body)) or not sizes:
+    if not _SIZED.search(body):
+        raise CompileError("IREE's stream phase states no transient size for the program's functions (a bug in iree_dispatch, please report it)")
+    if len(sizes) != len(_SIZED.findall(body)):
         raise CompileError("a function of the program needs transient storage of a size known only at the call; compile it without the storage global")
     if len(set(_AFFINITY.findall(body))) > 1:
         raise CompileError("transient storage in a module global is for a program on one device; this one names several")
@@ -100,7 +102,8 @@ def with_allocation(mlir_text: str, size: int) -> str:
     if declaration is None:
         raise CompileError("the program's IR has no top-level declaration of the transient storage (a bug in iree_dispatch, please report it)")
     at = declaration.end()
-    return body[:at] + _INITIALIZER.format(size=size, name=STORAGE_GLOBAL) + body[at:] + resources
+    # At least a byte: IREE may keep the storage bound where every function's transients fit in none.
+    return body[:at] + _INITIALIZER.format(size=max(size, 1), name=STORAGE_GLOBAL) + body[at:] + resources
 
 
 def _split_resources(text: str) -> tuple[str, str]:

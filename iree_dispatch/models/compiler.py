@@ -26,7 +26,7 @@ from ..core.files import Staging, check_input_file, check_model_file, check_outp
 from .capability import KernelSet, load_kernels, spec_files
 from .kinds import Unkinded, find_candidates, find_unkinded
 from .select import Decision, decide
-from .transients import route_transients
+from .transients import route_transients, static_shapes
 
 Progress = Callable[[str], None]
 # The target IREE generates the model's own ops for: IREE 3.13 has no CUDA codegen target for
@@ -90,7 +90,7 @@ class ModelReport:
             lines.append(f"  {label}: {n} calls")
         if self.transient_storage is not None:
             lines.append("transients: " + ("one storage, allocated when the module loads" if self.transient_storage else
-                                           "allocated by IREE at each call (--per-call-transients, or a result of dynamic shape)"))
+                                           "allocated by IREE at each call (--per-call-transients, or a tensor of dynamic shape)"))
         if self.output is not None:
             lines.append(f"wrote {self.output}")
         return "\n".join(lines) + "\n"
@@ -272,6 +272,7 @@ def _rewrite(
                 module = ir.Module.parse(input_ir.read_text(encoding="utf-8"))
             except ir.MLIRError as exc:
                 raise CompileError(f"{model}: the input-level IR does not parse: {_mlir_error(exc)}") from None
+            static = static_shapes(module)  # before the rewrite's casts to dynamic kernel types
             candidates = find_candidates(module)
             decisions = decide(candidates, kernel_set, allow_wider_accumulation=allow_wider)
             # An op no kind covers that a replaced form computes (a residual add fused into its Linear) is not left.
@@ -289,7 +290,7 @@ def _rewrite(
                 for d in decisions:
                     if d.replaced:
                         rewrite.apply(d, replaced)
-                report.transient_storage = keep_transients and route_transients(module)
+                report.transient_storage = keep_transients and static and route_transients(module)
                 module.operation.verify()
             except ir.MLIRError as exc:
                 raise CompileError(f"{model}: the rewritten model does not verify: {_mlir_error(exc)} (a bug in iree_dispatch, please report it)") from None

@@ -2,9 +2,11 @@
 why and how the build allocates it): each public function's results pass through
 `hal.tensor.transients ... from` a load of the storage global, which this declares.
 
-Only where the build can size it: every result of static shape, every function on the one
-device the model compiler targets. A model with a dynamic result keeps IREE's allocation at each
-call.
+Only where the build can size it and IREE can place it: a model whose every tensor has a static
+shape (`static_shapes`, asked of the model as imported: the rewrite's casts to the kernels'
+function types are dynamic until they fold), on the one device the model compiler targets. IREE
+3.13 fails to compile a model that computes a shape from its data (`tensor.extract` into a
+size) with its results routed so; such a model keeps IREE's allocation at each call.
 """
 
 from __future__ import annotations
@@ -35,6 +37,20 @@ def route_transients(module) -> bool:
             value = user.operands[index]
             user.operands[index] = ir.Operation.create("hal.tensor.transients", results=[value.type], operands=[value, storage]).result
     return True
+
+
+def static_shapes(module) -> bool:
+    """Whether every tensor the module's ops make has a static shape."""
+    dynamic = []
+
+    def visit(op):
+        if any(info is not None and None in info[0] for info in map(tensor_info, op.results)):
+            dynamic.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return not dynamic
 
 
 def _is_public_function(op) -> bool:

@@ -126,6 +126,13 @@ def test_the_storage_is_allocated_once_and_the_command_buffer_recorded_once(tmp_
     assert "memoize_apply" in init and all(m.start() > stored for m in re.finditer(r"memoize_apply", init))
 
 
+def test_a_shape_computed_from_the_data_keeps_iree_s_allocation(tmp_path):
+    """Static arguments and result, a dynamic intermediate: no storage, and the model compiles."""
+    report = compile_model(MODELS / "data_dependent_f32.mlir", [MODELS.parents[1] / "kernels" / "gemm.toml"], tmp_path / "d.vmfb", program=tmp_path / "d.mlir")
+    assert report.transient_storage is False and "transients: allocated by IREE at each call" in report.text()
+    assert (tmp_path / "d.vmfb").stat().st_size > 0 and STORAGE_GLOBAL not in (tmp_path / "d.mlir").read_text()
+
+
 def test_dynamic_results_keep_iree_s_allocation(tmp_path):
     report = compile_model(MODELS / "dynamic_f32.mlir", [MODELS / "kernels" / "naive.toml"], None, dry_run=True)
     assert report.transient_storage is None  # a dry run rewrites nothing
