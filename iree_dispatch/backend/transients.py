@@ -5,13 +5,14 @@ IREE gives each call's intermediate values (the transients) a buffer it allocate
 and frees after it. The command buffer that runs the call's dispatches binds that buffer, so
 IREE records all the dispatches again at every call, and the call's output fence waits for the
 deallocation, a queue operation of its own after the last kernel. A program that routes its
-results through `hal.tensor.transients ... from` a load of the global STORAGE_GLOBAL (declared,
-never stored: models/transients.py writes that) gets the storage from the global instead. The
+results through `hal.tensor.transients ... from` a load of the global STORAGE_GLOBAL (declared
+only: models/transients.py writes that) gets the storage from the global instead. The
 size is known only once IREE has planned the allocations, at the end of its stream phase:
 `compile.run_iree_compile` stops there, and `allocate_storage` completes the IR:
 
 - an initializer that allocates the global on the device at the largest size any function needs
-  (IREE's reflection `iree.abi.transients.size.constant`), run once when the module loads;
+  (IREE's reflection `iree.abi.transients.size.constant`), run once when the module loads,
+  before the initializers in which IREE records the command buffers that bind it;
 - the storage's length as that constant where IREE reads it from the buffer. With the buffer an
   immutable global and its length a constant, IREE records the command buffer in its own
   initializer instead of at every call.
