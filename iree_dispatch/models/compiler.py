@@ -252,15 +252,19 @@ def _stage_report(staging: Staging, report: ModelReport, final: Path) -> None:
 
 def rewrite_model(model: str | Path, kernels: Sequence[str | Path], *, allow_wider_accumulation: bool = False) -> tuple[ModelReport, str]:
     """The report and the rewritten model (a program calling `@<module>.<function>`, declared
-    but not defined), without building anything."""
+    but not defined), without building anything. Its transients stay IREE's to allocate at each
+    call (report.transient_storage None): the storage a compiled model keeps is sized and
+    allocated by compile_model's build, and this program may be compiled otherwise."""
     model = Path(model)
     check_model_file(model)
-    return _rewrite(model, load_kernels(list(kernels)), allow_wider_accumulation, True, lambda _msg: None)
+    return _rewrite(model, load_kernels(list(kernels)), allow_wider_accumulation, True, lambda _msg: None, keep_transients=None)
 
 
 def _rewrite(
-    model: Path, kernel_set: KernelSet, allow_wider: bool, rewrite_it: bool, say: Progress, keep_transients: bool = True
+    model: Path, kernel_set: KernelSet, allow_wider: bool, rewrite_it: bool, say: Progress, keep_transients: bool | None = True
 ) -> tuple[ModelReport, str | None]:
+    """keep_transients: route the results through the transient storage (transients.py) where
+    the model allows it; False: not, and the report says so; None: not, and the report is silent."""
     from iree.compiler import ir
 
     with tempfile.TemporaryDirectory(prefix=".iree-dispatch-model.") as tmp:
@@ -290,7 +294,8 @@ def _rewrite(
                 for d in decisions:
                     if d.replaced:
                         rewrite.apply(d, replaced)
-                report.transient_storage = keep_transients and static and route_transients(module)
+                if keep_transients is not None:
+                    report.transient_storage = keep_transients and static and route_transients(module)
                 module.operation.verify()
             except ir.MLIRError as exc:
                 raise CompileError(f"{model}: the rewritten model does not verify: {_mlir_error(exc)} (a bug in iree_dispatch, please report it)") from None

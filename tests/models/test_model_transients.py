@@ -22,6 +22,7 @@ from iree_dispatch.backend.compile import run_iree_compile  # noqa: E402
 from iree_dispatch.backend.transients import STORAGE_GLOBAL, allocate_storage  # noqa: E402
 from iree_dispatch.core.errors import CompileError  # noqa: E402
 from iree_dispatch.models import compile_model  # noqa: E402
+from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
 from iree_dispatch.models.transients import route_transients  # noqa: E402
 
 from ..support.environment import needs_build_tools  # noqa: E402
@@ -194,3 +195,9 @@ def test_per_call_transients_leave_the_model_to_iree_s_allocation(tmp_path):
     assert per_call.transient_storage is False and "transients: allocated by IREE at each call" in per_call.text()
     assert STORAGE_GLOBAL in (tmp_path / "a.mlir").read_text() and STORAGE_GLOBAL not in (tmp_path / "b.mlir").read_text()
     assert per_call.to_json()["transient_storage"] is False
+
+
+def test_rewrite_model_leaves_the_transients_to_iree():
+    """rewrite_model's program may be compiled by other means than the build that sizes the storage."""
+    report, program = rewrite_model(MODELS / "mlp_f32.mlir", [MODELS / "kernels" / "naive.toml"])
+    assert report.transient_storage is None and "transients:" not in report.text() and STORAGE_GLOBAL not in program
