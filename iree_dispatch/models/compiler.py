@@ -276,7 +276,8 @@ def _rewrite(
                 module = ir.Module.parse(input_ir.read_text(encoding="utf-8"))
             except ir.MLIRError as exc:
                 raise CompileError(f"{model}: the input-level IR does not parse: {_mlir_error(exc)}") from None
-            static = static_shapes(module)  # before the rewrite's casts to dynamic kernel types
+            # Asked before the rewrite's casts to dynamic kernel types, and only where it routes.
+            static = bool(rewrite_it and keep_transients) and static_shapes(module)
             candidates = find_candidates(module)
             decisions = decide(candidates, kernel_set, allow_wider_accumulation=allow_wider)
             # An op no kind covers that a replaced form computes (a residual add fused into its Linear) is not left.
