@@ -25,6 +25,7 @@ from ..core.errors import CompileError, DispatchError
 from ..core.files import Staging, check_input_file, check_model_file, check_outputs, quoted_includes, spec_declares
 from .capability import KernelSet, load_kernels, spec_files
 from .kinds import Unkinded, find_candidates, find_unkinded
+from .projections import MergedProjections, Merging, merge_qkv_projections
 from .select import Decision, decide
 from .transients import route_transients, static_shapes
 
@@ -45,6 +46,8 @@ class ModelReport:
     unkinded: list[Unkinded] = field(default_factory=list)
     # The calls' transients in one storage the module keeps (transients.py); None: not rewritten (dry run)
     transient_storage: bool | None = None
+    # What became of attentions whose q, k and v are three Linears of one input (projections.py); None: the model has none
+    projections: str | None = None
 
     @property
     def replaced(self) -> list[Decision]:
@@ -88,6 +91,8 @@ class ModelReport:
             lines.append(f"  {kind}: {c['found']} found, {c['replaced']} replaced, {c['left']} left to IREE")
         for label, n in self.kernel_counts().items():
             lines.append(f"  {label}: {n} calls")
+        if self.projections is not None:
+            lines.append(f"projections: {self.projections}")
         if self.transient_storage is not None:
             lines.append("transients: " + ("one storage, allocated when the module loads" if self.transient_storage else
                                            "allocated by IREE at each call (--per-call-transients, or a tensor of dynamic shape)"))
@@ -112,6 +117,7 @@ class ModelReport:
             "no_kind": [{"what": u.what, "op": u.description, "location": u.location, "reason": u.reason} for u in self.unkinded],
             "counts": self.counts(),
             "kernels": self.kernel_counts(),
+            "projections": self.projections,
             "transient_storage": self.transient_storage,
             "output": None if self.output is None else str(self.output),
         }
@@ -272,18 +278,26 @@ def _rewrite(
         input_ir = Path(tmp) / "input.mlir"
         to_input_level(model, input_ir)
         with ir.Context():
+            text = input_ir.read_text(encoding="utf-8")
             try:
-                module = ir.Module.parse(input_ir.read_text(encoding="utf-8"))
+                module = ir.Module.parse(text)
             except ir.MLIRError as exc:
                 raise CompileError(f"{model}: the input-level IR does not parse: {_mlir_error(exc)}") from None
             # Asked before the rewrite's casts to dynamic kernel types, and only where it routes.
             static = bool(rewrite_it and keep_transients) and static_shapes(module)
+            merging = merge_qkv_projections(module)
             candidates = find_candidates(module)
             decisions = decide(candidates, kernel_set, allow_wider_accumulation=allow_wider)
+            unread = [m for m in merging.merged if not _read_in_place(m, decisions)]
+            if unread:  # the attention would read copies of the slices: the model as it was is better
+                module = ir.Module.parse(text)
+                candidates = find_candidates(module)
+                decisions = decide(candidates, kernel_set, allow_wider_accumulation=allow_wider)
+            projections = _projections_line(merging, len(unread))
             # An op no kind covers that a replaced form computes (a residual add fused into its Linear) is not left.
             computed = {d.form.result for d in decisions if d.replaced}
             unkinded = [u for u in find_unkinded(module, candidates) if u.root not in computed]
-            report = ModelReport(model, kernel_set, decisions, unkinded=unkinded)
+            report = ModelReport(model, kernel_set, decisions, unkinded=unkinded, projections=projections)
             if not rewrite_it:
                 return report, None
             from . import rewrite
@@ -301,6 +315,25 @@ def _rewrite(
             except ir.MLIRError as exc:
                 raise CompileError(f"{model}: the rewritten model does not verify: {_mlir_error(exc)} (a bug in iree_dispatch, please report it)") from None
             return report, module.operation.get_asm(enable_debug_info=False)
+
+
+def _projections_line(merging: Merging, unread: int) -> str | None:
+    """The report's account of the attentions whose q, k and v are three projections."""
+    parts = []
+    if merging.merged and not unread:
+        parts.append(f"q, k and v of {len(merging.merged)} attentions computed by one Linear each, over the weights and biases concatenated once, at load")
+    elif merging.merged:
+        parts.append(f"q, k and v of {len(merging.merged)} attentions are three Linears of one input, left as three: no kernel given reads them "
+                     f"from one [B, S, 3E] projection (an sdpa_qkv kernel) at {unread} of them")
+    for reason, n in Counter(merging.left).items():
+        parts.append(f"q, k and v of {n} attentions left as three projections: {reason}")
+    return "; ".join(parts) or None
+
+
+def _read_in_place(merged: MergedProjections, decisions: list[Decision]) -> bool:
+    """The merged projection's attention is replaced by a kernel that reads q, k and v from its
+    [B, S, 3E] result as it lies (an sdpa_qkv form)."""
+    return any(d.replaced and d.form.operands[0].value == merged.qkv and d.form.kind.startswith("sdpa_qkv") for d in decisions)
 
 
 def _check_no_clash(model: Path, module, decisions: list[Decision]) -> None:
