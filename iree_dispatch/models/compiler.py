@@ -3,7 +3,8 @@
 1. The model (torch dialect from torch.export + IREE's FX importer, or linalg on tensors) is
    brought to IREE's input level by iree-compile itself (`--compile-to=input`): torch ops become
    linalg named ops and generics, the same whatever importer or torch version wrote them.
-2. the op kinds (kinds/) find the candidates there, select.py picks a kernel for each (or says why none),
+2. projections.py computes a self-attention's q, k and v Linears as one (kept only where a kernel
+   then reads them in place), the op kinds (kinds/) find the candidates, select.py picks a kernel for each (or says why none),
    rewrite.py replaces them by calls to the kernels' generated functions, transients.py routes the
    results through one transient storage for the module's life.
 3. The rewritten module is a program (docs/programs.md): backend/pipeline.build links the
