@@ -47,7 +47,7 @@
 #include "sm90_pipeline.cuh"
 
 #ifndef GEMM_BN
-#define GEMM_BN 256  // tile columns; 128 also works (kernels/gemm_n128.toml builds it so)
+#define GEMM_BN 256  // tile columns; 128 and 192 also work (kernels/gemm_n128.toml, gemm_n192.toml build them so)
 #endif
 #ifndef GEMM_CLUSTER
 #define GEMM_CLUSTER 2  // sm_90a: blocks per cluster along M sharing B tiles (1, 2 or 4); grid y a multiple
@@ -70,7 +70,7 @@ constexpr int BM = 128, BN = GEMM_BN, BK = 64, STAGES = GEMM_STAGES, THREADS = 3
 constexpr int A_STAGE_BYTES = BM * BK * 2;  // 16 KB
 constexpr int B_STAGE_BYTES = BK * BN * 2;  // 32 KB at BN = 256
 constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
-static_assert(BN == 128 || BN == 256, "GEMM_BN must be 128 or 256");
+static_assert(BN == 128 || BN == 192 || BN == 256, "GEMM_BN must be 128, 192 or 256");
 static_assert((CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4) && BN / CLUSTER >= 64, "a B part must be whole 64-column swizzle atoms");
 
 // True when every 16-byte chunk of a and b rows can be copied whole (see the header comment).
@@ -301,12 +301,36 @@ constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;  // 197632 at the defaul
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d)); \
   }
 
+// d[96] += A(desc) * B(desc) for one m64n192k16 tile; TY and TRANS_B as for N256. Generated operand lists.
+#define GEMM_DEFINE_WGMMA_N192(NAME, TY, TRANS_B) \
+  __device__ __forceinline__ void NAME(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY " " \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, " TRANS_B ";\n}\n" \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]) \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d)); \
+  }
+
 GEMM_DEFINE_WGMMA_N256(wgmma_n256_bf16, "bf16", "1")
 GEMM_DEFINE_WGMMA_N256(wgmma_n256_f16, "f16", "1")
 GEMM_DEFINE_WGMMA_N256(wgmma_n256_bf16_kmajor, "bf16", "0")
 GEMM_DEFINE_WGMMA_N128(wgmma_n128_bf16, "bf16", "1")
 GEMM_DEFINE_WGMMA_N128(wgmma_n128_f16, "f16", "1")
 GEMM_DEFINE_WGMMA_N128(wgmma_n128_bf16_kmajor, "bf16", "0")
+GEMM_DEFINE_WGMMA_N192(wgmma_n192_bf16, "bf16", "1")
+GEMM_DEFINE_WGMMA_N192(wgmma_n192_f16, "f16", "1")
+GEMM_DEFINE_WGMMA_N192(wgmma_n192_bf16_kmajor, "bf16", "0")
 
 // kNK: b is [N, K] (K-major B tiles); only bf16 kernels read it so.
 template <typename T, bool kNK = false>
@@ -316,6 +340,10 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t desc_a, 
   if constexpr (kNK) wgmma_n256_bf16_kmajor(d, desc_a, desc_b, scale_d);
   else if constexpr (__is_same(T, __nv_bfloat16)) wgmma_n256_bf16(d, desc_a, desc_b, scale_d);
   else wgmma_n256_f16(d, desc_a, desc_b, scale_d);
+#elif GEMM_BN == 192
+  if constexpr (kNK) wgmma_n192_bf16_kmajor(d, desc_a, desc_b, scale_d);
+  else if constexpr (__is_same(T, __nv_bfloat16)) wgmma_n192_bf16(d, desc_a, desc_b, scale_d);
+  else wgmma_n192_f16(d, desc_a, desc_b, scale_d);
 #else
   if constexpr (kNK) wgmma_n128_bf16_kmajor(d, desc_a, desc_b, scale_d);
   else if constexpr (__is_same(T, __nv_bfloat16)) wgmma_n128_bf16(d, desc_a, desc_b, scale_d);

@@ -187,6 +187,31 @@ def test_n128_spec_builds_gemm_cu_with_128_column_tiles():
         assert [r["relation"] for r in d["requires"]] == ["M % 256 == 0", "N % 128 == 0"]
 
 
+N192_SPEC = ROOT / "kernels" / "gemm_n192.toml"
+
+
+def test_n192_spec_builds_gemm_cu_with_192_column_tiles():
+    """kernels/gemm_n192.toml: gemm.cu's persistent kernels with -DGEMM_BN=192 and 4 stages, their
+    grid over 192-column tiles, the shared memory of those flags, preferred in a model where N is a
+    multiple of 192 up to 3072."""
+    spec = load_spec(N192_SPEC)
+    assert spec.name == "gemm_n192" and spec.nvcc_flags == ("-DGEMM_BN=192", "-DGEMM_PERSISTENT_STAGES=4")
+    for kernel in spec.kernels:
+        d = kernel.describe().to_dict()
+        assert d["grid"] == ["min((ceildiv(N, 192) * ceildiv(M, 256)), 66)", "2", "1"]
+        # 4 stages x (16 KB of A + 24 KB of B) + two 64 x 200 bf16 staging buffers + 1024; sm_80: its 192-column tiles
+        assert d["shared_memory"] == {"sm_90a": 4 * 40960 + 2 * 64 * 200 * 2 + 1024, "sm_80": 2 * (128 * 40 + 32 * 200) * 2 + 8 * 1024 + 128}
+        assert [r["relation"] for r in d["requires"]] == ["M % 256 == 0", "N % 192 == 0"]
+
+
+@needs_build_tools
+def test_n192_build_multiplies_192_columns(tmp_path):
+    result = build(load_spec(N192_SPEC), tmp_path / "gemm_n192.vmfb")
+    hopper = (result.objects_dir / "gemm.sm_90a.ptx").read_text()
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n192k16\.f32\.bf16\.bf16", hopper)
+    assert "m64n256k16" not in hopper and "m64n128k16" not in hopper
+
+
 @needs_build_tools
 def test_n128_build_multiplies_128_columns(tmp_path):
     result = build(load_spec(N128_SPEC), tmp_path / "gemm_n128.vmfb")

@@ -130,3 +130,27 @@ def test_gemm_nt_bias_gelu_erf_persistent_reads_the_weight_as_stored(modules, m,
         _assert_within(got, want, bound)
         kn = modules[module].gemm_bias_gelu_erf_bf16_persistent(a, b, bias32, *(np.full((m, n), -np.inf, bf16) for _ in given))
         np.testing.assert_array_equal(np.asarray(got).view(np.uint16), np.asarray(kn).view(np.uint16), err_msg=module)
+
+
+@pytest.mark.parametrize("m, n, k", [(256, 192, 72), (1024, 3072, 768)], ids=["256x192x72", "1024x3072x768"])
+def test_n192_gelu_erf_persistent_gives_the_one_tile_kernels_bits(modules, tmp_path_factory, m, n, k):
+    """kernels/gemm_n192.toml's gemm_nt_bias_gelu_erf_bf16_persistent (192-column tiles) within the
+    float64 bound, and bit for bit model_ops' one-tile gemm_bias_gelu_erf_bf16 given w transposed and
+    the bias widened: as built, poisoned, and the sm_80 PTX body."""
+    from ..support.artifacts import gemm_n192
+
+    n192 = loaded_modules(tmp_path_factory, "gemm_n192", gemm_n192.LAYOUT, gemm_n192.build_all)
+    bf16 = bfloat16()
+    rng = np.random.default_rng()
+    a = rng.normal(0.25, 1.0, (m, k)).astype(np.float32).astype(bf16)
+    w = rng.normal(-0.25, 1.0, (n, k)).astype(np.float32).astype(bf16)
+    bias = rng.normal(0.5, 2.0, n).astype(np.float32).astype(bf16)
+    want = REFERENCES.gemm_nt_bias_gelu_erf_bf16_persistent(a, w, bias)
+    bound = 1.2e-5 * (np.abs(a.astype(np.float64)) @ np.abs(w.astype(np.float64)).T) + 4e-3 * np.abs(want) + 1e-6
+    b, bias32 = np.ascontiguousarray(w.T), bias.astype(np.float32)
+    for suffix, module in (("", "model_ops"), ("_poisonable", POISONABLE[0]), ("_sm80_ptx_poisonable", POISONABLE[1])):
+        given = () if suffix == "" else (np.full((m, n), np.nan, bf16),)
+        got = n192[f"gemm_n192{suffix}"].gemm_nt_bias_gelu_erf_bf16_persistent(a, w, bias, *given)
+        _assert_within(got, want, bound)
+        same = modules[module].gemm_bias_gelu_erf_bf16(a, b, bias32, *(np.full((m, n), -np.inf, bf16) for _ in given))
+        np.testing.assert_array_equal(np.asarray(got).view(np.uint16), np.asarray(same).view(np.uint16), err_msg=suffix)
