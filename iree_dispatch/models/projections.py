@@ -95,6 +95,9 @@ def _projections(op: ir.Operation) -> tuple[ir.Value, ir.Value, ir.Value] | None
         return None
     if any(len(users(v)) != 1 for v in values):
         return None
+    slices = [producer(v) for v in values]
+    if all(o is not None and o.name == "tensor.extract_slice" for o in slices) and len({o.operands[0] for o in slices}) == 1:
+        return None  # already slices of one projection (GPT-2's)
     return values
 
 

@@ -206,3 +206,10 @@ def test_three_linears_merged_only_where_they_are_alike(tmp_path, biases, merged
     else:
         assert report.projections == f"q, k and v of 1 attentions left as three projections: {NOT_ONE_CHAIN}"
         assert "tensor.concat" not in program and program.count("linalg.batch_matmul") == 3
+
+
+def test_one_projection_sliced_is_not_reported():
+    """GPT-2 computes q, k and v with one Linear and slices its result: nothing to merge, nothing to report."""
+    report = compile_model(MODELS / "gpt2_default_bf16.torch.mlir", [FLASH], dry_run=True)
+    assert report.projections is None
+    assert report.kernel_counts() == {"flash_attention.flash_attn_qkv_bf16_d64_causal": 2}
