@@ -62,6 +62,20 @@ def wall_times_us(call: Callable[[], object], count: int, warmup: int = 3) -> li
     return out
 
 
+def events_us_per_call(launch: Callable[[], object], calls: int) -> float:
+    """µs per call of `calls` back-to-back launches on torch's current stream, by CUDA events
+    around them (the GPU's time for the batch, launch gaps included)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        launch()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000 / calls
+
+
 def nvidia_smi(field: str) -> str | None:
     """`field` of the first GPU as nvidia-smi reports it (one line on a machine of several)."""
     try:

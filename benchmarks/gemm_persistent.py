@@ -30,7 +30,7 @@ import statistics
 from pathlib import Path
 
 import numpy as np
-from common import nvidia_smi
+from common import events_us_per_call, nvidia_smi
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CUBIN = ROOT / "build" / "gpu-tests" / "gemm" / "gemm.objects" / "gemm.sm_90a.cubin"
@@ -65,17 +65,6 @@ def kernel(module, name: str, shared_memory: int):
     function = module.get_function(name)
     function.max_dynamic_shared_size_bytes = shared_memory
     return function
-
-
-def timed(torch, launch) -> float:
-    """µs per call over CALLS back-to-back calls, by CUDA events."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(CALLS):
-        launch()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000 / CALLS
 
 
 def row(cp, torch, module, nt_module, m: int, n: int, k: int, epilogue: str) -> None:
@@ -118,7 +107,7 @@ def row(cp, torch, module, nt_module, m: int, n: int, k: int, epilogue: str) -> 
     samples: dict[str, list[float]] = {way: [] for way in ways}
     for _ in range(ROUNDS):
         for way, launch in ways.items():
-            samples[way].append(timed(torch, launch))
+            samples[way].append(events_us_per_call(launch, CALLS))
     us = {way: statistics.median(values) for way, values in samples.items()}
     tflops = {way: 2 * m * n * k / t / 1e6 for way, t in us.items()}
     cells = " | ".join(f"{us[w]:.1f} µs, {tflops[w]:.0f} TFLOP/s" for w in ways)

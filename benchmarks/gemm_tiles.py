@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 
 import numpy as np
-from common import nvidia_smi
+from common import events_us_per_call, nvidia_smi
 
 # module → (tile columns, the sm_90a dynamic shared memory its spec declares for the persistent kernels)
 TILES = {"gemm": (256, 216064), "gemm_n128": (128, 199680), "gemm_n192": (192, 216064)}
@@ -53,17 +53,6 @@ def main() -> None:
     print("|---|---|" + "---:|" * (len(TILES) + 2) + "---|")
     for m, n, k, epilogue in SHAPES:
         row(cp, torch, modules, m, n, k, epilogue)
-
-
-def timed(torch, launch) -> float:
-    """µs per call over CALLS back-to-back calls, by CUDA events."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(CALLS):
-        launch()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000 / CALLS
 
 
 def row(cp, torch, modules: dict, m: int, n: int, k: int, epilogue: str) -> None:
@@ -107,7 +96,7 @@ def row(cp, torch, modules: dict, m: int, n: int, k: int, epilogue: str) -> None
     samples: dict[str, list[float]] = {way: [] for way in ways}
     for _ in range(ROUNDS):
         for way, launch in ways.items():
-            samples[way].append(timed(torch, launch))
+            samples[way].append(events_us_per_call(launch, CALLS))
     us = {way: statistics.median(values) for way, values in samples.items()}
     cells = " | ".join(f"{us[name]:.1f}" if name in us else "" for name in TILES)
     best = min(us[name] for name in TILES if name in us)

@@ -172,36 +172,25 @@ def test_inspect_spec(capsys):
 
 
 N128_SPEC = ROOT / "kernels" / "gemm_n128.toml"
-
-
-def test_n128_spec_builds_gemm_cu_with_128_column_tiles():
-    """kernels/gemm_n128.toml: gemm.cu's persistent kernels with -DGEMM_BN=128 and 5 stages, their
-    grid over 128-column tiles, the shared memory of those flags, preferred in a model for N <= 768."""
-    spec = load_spec(N128_SPEC)
-    assert spec.name == "gemm_n128" and spec.nvcc_flags == ("-DGEMM_BN=128", "-DGEMM_PERSISTENT_STAGES=5")
-    for kernel in spec.kernels:
-        d = kernel.describe().to_dict()
-        assert d["grid"] == ["min((ceildiv(N, 128) * ceildiv(M, 256)), 66)", "2", "1"]
-        # 5 stages x (16 KB of A + 16 KB of B) + two 64 x 136 bf16 staging buffers + 1024; sm_80: its 128-column tiles
-        assert d["shared_memory"] == {"sm_90a": 5 * 32768 + 2 * 64 * 136 * 2 + 1024, "sm_80": 2 * (128 * 40 + 32 * 136) * 2 + 8 * 1024 + 128}
-        assert [r["relation"] for r in d["requires"]] == ["M % 256 == 0", "N % 128 == 0"]
-
-
 N192_SPEC = ROOT / "kernels" / "gemm_n192.toml"
 
 
-def test_n192_spec_builds_gemm_cu_with_192_column_tiles():
-    """kernels/gemm_n192.toml: gemm.cu's persistent kernels with -DGEMM_BN=192 and 4 stages, their
-    grid over 192-column tiles, the shared memory of those flags, preferred in a model where N is a
-    multiple of 192 up to 3072."""
-    spec = load_spec(N192_SPEC)
-    assert spec.name == "gemm_n192" and spec.nvcc_flags == ("-DGEMM_BN=192", "-DGEMM_PERSISTENT_STAGES=4")
-    for kernel in spec.kernels:
+@pytest.mark.parametrize("spec, columns, stages", [(N128_SPEC, 128, 5), (N192_SPEC, 192, 4)], ids=["n128", "n192"])
+def test_narrow_tile_specs_build_gemm_cu_with_their_tiles(spec, columns, stages):
+    """kernels/gemm_n128.toml and gemm_n192.toml: gemm.cu's persistent kernels with -DGEMM_BN and
+    their stages, their grid over those tiles, the shared memory of those flags: the stages of 16 KB
+    of A and columns x 64 bf16 of B, two 64 x (columns + 8) bf16 staging buffers and 1024 for
+    alignment; sm_80 the mma.sync body's two stages of A (128 x 40) and B (32 x (columns + 8)) and
+    its scratch."""
+    loaded = load_spec(spec)
+    assert loaded.name == f"gemm_n{columns}" and loaded.nvcc_flags == (f"-DGEMM_BN={columns}", f"-DGEMM_PERSISTENT_STAGES={stages}")
+    sm90a = stages * (16384 + columns * 128) + 2 * 64 * (columns + 8) * 2 + 1024
+    sm80 = 2 * (128 * 40 + 32 * (columns + 8)) * 2 + 8 * 1024 + 128
+    for kernel in loaded.kernels:
         d = kernel.describe().to_dict()
-        assert d["grid"] == ["min((ceildiv(N, 192) * ceildiv(M, 256)), 66)", "2", "1"]
-        # 4 stages x (16 KB of A + 24 KB of B) + two 64 x 200 bf16 staging buffers + 1024; sm_80: its 192-column tiles
-        assert d["shared_memory"] == {"sm_90a": 4 * 40960 + 2 * 64 * 200 * 2 + 1024, "sm_80": 2 * (128 * 40 + 32 * 200) * 2 + 8 * 1024 + 128}
-        assert [r["relation"] for r in d["requires"]] == ["M % 256 == 0", "N % 192 == 0"]
+        assert d["grid"] == [f"min((ceildiv(N, {columns}) * ceildiv(M, 256)), 66)", "2", "1"]
+        assert d["shared_memory"] == {"sm_90a": sm90a, "sm_80": sm80}
+        assert [r["relation"] for r in d["requires"]] == ["M % 256 == 0", f"N % {columns} == 0"]
 
 
 @needs_build_tools

@@ -256,34 +256,6 @@ def n128_modules(tmp_path_factory) -> dict:
 N128_SIZES = [(256, 128, 8), (512, 384, 72), (1024, 768, 768), (1024, 768, 3072), (2048, 640, 200)]
 
 
-@pytest.mark.parametrize("m, n, k", N128_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in N128_SIZES])
-@pytest.mark.parametrize("name", ["gemm_bias_bf16", "gemm_bias_residual_bf16"])
-def test_n128_persistent_kernels_give_the_one_tile_kernels_bits(modules, n128_modules, name, m, n, k):
-    """gemm_n128's <name>_persistent within check_epilogue's bound and bit for bit gemm's one-tile
-    <name>; its gemm_nt_<...>_persistent (w [N, K], bf16 bias) bit for bit that given w transposed and
-    the bias widened: as built, poisoned, and the sm_80 PTX body."""
-    import ml_dtypes
-
-    rng = np.random.default_rng()
-    a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
-    w = rng.normal(-0.25, 1.0, (n, k)).astype(ml_dtypes.bfloat16)
-    bias = rng.normal(0.5, 2.0, n).astype(ml_dtypes.bfloat16)
-    residual = (rng.normal(-0.5, 4.0, (m, n)).astype(ml_dtypes.bfloat16),) if name in RESIDUALS else ()
-    b, bias32 = np.ascontiguousarray(w.T), bias.astype(np.float32)
-    nt_name = name.replace("gemm_", "gemm_nt_", 1) + "_persistent"
-    reports = []
-    for suffix in ("", "_poisonable", "_sm80_ptx_poisonable"):
-        given = (lambda fill: ()) if suffix == "" else (lambda fill: (np.full((m, n), fill, ml_dtypes.bfloat16),))
-        narrow = n128_modules[f"gemm_n128{suffix}"]
-        got = getattr(narrow, f"{name}_persistent")(a, b, bias32, *residual, *given(np.nan))
-        reports.append(check_epilogue(name, got, a, b, bias32, residual[0] if residual else None))
-        one_tile = getattr(modules[f"gemm{suffix}"], name)(a, b, bias32, *residual, *given(-np.inf))
-        np.testing.assert_array_equal(_bits(got), _bits(one_tile), err_msg=suffix)
-        nt = getattr(narrow, nt_name)(a, w, bias, *residual, *given(np.inf))
-        np.testing.assert_array_equal(_bits(nt), _bits(got), err_msg=suffix)
-    print(f"\ngemm_n128 {name}_persistent {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
-
-
 @pytest.fixture(scope="module")
 def n192_modules(tmp_path_factory) -> dict:
     """kernels/gemm_n192.toml (gemm.cu's persistent kernels with 192-column tiles), three ways."""
@@ -297,14 +269,21 @@ def n192_modules(tmp_path_factory) -> dict:
 N192_SIZES = [(256, 192, 8), (512, 576, 72), (1024, 768, 768), (1024, 768, 3072), (1024, 2304, 768), (1024, 3072, 768), (2048, 2304, 200)]
 
 
-@pytest.mark.parametrize("m, n, k", N192_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in N192_SIZES])
-@pytest.mark.parametrize("name", ["gemm_bias_bf16", "gemm_bias_gelu_bf16", "gemm_bias_residual_bf16"])
-def test_n192_persistent_kernels_give_the_one_tile_kernels_bits(modules, n192_modules, name, m, n, k):
-    """gemm_n192's <name>_persistent within check_epilogue's bound and bit for bit gemm's one-tile
-    <name>; where it has one, its gemm_nt_<...>_persistent (w [N, K], bf16 bias) bit for bit that
-    given w transposed and the bias widened: as built, poisoned, and the sm_80 PTX body."""
+# (module, epilogue, M, N, K): each narrow-tile build's persistent kernels at its sizes (gemm_n128
+# declares no GELU kernel).
+NARROW = [("gemm_n128", name, *size) for name in ("gemm_bias_bf16", "gemm_bias_residual_bf16") for size in N128_SIZES] + \
+         [("gemm_n192", name, *size) for name in ("gemm_bias_bf16", "gemm_bias_gelu_bf16", "gemm_bias_residual_bf16") for size in N192_SIZES]
+
+
+@pytest.mark.parametrize("module, name, m, n, k", NARROW, ids=[f"{mod}-{name}-{m}x{n}x{k}" for mod, name, m, n, k in NARROW])
+def test_narrow_tile_persistent_kernels_give_the_one_tile_kernels_bits(request, modules, module, name, m, n, k):
+    """gemm_n128's and gemm_n192's <name>_persistent within check_epilogue's bound and bit for bit
+    gemm's one-tile <name>; where the build has one, its gemm_nt_<...>_persistent (w [N, K], bf16
+    bias) bit for bit that given w transposed and the bias widened: as built, poisoned, and the
+    sm_80 PTX body."""
     import ml_dtypes
 
+    narrow_modules = request.getfixturevalue(f"{module.removeprefix('gemm_')}_modules")
     rng = np.random.default_rng()
     a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
     w = rng.normal(-0.25, 1.0, (n, k)).astype(ml_dtypes.bfloat16)
@@ -315,47 +294,34 @@ def test_n192_persistent_kernels_give_the_one_tile_kernels_bits(modules, n192_mo
     reports = []
     for suffix in ("", "_poisonable", "_sm80_ptx_poisonable"):
         given = (lambda fill: ()) if suffix == "" else (lambda fill: (np.full((m, n), fill, ml_dtypes.bfloat16),))
-        wide = n192_modules[f"gemm_n192{suffix}"]
-        got = getattr(wide, f"{name}_persistent")(a, b, bias32, *residual, *given(np.nan))
+        narrow = narrow_modules[f"{module}{suffix}"]
+        got = getattr(narrow, f"{name}_persistent")(a, b, bias32, *residual, *given(np.nan))
         reports.append(check_epilogue(name, got, a, b, bias32, residual[0] if residual else None))
         one_tile = getattr(modules[f"gemm{suffix}"], name)(a, b, bias32, *residual, *given(-np.inf))
         np.testing.assert_array_equal(_bits(got), _bits(one_tile), err_msg=suffix)
-        if hasattr(wide, nt_name):
-            nt = getattr(wide, nt_name)(a, w, bias, *residual, *given(np.inf))
+        if hasattr(narrow, nt_name):
+            nt = getattr(narrow, nt_name)(a, w, bias, *residual, *given(np.inf))
             np.testing.assert_array_equal(_bits(nt), _bits(got), err_msg=suffix)
-    print(f"\ngemm_n192 {name}_persistent {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
+    print(f"\n{module} {name}_persistent {m}x{n}x{k}: sm_90a {reports[0]} | poisoned {reports[1]} | sm_80 PTX poisoned {reports[2]}")
 
 
-@pytest.mark.parametrize("m, n, k", N192_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in N192_SIZES])
-def test_n192_nt_persistent_without_bias_rounds_gemm_bf16s_sums(modules, n192_modules, m, n, k):
-    """gemm_n192's gemm_nt_bf16_persistent bit for bit gemm_bf16's f32 sums of a @ w^T rounded to
-    bf16, within one bf16 rounding of the float64 product: as built, poisoned, and the sm_80 PTX body."""
-    import ml_dtypes
-
-    rng = np.random.default_rng()
-    a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
-    w = rng.normal(-0.25, 1.0, (n, k)).astype(ml_dtypes.bfloat16)
-    b, no_bias = np.ascontiguousarray(w.T), np.zeros(n, np.float32)
-    for suffix in ("", "_poisonable", "_sm80_ptx_poisonable"):
-        given = (lambda fill: ()) if suffix == "" else (lambda fill: (np.full((m, n), fill, ml_dtypes.bfloat16),))
-        got = n192_modules[f"gemm_n192{suffix}"].gemm_nt_bf16_persistent(a, w, *given(np.nan))
-        check_epilogue("gemm_bias_bf16", got, a, b, no_bias, None)
-        sums = modules[f"gemm{suffix}"].gemm_bf16(a, b, *((np.full((m, n), -np.inf, np.float32),) if suffix else ()))
-        np.testing.assert_array_equal(_bits(got), _bits(np.asarray(sums).astype(ml_dtypes.bfloat16)), err_msg=suffix)
+NT_SIZES = [*NT_PERSISTENT_SIZES, *N128_SIZES, *N192_SIZES]
 
 
-@pytest.mark.parametrize("m, n, k", [*NT_PERSISTENT_SIZES, *N128_SIZES], ids=[f"{m}x{n}x{k}" for m, n, k in [*NT_PERSISTENT_SIZES, *N128_SIZES]])
-def test_nt_persistent_without_bias_rounds_gemm_bf16s_sums(modules, n128_modules, m, n, k):
+@pytest.mark.parametrize("m, n, k", NT_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in NT_SIZES])
+def test_nt_persistent_without_bias_rounds_gemm_bf16s_sums(request, modules, m, n, k):
     """gemm_nt_bf16_persistent (w [N, K], no bias; gemm's where N is a multiple of 256, gemm_n128's
-    where N <= 768) within the bound of one bf16 rounding of the float64 product, and bit for bit
-    gemm_bf16's f32 sums of a @ w^T rounded to bf16: as built, poisoned, and the sm_80 PTX body."""
+    where N <= 768 is a multiple of 128, gemm_n192's where N is a multiple of 192) within the bound
+    of one bf16 rounding of the float64 product, and bit for bit gemm_bf16's f32 sums of a @ w^T
+    rounded to bf16: as built, poisoned, and the sm_80 PTX body."""
     import ml_dtypes
 
     rng = np.random.default_rng()
     a = rng.normal(0.25, 1.0, (m, k)).astype(ml_dtypes.bfloat16)
     w = rng.normal(-0.25, 1.0, (n, k)).astype(ml_dtypes.bfloat16)
     b, no_bias = np.ascontiguousarray(w.T), np.zeros(n, np.float32)
-    kinds = ([("gemm", modules)] if n % 256 == 0 else []) + ([("gemm_n128", n128_modules)] if n <= 768 else [])
+    kinds = ([("gemm", modules)] if n % 256 == 0 else []) + ([("gemm_n128", request.getfixturevalue("n128_modules"))] if n <= 768 and n % 128 == 0 else []) + \
+            ([("gemm_n192", request.getfixturevalue("n192_modules"))] if n % 192 == 0 else [])
     assert kinds
     for module, loaded in kinds:
         reports = []
