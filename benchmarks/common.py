@@ -76,6 +76,22 @@ def events_us_per_call(launch: Callable[[], object], calls: int) -> float:
     return start.elapsed_time(end) * 1000 / calls
 
 
+def alternating_medians_us(ways: dict[str, Callable[[], object]], rounds: int, calls: int, warmup: int = 3) -> dict[str, float]:
+    """Per way, the median over `rounds` rounds of events_us_per_call(launch, calls), the ways
+    taking turns within each round (a drift of the GPU's clocks falls on all alike), after
+    `warmup` launches of each."""
+    import statistics
+
+    for launch in ways.values():
+        for _ in range(warmup):
+            launch()
+    samples: dict[str, list[float]] = {way: [] for way in ways}
+    for _ in range(rounds):
+        for way, launch in ways.items():
+            samples[way].append(events_us_per_call(launch, calls))
+    return {way: statistics.median(values) for way, values in samples.items()}
+
+
 def nvidia_smi(field: str) -> str | None:
     """`field` of the first GPU as nvidia-smi reports it (one line on a machine of several)."""
     try:

@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import statistics
 from pathlib import Path
 
 import numpy as np
-from common import events_us_per_call, nvidia_smi
+from common import alternating_medians_us, nvidia_smi
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CUBIN = ROOT / "build" / "gpu-tests" / "gemm" / "gemm.objects" / "gemm.sm_90a.cubin"
@@ -101,14 +100,7 @@ def row(cp, torch, module, nt_module, m: int, n: int, k: int, epilogue: str) -> 
         ways[way]()
         torch.cuda.synchronize()
         errors.append(float(((out.float() - ref).abs() / scale).max()))  # NaN where an element was not written
-    for launch in ways.values():
-        for _ in range(3):
-            launch()
-    samples: dict[str, list[float]] = {way: [] for way in ways}
-    for _ in range(ROUNDS):
-        for way, launch in ways.items():
-            samples[way].append(events_us_per_call(launch, CALLS))
-    us = {way: statistics.median(values) for way, values in samples.items()}
+    us = alternating_medians_us(ways, ROUNDS, CALLS)
     tflops = {way: 2 * m * n * k / t / 1e6 for way, t in us.items()}
     cells = " | ".join(f"{us[w]:.1f} µs, {tflops[w]:.0f} TFLOP/s" for w in ways)
     ratios = " | ".join(f"{us['torch'] / us[w]:.2f}×" for w in ("persistent", "NT persistent", "NT"))

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import statistics
 from pathlib import Path
 
 import numpy as np
-from common import events_us_per_call, nvidia_smi
+from common import alternating_medians_us, nvidia_smi
 
 # module → (tile columns, the sm_90a dynamic shared memory its spec declares for the persistent kernels)
 TILES = {"gemm": (256, 216064), "gemm_n128": (128, 199680), "gemm_n192": (192, 216064)}
@@ -90,14 +89,7 @@ def row(cp, torch, modules: dict, m: int, n: int, k: int, epilogue: str) -> None
         ways["torch"] = lambda: F.gelu(F.linear(a, w, bias))
     else:
         ways["torch"] = lambda: F.linear(a, w, bias)
-    for launch in ways.values():
-        for _ in range(3):
-            launch()
-    samples: dict[str, list[float]] = {way: [] for way in ways}
-    for _ in range(ROUNDS):
-        for way, launch in ways.items():
-            samples[way].append(events_us_per_call(launch, CALLS))
-    us = {way: statistics.median(values) for way, values in samples.items()}
+    us = alternating_medians_us(ways, ROUNDS, CALLS)
     cells = " | ".join(f"{us[name]:.1f}" if name in us else "" for name in TILES)
     best = min(us[name] for name in TILES if name in us)
     print(f"| {m} × {n} × {k} | {epilogue} | {cells} | {us['torch']:.1f} | {us['torch'] / best:.2f}× | "
