@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from iree.compiler import ir
 
 from ..backend.ir import tensor_type
-from .ir_match import as_generic, default_matmul_maps, location, matmul_maps, permutation, producer, tensor_info, users, walk
+from .ir_match import as_generic, default_matmul_maps, matmul_maps, permutation, producer, tensor_info, users, walk
 from .kinds.attention import _heads_source
 
 # Ops whose results are the weights and biases the module holds: concatenated once, at load.
@@ -37,9 +37,7 @@ _MATMULS = ("linalg.matmul", "linalg.batch_matmul")
 class MergedProjections:
     """One attention whose q, k and v now come from one projection."""
 
-    attention: str  # the attention op's location
     qkv: ir.Value  # the merged projection's [B, S, 3E] result q, k and v are sliced from
-    width: int  # E
 
 
 NOT_ONE_CHAIN = "they are not the same ops on one input (three Linears as IREE imports them)"
@@ -76,8 +74,7 @@ def merge_qkv_projections(module: ir.Module) -> Merging:
         except _NotMergeable as exc:
             left.append(exc.reason)
             continue
-        width = tensor_info(found[0])[0][-1]
-        merged.append(MergedProjections(location(op), plan.build(), width))  # build() erases what `found` names
+        merged.append(MergedProjections(plan.build()))
     return Merging(merged, left)
 
 
@@ -111,6 +108,8 @@ class _Plan:
     def __init__(self, results: tuple[ir.Value, ir.Value, ir.Value]):
         self.results = results
         self.ops: list[tuple[ir.Operation, ...]] = []  # chain ops, operands before users
+        if producer(results[0]) is None:
+            raise _NotMergeable
         self.block = producer(results[0]).block
         self.position = {o.operation: i for i, o in enumerate(self.block.operations)}
         self._seen: set = set()
