@@ -185,10 +185,10 @@ def run_iree_compile(flags: Sequence[str], mlir: Path, out: Path) -> None:
     too, so that the file compiles with plain iree-compile as well. The intermediate file lies
     beside it until then."""
     what = f"iree-compile of {mlir.name}"
-    text = mlir.read_text(encoding="utf-8")
-    if not declares_storage(text):
+    if not declares_storage(mlir):
         _run_tool("iree-compile", [*flags, mlir.name, "-o", str(out.absolute())], what, cwd=mlir.parent)
         return
+    text = mlir.read_text(encoding="utf-8")
     stream = mlir.with_name(mlir.stem + ".stream.mlir")
     try:
         # The debug locations go along, so that the vmfb names the source, not this intermediate.

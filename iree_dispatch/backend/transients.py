@@ -28,6 +28,7 @@ buffer's).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from ..core.errors import CompileError
 
@@ -56,8 +57,16 @@ _INITIALIZER = """\
 """
 
 
-def declares_storage(mlir_text: str) -> bool:
-    return DECLARATION in mlir_text
+def declares_storage(mlir: Path) -> bool:
+    """Whether the module in the file `mlir` declares the storage global. Reads the file only up
+    to its dialect resources (a model's inline weights, hundreds of MB), line by line."""
+    with mlir.open(encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("{-#"):
+                return False
+            if DECLARATION in line:
+                return True
+    return False
 
 
 def stores_storage(mlir_text: str) -> bool:

@@ -19,7 +19,7 @@ from iree.compiler import ir  # noqa: E402
 from iree.compiler.tools.binaries import find_tool  # noqa: E402
 
 from iree_dispatch.backend.compile import run_iree_compile  # noqa: E402
-from iree_dispatch.backend.transients import STORAGE_GLOBAL, allocate_storage  # noqa: E402
+from iree_dispatch.backend.transients import DECLARATION, STORAGE_GLOBAL, allocate_storage, declares_storage  # noqa: E402
 from iree_dispatch.core.errors import CompileError  # noqa: E402
 from iree_dispatch.models import compile_model  # noqa: E402
 from iree_dispatch.models.compiler import rewrite_model  # noqa: E402
@@ -201,3 +201,14 @@ def test_rewrite_model_leaves_the_transients_to_iree():
     """rewrite_model's program may be compiled by other means than the build that sizes the storage."""
     report, program = rewrite_model(MODELS / "mlp_f32.mlir", [MODELS / "kernels" / "naive.toml"])
     assert report.transient_storage is None and "transients:" not in report.text() and STORAGE_GLOBAL not in program
+
+
+def test_declaration_is_looked_for_in_the_module_only(tmp_path):
+    """The build asks whether a file declares the storage without reading its dialect resources
+    (a model's inline weights): a declaration there is no declaration."""
+    body = "module {\n  func.func @main() {\n    return\n  }\n}\n"
+    plain, declared, in_resources = (tmp_path / f"{n}.mlir" for n in ("plain", "declared", "in_resources"))
+    plain.write_text(body)
+    declared.write_text(body.replace("module {\n", f"module {{\n  {DECLARATION}\n"))
+    in_resources.write_text(body + '{-#\n  dialect_resources: {\n    builtin: {\n      blob: "' + DECLARATION + '"\n    }\n  }\n#-}\n')
+    assert [declares_storage(p) for p in (plain, declared, in_resources)] == [False, True, False]
