@@ -33,7 +33,7 @@ from common import nvidia_smi  # benchmarks/common.py, beside this script
 ROOT = Path(__file__).resolve().parents[1]
 OBJECTS = ROOT / "build" / "gemm_f32_bench"
 ROWS = (128, 96)
-SHAPES = [(8192, 768, 768), (8192, 768, 3072), (8192, 3072, 768), (8192, 896, 768), (8192, 1024, 768)]
+SHAPES = [(8192, 768, 768), (8192, 768, 3072), (8192, 3072, 768), (8192, 2304, 768), (8192, 896, 768), (8192, 1024, 768)]
 
 
 def prepare() -> None:
@@ -52,9 +52,10 @@ def run(out_dir: Path, iters: int) -> None:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     modules = {rows: cp.RawModule(path=str(OBJECTS / f"gemm_f32_m{rows}.sm_90a.cubin")) for rows in ROWS}
-    # name -> (kernel, tile rows, whether it takes b as stored [N, K] or b^T [K, N])
-    kernels = {"nt": (modules[128].get_function("gemm_nt_f32"), 128, True), "nn128": (modules[128].get_function("gemm_f32"), 128, False),
-               "nn96": (modules[96].get_function("gemm_f32"), 96, False)}
+    # name -> (kernel, tile rows, whether it takes b as stored [N, K] or b^T [K, N], bytes of dynamic
+    # shared memory: kernels/gemm_f32.toml's shared_memory)
+    kernels = {"nt": (modules[128].get_function("gemm_nt_f32"), 128, True, 33792), "nn128": (modules[128].get_function("gemm_f32"), 128, False, 0),
+               "nn96": (modules[96].get_function("gemm_f32"), 96, False, 0)}
     # CuPy launches on torch's current stream so that torch's events time it
     stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
 
@@ -86,12 +87,12 @@ def run(out_dir: Path, iters: int) -> None:
         ca, cb, cbt = cp.asarray(a), cp.asarray(b), cp.asarray(b.T.contiguous())
         row: dict = {"shape": [m, n, k]}
         results = {}
-        for name, (kernel, rows, as_stored) in kernels.items():
+        for name, (kernel, rows, as_stored, shared) in kernels.items():
             c = cp.full((m, n), cp.nan, dtype=cp.float32)
             grid = ((m + rows - 1) // rows, (n + 127) // 128)
             args = (ca, cb if as_stored else cbt, c, np.int32(m), np.int32(n), np.int32(k))
             with stream:
-                row[f"{name}_ms"] = timed(lambda kernel=kernel, grid=grid, args=args: kernel(grid, (256,), args))
+                row[f"{name}_ms"] = timed(lambda kernel=kernel, grid=grid, args=args, shared=shared: kernel(grid, (256,), args, shared_mem=shared))
             results[name] = c
         row["torch_ms"] = timed(lambda: a @ b.T)
         row["same_bits"] = all(bool((results[name].view(cp.uint32) == results["nt"].view(cp.uint32)).all()) for name in ("nn128", "nn96"))

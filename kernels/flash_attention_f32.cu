@@ -130,8 +130,11 @@ __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast
 
 // Where q, k, v and out are: HEADS, [B, H, S, D] (SDPA's operands); BSHD, [B, S, H, D] (separate
 // q, k and v projections' [B, S, H * D] results as stored, out the [B, S, E] the output projection
-// reads: no transposes computed). The same computation on either.
-enum Layout { HEADS, BSHD };
+// reads: no transposes computed); QKV, q, k and v the same rows of one [B, S, 3, H, D] tensor (a
+// qkv projection's [B, S, 3E] result as stored, E = H * D: row s of head h at s * 3E + h * D, k E
+// and v 2E after q, each passed as its own base; Hq = Hkv = H, Sq = Sk = S) and out [B, S, H, D].
+// The same computation on each.
+enum Layout { HEADS, BSHD, QKV };
 
 template <int D, Masking MASKING, Layout LAYOUT = HEADS>
 __device__ __forceinline__ void forward(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -149,21 +152,24 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
   const int bh = blockIdx.x, b = bh / Hq, h = bh % Hq;
   const int q_tiles = (Sq + BQ - 1) / BQ;
   const int q0 = (q_tiles - 1 - static_cast<int>(blockIdx.y)) * BQ;  // the longest causal rows first
-  // Row pitches and each (b, head)'s first row, in floats.
-  const long q_pitch = LAYOUT == BSHD ? static_cast<long>(Hq) * D : D, kv_pitch = LAYOUT == BSHD ? static_cast<long>(Hkv) * D : D;
+  // Row pitches and each (b, head)'s first row, in floats: rows of a [B, S, heads, D] tensor are
+  // heads * D apart (QKV's inputs: 3 * H heads a row), a head's rows of [B, H, S, D] D apart.
+  const int q_heads = LAYOUT == QKV ? 3 * Hq : Hq, kv_heads = LAYOUT == QKV ? 3 * Hkv : Hkv;
+  const long q_pitch = LAYOUT == HEADS ? D : static_cast<long>(q_heads) * D, kv_pitch = LAYOUT == HEADS ? D : static_cast<long>(kv_heads) * D;
+  const long out_pitch = LAYOUT == HEADS ? D : static_cast<long>(Hq) * D;
   const auto first_row = [&](int heads, int head, int rows) {
-    return LAYOUT == BSHD ? (static_cast<long>(b) * rows * heads + head) * D : (static_cast<long>(b) * heads + head) * rows * D;
+    return LAYOUT == HEADS ? (static_cast<long>(b) * heads + head) * rows * D : (static_cast<long>(b) * rows * heads + head) * D;
   };
   float* oh = out + first_row(Hq, h, Sq);
   if (Hkv <= 0 || Hq % Hkv != 0) {  // no key/value head to read: NaN rather than an out-of-bounds read
     for (int i = threadIdx.x; i < BQ * D; i += THREADS)
-      if (q0 + i / D < Sq) oh[(q0 + i / D) * q_pitch + i % D] = __int_as_float(0x7fc00000);
+      if (q0 + i / D < Sq) oh[(q0 + i / D) * out_pitch + i % D] = __int_as_float(0x7fc00000);
     return;
   }
   const int kvh = h / (Hq / Hkv);
-  const float* qh = q + first_row(Hq, h, Sq);
-  const float* kh = k + first_row(Hkv, kvh, Sk);
-  const float* vh = v + first_row(Hkv, kvh, Sk);
+  const float* qh = q + first_row(q_heads, h, Sq);
+  const float* kh = k + first_row(kv_heads, kvh, Sk);
+  const float* vh = v + first_row(kv_heads, kvh, Sk);
   const float* mslice = MASKING == ADDITIVE ? mask + (static_cast<long>(b % MB) * MH + h % MH) * MQ * Sk : nullptr;
   const int key_end = MASKING == CAUSAL ? min(Sk, min(Sq, q0 + BQ)) : Sk;
   const int k_tiles = (key_end + BK - 1) / BK;
@@ -292,7 +298,7 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
     if (row >= Sq) continue;
 #pragma unroll
     for (int g = 0; g < DG; ++g) {
-      float* dst = oh + row * q_pitch + 4 * tx + 64 * g;
+      float* dst = oh + row * out_pitch + 4 * tx + 64 * g;
       const float4 y = make_float4(o[i][4 * g] * inv, o[i][4 * g + 1] * inv, o[i][4 * g + 2] * inv, o[i][4 * g + 3] * inv);
       if (vectors) {
         *reinterpret_cast<float4*>(dst) = y;
@@ -310,10 +316,13 @@ using flash_attention_f32::BSHD;
 using flash_attention_f32::CAUSAL;
 using flash_attention_f32::forward;
 using flash_attention_f32::NONE;
+using flash_attention_f32::QKV;
 
 // The entry points: flash_attn_f32_d<D>[_causal | _mask] ([B, H, S, D]) and flash_attn_bshd_f32_d<D>[_causal |
 // _mask] ([B, S, H, D]). Without a mask: (q, k, v, out, B, Hq, Hkv, Sq, Sk, scale); with one: (q,
-// k, v, mask, out, B, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale).
+// k, v, mask, out, B, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale). flash_attn_qkv_f32_d<D>[_causal | _mask]:
+// qkv [B, S, 3, H, D] -> out [B, S, H, D] (self-attention), (qkv, out, B, S, H, scale) or (qkv,
+// mask, out, B, S, H, MB, MH, MQ, scale), mask [MB, MH, MQ, S].
 // Launch: 256 threads, grid (B * Hq, ceildiv(Sq, 64)), Tiles<D>::BYTES of dynamic shared memory;
 // two blocks per SM (128 registers a thread).
 #define FA32_BOUNDS __launch_bounds__(256, 2)
@@ -353,4 +362,22 @@ extern "C" __global__ void FA32_BOUNDS flash_attn_bshd_f32_d128_causal(const flo
 }
 extern "C" __global__ void FA32_BOUNDS flash_attn_bshd_f32_d128_mask(const float* q, const float* k, const float* v, const float* mask, float* out, int B, int Hq, int Hkv, int Sq, int Sk, int MB, int MH, int MQ, float scale) {
   forward<128, ADDITIVE, BSHD>(q, k, v, mask, out, Hq, Hkv, Sq, Sk, MB, MH, MQ, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_qkv_f32_d64(const float* qkv, float* out, int B, int S, int H, float scale) {
+  forward<64, NONE, QKV>(qkv, qkv + static_cast<long>(H) * 64, qkv + 2 * static_cast<long>(H) * 64, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_qkv_f32_d64_causal(const float* qkv, float* out, int B, int S, int H, float scale) {
+  forward<64, CAUSAL, QKV>(qkv, qkv + static_cast<long>(H) * 64, qkv + 2 * static_cast<long>(H) * 64, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_qkv_f32_d64_mask(const float* qkv, const float* mask, float* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
+  forward<64, ADDITIVE, QKV>(qkv, qkv + static_cast<long>(H) * 64, qkv + 2 * static_cast<long>(H) * 64, mask, out, H, H, S, S, MB, MH, MQ, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_qkv_f32_d128(const float* qkv, float* out, int B, int S, int H, float scale) {
+  forward<128, NONE, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_qkv_f32_d128_causal(const float* qkv, float* out, int B, int S, int H, float scale) {
+  forward<128, CAUSAL, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, nullptr, out, H, H, S, S, 1, 1, 1, scale);
+}
+extern "C" __global__ void FA32_BOUNDS flash_attn_qkv_f32_d128_mask(const float* qkv, const float* mask, float* out, int B, int S, int H, int MB, int MH, int MQ, float scale) {
+  forward<128, ADDITIVE, QKV>(qkv, qkv + static_cast<long>(H) * 128, qkv + 2 * static_cast<long>(H) * 128, mask, out, H, H, S, S, MB, MH, MQ, scale);
 }

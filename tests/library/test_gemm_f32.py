@@ -65,8 +65,8 @@ def test_spec_declares_what_they_replace_in_a_model():
     module, kernels = _kernels(SPEC)
     assert module["archs"] == list(ARCHS)
     assert list(kernels) == list(KERNELS)
-    for name in KERNELS:
-        assert "shared_memory" not in kernels[name]  # static shared memory only
+    for name in KERNELS:  # the NN bodies' tiles are static shared memory, the NT bodies' dynamic
+        assert kernels[name].get("shared_memory") == (33792 if name.startswith("gemm_nt") else None)
     for name in KERNELS:
         assert kernels[name]["replaces"] == {"op": REPLACES[name], "accumulate": "f32"}
 
@@ -177,7 +177,8 @@ def test_gpt2_layer_f32_matmuls_and_lm_head_are_replaced():
 
 # Host emulation of what gemm_f32.cu uses from CUDA: each CUDA thread a std::thread, the block's
 # __syncthreads a std::barrier, __shared__ arrays function statics (one per kernel body, shared by
-# the block's threads; the blocks run one after another), an asynchronous copy a copy made at
+# the block's threads; the blocks run one after another; the NT body's dynamic shared memory an
+# array the driver defines, sgemm::nt_shared), an asynchronous copy a copy made at
 # once (the kernel waits for its copies before the barrier that publishes them, so the order the
 # block sees is the same); <cuda_pipeline_primitives.h> is an empty file (`_PIPELINE_HEADER`).
 _SHIM = r"""
@@ -226,6 +227,9 @@ _DRIVER = r"""
 #include <vector>
 thread_local emu_dim3 threadIdx, blockIdx;
 std::barrier<>* emu_block_barrier;
+namespace sgemm {  // the NT body's dynamic shared memory: one array (the blocks run one after another)
+float* nt_shared() { alignas(16) static float tiles[33792 / 4]; return tiles; }
+}
 extern "C" void gemm_f32(const float*, const float*, float*, int, int, int);
 extern "C" void gemm_nt_f32(const float*, const float*, float*, int, int, int);
 

@@ -23,8 +23,9 @@ from ..support.host_emulation import build_host_emulation
 
 SOURCE = ROOT / "kernels" / "flash_attention_f32.cu"
 SPEC = ROOT / "kernels" / "flash_attention_f32.toml"
-# The [B, H, S, D] kernels, then the same on [B, S, H, D] (flash_attn_bshd_f32_*).
-KERNELS = [f"flash_attn{layout}_f32_d{d}{m}" for layout in ("", "_bshd") for d in (64, 128) for m in ("", "_causal", "_mask")]
+# The [B, H, S, D] kernels, then the same on [B, S, H, D] (flash_attn_bshd_f32_*) and on one qkv
+# [B, S, 3, H, D] tensor (flash_attn_qkv_f32_*).
+KERNELS = [f"flash_attn{layout}_f32_d{d}{m}" for layout in ("", "_bshd", "_qkv") for d in (64, 128) for m in ("", "_causal", "_mask")]
 SHARED_MEMORY = {64: 72704, 128: 79872}
 
 
@@ -34,11 +35,16 @@ def test_spec_declares_the_sdpa_kinds():
     assert [k["name"] for k in spec["kernel"]] == KERNELS
     for k in spec["kernel"]:
         d = int(re.search(r"_d(\d+)", k["name"])[1])
-        masked, bshd = k["name"].endswith("_mask"), "_bshd" in k["name"]
-        assert k["block"] == [256] and k["grid"] == ["B * Hq", "ceildiv(Sq, 64)"] and k["shared_memory"] == SHARED_MEMORY[d]
-        q, kv = (["B", "Sq", "Hq", d], ["B", "Sk", "Hkv", d]) if bshd else (["B", "Hq", "Sq", d], ["B", "Hkv", "Sk", d])
-        assert k["shapes"] == {"q": q, "k": kv, "v": kv, **({"mask": ["MB", "MH", "MQ", "Sk"]} if masked else {}), "out": q}
-        op = ("sdpa_bshd" if bshd else "sdpa") + ("_mask" if masked else "_causal" if k["name"].endswith("_causal") else "")
+        masked, bshd, qkv = k["name"].endswith("_mask"), "_bshd" in k["name"], "_qkv" in k["name"]
+        assert k["block"] == [256] and k["shared_memory"] == SHARED_MEMORY[d]
+        if qkv:
+            assert k["grid"] == ["B * H", "ceildiv(S, 64)"]
+            assert k["shapes"] == {"qkv": ["B", "S", 3, "H", d], **({"mask": ["MB", "MH", "MQ", "S"]} if masked else {}), "out": ["B", "S", "H", d]}
+        else:
+            assert k["grid"] == ["B * Hq", "ceildiv(Sq, 64)"]
+            q, kv = (["B", "Sq", "Hq", d], ["B", "Sk", "Hkv", d]) if bshd else (["B", "Hq", "Sq", d], ["B", "Hkv", "Sk", d])
+            assert k["shapes"] == {"q": q, "k": kv, "v": kv, **({"mask": ["MB", "MH", "MQ", "Sk"]} if masked else {}), "out": q}
+        op = ("sdpa_qkv" if qkv else "sdpa_bshd" if bshd else "sdpa") + ("_mask" if masked else "_causal" if k["name"].endswith("_causal") else "")
         assert k["replaces"] == {"op": op, "accumulate": "f32"}
 
 

@@ -210,3 +210,29 @@ def test_bshd_layout_gives_the_same_bits(modules, kernel, case):
         assert got.shape == want.shape
         differ = got.view(np.uint32) != want.view(np.uint32)
         assert not differ.any(), f"{kernel} ({module}): {int(differ.sum())} elements differ, first at {np.argwhere(differ)[0].tolist()}"
+
+
+QKV_KERNELS = [f"flash_attn_qkv_f32_d{d}{m}" for d in (64, 128) for m in ("", "_causal", "_mask")]
+QKV_CASES = ["one", "tails", "tiles_plus_one", "bert"]  # self-attention: Hq = Hkv, Sq = Sk (the CASES with both)
+
+
+@pytest.mark.parametrize("kernel", QKV_KERNELS)
+@pytest.mark.parametrize("case", QKV_CASES)
+def test_qkv_layout_gives_the_same_bits(modules, kernel, case):
+    """flash_attn_qkv_f32_*: q, k and v read from one qkv [B, S, 3, H, D] tensor (a qkv
+    projection's result as stored), out written as [B, S, H, D]; the same computation as the
+    [B, H, S, D] kernel of the same object: its output, transposed, bit for bit (the sm_90a cubin
+    and the sm_80 PTX, outputs poisoned with NaN). q, k and v are drawn independently (v with a mean
+    per head), so a row read from the wrong third or head fails."""
+    c = CASES[case]
+    case_self = Case(c.b, c.hq, c.hq, c.sq, c.sq, c.mask)
+    heads_kernel = kernel.replace("_qkv", "")
+    q, k, v, mask, scale = inputs(heads_kernel, case_self, np.random.default_rng())
+    qkv = np.ascontiguousarray(np.stack([a.transpose(0, 2, 1, 3) for a in (q, k, v)], axis=2))  # [B, S, 3, H, D]
+    for module in ("flash_attention_f32_poisonable", "flash_attention_f32_sm80_ptx_poisonable"):
+        want = np.asarray(call(modules[module], heads_kernel, q, k, v, mask, scale, np.full(q.shape, np.nan, np.float32))).transpose(0, 2, 1, 3)
+        buffers = [qkv] + ([mask] if mask is not None else []) + [np.full(want.shape, np.nan, np.float32)]
+        got = np.asarray(getattr(modules[module], kernel)(*buffers, scale))
+        assert got.shape == want.shape
+        differ = got.view(np.uint32) != want.view(np.uint32)
+        assert not differ.any(), f"{kernel} ({module}): {int(differ.sum())} elements differ, first at {np.argwhere(differ)[0].tolist()}"

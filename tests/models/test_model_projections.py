@@ -1,9 +1,9 @@
 """q, k and v projections merged into one Linear (models/projections.py): tiny BERT exports with
 their weights as module globals (as benchmarks/model.py and IREE parameters hold them) take one
 GEMM of N = 3E per layer and the attention kernel that reads q, k and v in place from its result;
-the rewritten model computes what the original computes on the CPU. Where the weights are call
-arguments, or no kernel reads the merged layout (f32), or the three chains differ, the model is
-left as it was and the report says why."""
+the rewritten model computes what the original computes on the CPU, in bf16 and in f32. Where the
+weights are call arguments, or no kernel given reads the merged layout, or the three chains
+differ, the model is left as it was and the report says why."""
 
 from __future__ import annotations
 
@@ -105,11 +105,32 @@ def test_merged_projections_alone_compute_the_same(tmp_path):
     _assert_computes_the_same(tmp_path, path, name, names, report, program)
 
 
-def test_f32_bert_keeps_three_projections(tmp_path):
-    """No f32 kernel reads the merged layout: the model is left as it was (three Linears, the
-    attention on the projections' [B, S, H, D] layouts), and the report says why."""
-    path, _names = _with_globals("bert_default_padded_f32", tmp_path)
+def test_f32_bert_q_k_v_computed_by_one_linear(tmp_path):
+    """f32 BERT: each layer's three projections are one gemm_nt_bias_f32 of N = 768 over the
+    concatenated weight, and flash_attn_qkv_f32 reads q, k and v from its [2, 16, 768] result; the
+    rewritten model computes what the original computes."""
+    name = "bert_default_padded_f32"
+    path, names = _with_globals(name, tmp_path)
     report, program = rewrite_model(path, [GEMM_F32, FLASH_F32])
+    assert report.projections == MERGED
+    assert report.kernel_counts() == {"gemm_f32.gemm_nt_bias_f32": 2, "gemm_f32.gemm_nt_bias_residual_f32": 4, "gemm_f32.gemm_nt_bias_gelu_erf_f32": 2,
+                                      "flash_attention_f32.flash_attn_qkv_f32_d64_mask": 2}
+    qkv = [d for d in report.replaced if d.capability.label == "gemm_f32.gemm_nt_bias_f32"]
+    assert [(d.form.operands[1].shape, d.form.result_shape[-1]) for d in qkv] == [((768, 256), 768)] * 2
+    assert program.count("tensor.concat") == 4
+    _assert_computes_the_same(tmp_path, path, name, names, report, program)
+
+
+def test_bert_keeps_three_projections_where_no_kernel_reads_the_merged_layout(tmp_path):
+    """The f32 attention kernels without their qkv forms: no kernel given reads the merged layout, so
+    the model is left as it was (three Linears, the attention on the projections' [B, S, H, D]
+    layouts), and the report says why."""
+    blocks = FLASH_F32.read_text().split("[[kernel]]")
+    kept = [blocks[0], *(b for b in blocks[1:] if "_qkv_" not in b)]
+    spec = tmp_path / "flash_attention_f32_without_qkv.toml"
+    spec.write_text("[[kernel]]".join(kept).replace('source = "flash_attention_f32.cu"', f'source = "{ROOT / "kernels" / "flash_attention_f32.cu"}"'))
+    path, _names = _with_globals("bert_default_padded_f32", tmp_path)
+    report, program = rewrite_model(path, [GEMM_F32, spec])
     assert report.projections == ("q, k and v of 2 attentions are three Linears of one input, left as three: no kernel given reads them "
                                   "from one [B, S, 3E] projection (an sdpa_qkv kernel) at 2 of them")
     assert report.kernel_counts() == {"gemm_f32.gemm_nt_bias_f32": 6, "gemm_f32.gemm_nt_bias_residual_f32": 4, "gemm_f32.gemm_nt_bias_gelu_erf_f32": 2,
