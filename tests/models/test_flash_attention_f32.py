@@ -1,5 +1,6 @@
 """The f32 flash-attention kernels (kernels/flash_attention_f32.toml) on the CPU: the spec declares
-six kernels with the bf16 kernels' entry-point shapes and the sdpa kinds with f32 accumulation,
+its kernels ([B, H, S, D], [B, S, H, D] and one qkv tensor) with the bf16 kernels' entry-point
+shapes and the sdpa, sdpa_bshd and sdpa_qkv kinds with f32 accumulation,
 the module builds for sm_90a and sm_80, ptxas reports no spills, the PTX computes with f32 FMAs
 and no tensor-core instruction, and the kernel source itself, compiled for the host with its few
 CUDA features emulated (a std::thread per CUDA thread, __syncthreads and each warp shuffle a

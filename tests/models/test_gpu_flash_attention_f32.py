@@ -17,6 +17,8 @@ way. Every element is checked: NaN exactly where the reference is NaN, elsewhere
 |out - ref| <= ATOL + RTOL * |ref|. The runtime passes 16-byte aligned buffers (the cp.async
 path); test_misaligned_views passes torch views one element into their buffers (only 4-byte
 aligned, as IREE's bindings inside a model may be: the element-copy path), launched directly.
+The [B, S, H, D] (flash_attn_bshd_f32_*) and one-qkv-tensor (flash_attn_qkv_f32_*) entry points
+are checked bit for bit against the [B, H, S, D] kernels of the same object.
 
 Error bound: the kernel computes in f32 throughout (FFMA scores over D products, exponentials by
 ex2.approx, ~2 ulp; f32 p @ v over Sk keys): errors of a few 1e-7 relative to the row's values;
