@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The f32 GEMMs of kernels/gemm_f32.cu against torch.matmul in f32, on the Linear shapes of
-BERT-base at 16 x 512 tokens and two wider N, in one process.
+BERT-base at 16 x 512 tokens (with its q, k and v as one Linear, N = 2304) and two wider N, in
+one process.
 
 For each M x N x K, on the same device inputs (a [M, K], b [N, K], c = a @ b^T):
   * `nt`: gemm_nt_f32 (a Linear's weight as stored: asynchronous copies, 16-deep steps, 128-row
-    tiles), the sm_90a object of the 128-row build;
+    tiles, 33792 bytes of dynamic shared memory), the sm_90a object of the 128-row build;
   * `nn128`, `nn96`: gemm_f32 of b^T ([K, N], made once, not timed; register-staged loads, 8-deep
     steps) from the SGEMM_BM=128 and 96 builds;
   each launched by CuPy RawModule with its grid (ceildiv(M, rows), ceildiv(N, 128)), CUDA events
