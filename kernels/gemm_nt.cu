@@ -163,6 +163,7 @@ constexpr int STG_HALF = (BM / 2) * STG_PITCH;
 template <typename Out>
 constexpr int STG_CHUNKS = BN / (16 / int(sizeof(Out))) + 1;
 constexpr int STORE_THREADS = 96;  // warps 1 to 3
+constexpr int FLOAT_GROUP = 4;     // chunks of a float c a store thread reads before it stores them
 // + 1024: the dynamic shared memory base is only 16-byte aligned; swizzled tiles need 1024.
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + BM * STG_PITCH + 1024;  // 220160
 static_assert(THREADS == 3 * 128, "warpgroup 0 loads and stores, warpgroups 1 and 2 multiply");
@@ -466,30 +467,66 @@ __device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __re
         const int cols = min(BN, N - n0);
         for (int h = 0; h < 2; ++h) {
           mbar_wait(smem_addr(&staged[h]), i & 1);
-          for (int id = st; id < (BM / 2) * STG_CHUNKS<Out>; id += STORE_THREADS) {
-            const int r = id / STG_CHUNKS<Out>, j = id % STG_CHUNKS<Out>, row = m0 + h * (BM / 2) + r;
-            if (row >= M) continue;
-            Out* p = c + size_t(row) * N + n0;
-            // Chunk j of the row: c's 16-byte aligned chunk holding elements x0 .. x0 + PER - 1 of
-            // the row's part of the tile (x0 < 0 where the part starts mid-chunk).
-            constexpr int PER = 16 / int(sizeof(Out));
-            const int e = int(reinterpret_cast<uintptr_t>(p) / sizeof(Out)) & (PER - 1), x0 = PER * j - e;
-            if (x0 + PER <= 0 || x0 >= cols) continue;
-            uint32_t o[4];
-            staged_chunk<Out>(stg + h * STG_HALF + r * STG_PITCH, j, e, o);
-            if constexpr (E::kResidual) add_residual(o, ep.residual + size_t(row) * N + n0, x0, cols);
-            if (x0 >= 0 && x0 + PER <= cols) {
-              asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p + x0), "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3]) : "memory");
-            } else if constexpr (kWidened<Out>) {
-              uint32_t* q = reinterpret_cast<uint32_t*>(p);
+          if constexpr (kWidened<Out>) {
+            // A float c has twice the chunks of a bf16 one: a thread reads FLOAT_GROUP of them from
+            // shared memory together, then stores them, so that the reads' latency is paid once
+            // per group (GPT-2's LM head: 18% faster than one chunk at a time; docs/gemm.md).
+            static_assert(!E::kResidual, "no float c has a residual epilogue");
+            constexpr int PER = 4, CHUNKS = (BM / 2) * STG_CHUNKS<Out>;
+            for (int first = st; first < CHUNKS; first += FLOAT_GROUP * STORE_THREADS) {
+              uint32_t o[FLOAT_GROUP][4];
+              Out* p[FLOAT_GROUP];
+              int x0[FLOAT_GROUP];
+              bool live[FLOAT_GROUP];
 #pragma unroll
-              for (int k = 0; k < 4; ++k)
-                if (x0 + k >= 0 && x0 + k < cols) q[x0 + k] = o[k];
-            } else {
-              uint16_t* q = reinterpret_cast<uint16_t*>(p);
+              for (int u = 0; u < FLOAT_GROUP; ++u) {
+                const int id = first + u * STORE_THREADS;
+                const int r = id / STG_CHUNKS<Out>, j = id % STG_CHUNKS<Out>, row = m0 + h * (BM / 2) + r;
+                p[u] = c + size_t(row) * N + n0;
+                const int e = int(reinterpret_cast<uintptr_t>(p[u]) / sizeof(Out)) & (PER - 1);
+                x0[u] = PER * j - e;
+                live[u] = id < CHUNKS && row < M && x0[u] + PER > 0 && x0[u] < cols;
+                if (live[u]) staged_chunk<Out>(stg + h * STG_HALF + r * STG_PITCH, j, e, o[u]);
+              }
 #pragma unroll
-              for (int k = 0; k < 8; ++k)
-                if (x0 + k >= 0 && x0 + k < cols) q[x0 + k] = uint16_t(o[k / 2] >> (16 * (k % 2)));
+              for (int u = 0; u < FLOAT_GROUP; ++u) {
+                if (!live[u]) continue;
+                if (x0[u] >= 0 && x0[u] + PER <= cols) {
+                  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p[u] + x0[u]), "r"(o[u][0]), "r"(o[u][1]), "r"(o[u][2]), "r"(o[u][3]) : "memory");
+                } else {
+                  uint32_t* q = reinterpret_cast<uint32_t*>(p[u]);
+#pragma unroll
+                  for (int k = 0; k < 4; ++k)
+                    if (x0[u] + k >= 0 && x0[u] + k < cols) q[x0[u] + k] = o[u][k];
+                }
+              }
+            }
+          } else {
+            for (int id = st; id < (BM / 2) * STG_CHUNKS<Out>; id += STORE_THREADS) {
+              const int r = id / STG_CHUNKS<Out>, j = id % STG_CHUNKS<Out>, row = m0 + h * (BM / 2) + r;
+              if (row >= M) continue;
+              Out* p = c + size_t(row) * N + n0;
+              // Chunk j of the row: c's 16-byte aligned chunk holding elements x0 .. x0 + PER - 1 of
+              // the row's part of the tile (x0 < 0 where the part starts mid-chunk).
+              constexpr int PER = 16 / int(sizeof(Out));
+              const int e = int(reinterpret_cast<uintptr_t>(p) / sizeof(Out)) & (PER - 1), x0 = PER * j - e;
+              if (x0 + PER <= 0 || x0 >= cols) continue;
+              uint32_t o[4];
+              staged_chunk<Out>(stg + h * STG_HALF + r * STG_PITCH, j, e, o);
+              if constexpr (E::kResidual) add_residual(o, ep.residual + size_t(row) * N + n0, x0, cols);
+              if (x0 >= 0 && x0 + PER <= cols) {
+                asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p + x0), "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3]) : "memory");
+              } else if constexpr (kWidened<Out>) {
+                uint32_t* q = reinterpret_cast<uint32_t*>(p);
+  #pragma unroll
+                for (int k = 0; k < 4; ++k)
+                  if (x0 + k >= 0 && x0 + k < cols) q[x0 + k] = o[k];
+              } else {
+                uint16_t* q = reinterpret_cast<uint16_t*>(p);
+  #pragma unroll
+                for (int k = 0; k < 8; ++k)
+                  if (x0 + k >= 0 && x0 + k < cols) q[x0 + k] = uint16_t(o[k / 2] >> (16 * (k % 2)));
+              }
             }
           }
           mbar_arrive(smem_addr(&drained[h]));
