@@ -24,9 +24,9 @@
 // through two buffers filled by asynchronous 4-byte copies (cp.async, sm_80+). A 4-byte copy can
 // land anywhere in shared memory, so both tiles are transposed on the way in without staging
 // registers, which leaves the registers for the 16-deep steps (half the __syncthreads of 8-deep
-// ones) and needs only 4-byte alignment of a and b. Against cuBLAS on BERT-base's N = 768 Linears
-// it is 1.02x and 1.14x slower where the register-staged NT body was 1.13x and 1.25x (with 96-row
-// tiles), so it takes 128-row tiles everywhere (docs/gemm_f32.md, "Tile height").
+// ones) and needs only 4-byte alignment of a and b. It beat register-staged NT bodies on 96-row
+// tiles at BERT-base's N = 768 Linears too, so it takes 128-row tiles everywhere, in dynamic
+// shared memory (docs/gemm_f32.md, "Tile height" and "Schedule").
 //
 // IREE's bindings are only guaranteed 4-byte aligned, so float4 global loads and stores are taken
 // only where the base pointer is 16-byte aligned and the row length a multiple of 4 (then every
