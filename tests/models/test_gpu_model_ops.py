@@ -55,6 +55,19 @@ def _assert_within(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> str:
     assert not bad.any(), f"{int(bad.sum())} of {bad.size} elements off, first at {list(first)}: got {got[first]}, want {want[first]}"
     return f"max err/bound {np.max(err / bound):.2f}"
 
+def _nt_gelu_erf_case(m: int, n: int, k: int):
+    """Fresh bf16 a [M, K], a Linear's weight w [N, K] and its bf16 bias, with the float64
+    reference of bf16(gelu_erf(a @ w^T + bias)) and its bound, element by element."""
+    bf16 = bfloat16()
+    rng = np.random.default_rng()
+    a = rng.normal(0.25, 1.0, (m, k)).astype(np.float32).astype(bf16)
+    w = rng.normal(-0.25, 1.0, (n, k)).astype(np.float32).astype(bf16)
+    bias = rng.normal(0.5, 2.0, n).astype(np.float32).astype(bf16)
+    want = REFERENCES.gemm_nt_bias_gelu_erf_bf16_persistent(a, w, bias)
+    bound = 1.2e-5 * (np.abs(a.astype(np.float64)) @ np.abs(w.astype(np.float64)).T) + 4e-3 * np.abs(want) + 1e-6
+    return a, w, bias, want, bound
+
+
 
 @pytest.mark.parametrize("rows, n", SWIGLU_SIZES, ids=[f"{r}x{n}" for r, n in SWIGLU_SIZES])
 @pytest.mark.parametrize("name", ["swiglu_f32", "swiglu_bf16"])
@@ -117,12 +130,7 @@ def test_gemm_nt_bias_gelu_erf_persistent_reads_the_weight_as_stored(modules, m,
     """gemm_nt_bias_gelu_erf_bf16_persistent (w [N, K], bf16 bias) within the float64 bound, and bit
     for bit gemm_bias_gelu_erf_bf16_persistent given w transposed and the bias widened to f32."""
     bf16 = bfloat16()
-    rng = np.random.default_rng()
-    a = rng.normal(0.25, 1.0, (m, k)).astype(np.float32).astype(bf16)
-    w = rng.normal(-0.25, 1.0, (n, k)).astype(np.float32).astype(bf16)
-    bias = rng.normal(0.5, 2.0, n).astype(np.float32).astype(bf16)
-    want = REFERENCES.gemm_nt_bias_gelu_erf_bf16_persistent(a, w, bias)
-    bound = 1.2e-5 * (np.abs(a.astype(np.float64)) @ np.abs(w.astype(np.float64)).T) + 4e-3 * np.abs(want) + 1e-6
+    a, w, bias, want, bound = _nt_gelu_erf_case(m, n, k)
     b, bias32 = np.ascontiguousarray(w.T), bias.astype(np.float32)
     for module in ("model_ops", *POISONABLE):
         given = () if module == "model_ops" else (np.full((m, n), np.nan, bf16),)
@@ -141,12 +149,7 @@ def test_n192_gelu_erf_persistent_gives_the_one_tile_kernels_bits(modules, tmp_p
 
     n192 = loaded_modules(tmp_path_factory, "gemm_n192", gemm_n192.LAYOUT, gemm_n192.build_all)
     bf16 = bfloat16()
-    rng = np.random.default_rng()
-    a = rng.normal(0.25, 1.0, (m, k)).astype(np.float32).astype(bf16)
-    w = rng.normal(-0.25, 1.0, (n, k)).astype(np.float32).astype(bf16)
-    bias = rng.normal(0.5, 2.0, n).astype(np.float32).astype(bf16)
-    want = REFERENCES.gemm_nt_bias_gelu_erf_bf16_persistent(a, w, bias)
-    bound = 1.2e-5 * (np.abs(a.astype(np.float64)) @ np.abs(w.astype(np.float64)).T) + 4e-3 * np.abs(want) + 1e-6
+    a, w, bias, want, bound = _nt_gelu_erf_case(m, n, k)
     b, bias32 = np.ascontiguousarray(w.T), bias.astype(np.float32)
     for suffix, module in (("", "model_ops"), ("_poisonable", POISONABLE[0]), ("_sm80_ptx_poisonable", POISONABLE[1])):
         given = () if suffix == "" else (np.full((m, n), np.nan, bf16),)
