@@ -501,7 +501,7 @@ __device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __re
                 }
               }
             }
-          } else {
+          } else {  // bf16 c: one chunk at a time
             for (int id = st; id < (BM / 2) * STG_CHUNKS<Out>; id += STORE_THREADS) {
               const int r = id / STG_CHUNKS<Out>, j = id % STG_CHUNKS<Out>, row = m0 + h * (BM / 2) + r;
               if (row >= M) continue;
@@ -516,14 +516,9 @@ __device__ __forceinline__ void run(const bf16* __restrict__ a, const bf16* __re
               if constexpr (E::kResidual) add_residual(o, ep.residual + size_t(row) * N + n0, x0, cols);
               if (x0 >= 0 && x0 + PER <= cols) {
                 asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p + x0), "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3]) : "memory");
-              } else if constexpr (kWidened<Out>) {
-                uint32_t* q = reinterpret_cast<uint32_t*>(p);
-  #pragma unroll
-                for (int k = 0; k < 4; ++k)
-                  if (x0 + k >= 0 && x0 + k < cols) q[x0 + k] = o[k];
               } else {
                 uint16_t* q = reinterpret_cast<uint16_t*>(p);
-  #pragma unroll
+#pragma unroll
                 for (int k = 0; k < 8; ++k)
                   if (x0 + k >= 0 && x0 + k < cols) q[x0 + k] = uint16_t(o[k / 2] >> (16 * (k % 2)));
               }
