@@ -191,7 +191,7 @@ def _mib(folder: Path) -> float:
 
 def _prepare_one(family: Family, dtype: str, batch: int, seq: int, args, kernels: list[Path], d: Path) -> dict:
     """Exports one family in one dtype into `d` and compiles it: IREE alone, with the kernel
-    library strict and (below f32) with --allow-wider-accumulation; with --cpu-check also IREE
+    library strict and with --allow-wider-accumulation; with --cpu-check also IREE
     alone for the CPU. Returns its meta.json entry."""
     from iree.compiler.tools.binaries import find_tool
 
@@ -213,7 +213,7 @@ def _prepare_one(family: Family, dtype: str, batch: int, seq: int, args, kernels
     subprocess.run([find_tool("iree-compile"), *INPUT_FLAGS, "--iree-cuda-target=sm_80", str(mlir), "-o", str(d / "iree.vmfb")], check=True)
     print(f"{tag} IREE alone: {time.perf_counter() - started:.1f} s", flush=True)
     entry["variants"]["iree"] = {"vmfb": "iree.vmfb", "device": "cuda", "what": "IREE alone"}
-    builds = [("subst", False, False)] + ([("subst_wide", True, False)] if dtype != "f32" else [])
+    builds = [("subst", False, False), ("subst_wide", True, False)]
     if args.per_call_transients:  # the best build again, its transients allocated by IREE at each call
         builds.append((builds[-1][0] + "_per_call", builds[-1][1], True))
     for name, wide, per_call in builds:
