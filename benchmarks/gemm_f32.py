@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The f32 GEMMs of kernels/gemm_f32.cu against torch.matmul in f32, on the Linear shapes of
+"""The f32 GEMMs of kernels/gemm_f32.cu and gemm_f32_f64acc.cu against torch.matmul in f32, on the Linear shapes of
 BERT-base at 16 x 512 tokens (with its q, k and v as one Linear, N = 2304) and two wider N, in
 one process.
 
@@ -8,15 +8,18 @@ For each M x N x K, on the same device inputs (a [M, K], b [N, K], c = a @ b^T):
     tiles, 33792 bytes of dynamic shared memory), the sm_90a object of the 128-row build;
   * `nn128`, `nn96`: gemm_f32 of b^T ([K, N], made once, not timed; register-staged loads, 8-deep
     steps) from the SGEMM_BM=128 and 96 builds;
+  * `f64acc`: gemm_nt_f32_f64acc (the same c summed in f64 on the FP64 tensor cores, rounded once:
+    what an f32 model's Linears take with --allow-wider-accumulation; 98304 bytes of dynamic
+    shared memory), its sm_90a object;
   each launched by CuPy RawModule with its grid (ceildiv(M, rows), ceildiv(N, 128)), CUDA events
   around each launch, median of --iters after 3 warm-up launches (and, once before the first
   shape, about a second of SGEMMs, so that the GPU's clocks are up); c poisoned with NaN first;
   * `torch`: torch.matmul(a, b.T) in f32 with TF32 off (cuBLAS SGEMM), timed the same way.
-TFLOP/s = 2 M N K / time. Checked: the three kernels' c are the same bits (each element one fmaf
-chain over k in order), and within 1e-5 of |a| @ |b^T| of torch's float64 product (on a sample of
-rows).
+TFLOP/s = 2 M N K / time. Checked: the three f32 kernels' c are the same bits (each element one
+fmaf chain over k in order), and within 1e-5 of |a| @ |b^T| of torch's float64 product;
+gemm_nt_f32_f64acc's within one f32 ulp of it (both on a sample of rows).
 
-    python benchmarks/gemm_f32.py --prepare          # CPU side: nvcc -> build/gemm_f32_bench/*.cubin
+    python benchmarks/gemm_f32.py --prepare          # CPU side: nvcc -> build/gemm_f32_bench/*.cubin (three)
     python3 benchmarks/gemm_f32.py --out DIR         # GPU side: cupy, torch
 """
 
@@ -44,6 +47,9 @@ def prepare() -> None:
         subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", f"-DSGEMM_BM={rows}", str(ROOT / "kernels" / "gemm_f32.cu"), "-o", str(out)],
                        check=True)
         print(out)
+    out = OBJECTS / "gemm_f32_f64acc.sm_90a.cubin"
+    subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", str(ROOT / "kernels" / "gemm_f32_f64acc.cu"), "-o", str(out)], check=True)
+    print(out)
 
 
 def run(out_dir: Path, iters: int) -> None:
@@ -56,7 +62,10 @@ def run(out_dir: Path, iters: int) -> None:
     # name -> (kernel, tile rows, whether it takes b as stored [N, K] or b^T [K, N], bytes of dynamic
     # shared memory: kernels/gemm_f32.toml's shared_memory)
     kernels = {"nt": (modules[128].get_function("gemm_nt_f32"), 128, True, 33792), "nn128": (modules[128].get_function("gemm_f32"), 128, False, 0),
-               "nn96": (modules[96].get_function("gemm_f32"), 96, False, 0)}
+               "nn96": (modules[96].get_function("gemm_f32"), 96, False, 0),
+               "f64acc": (cp.RawModule(path=str(OBJECTS / "gemm_f32_f64acc.sm_90a.cubin")).get_function("gemm_nt_f32_f64acc"), 128, True, 98304)}
+    for kernel, _, _, shared in kernels.values():
+        kernel.max_dynamic_shared_size_bytes = shared
     # CuPy launches on torch's current stream so that torch's events time it
     stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
 
@@ -101,6 +110,8 @@ def run(out_dir: Path, iters: int) -> None:
         want = a[sample].double() @ b.double().T
         bound = 1e-5 * (a[sample].double().abs() @ b.double().abs().T)
         row["within_bound"] = bool(((torch.as_tensor(results["nt"], device="cuda")[sample].double() - want).abs() <= bound).all())
+        ulp = torch.as_tensor(np.spacing(want.abs().float().cpu().numpy()), device="cuda").double()
+        row["f64acc_within_ulp"] = bool(((torch.as_tensor(results["f64acc"], device="cuda")[sample].double() - want).abs() <= ulp).all())
         flops = 2.0 * m * n * k
         for key in (*kernels, "torch"):
             row[f"{key}_tflops"] = flops / (row[f"{key}_ms"] * 1e-3) / 1e12
@@ -111,18 +122,19 @@ def run(out_dir: Path, iters: int) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "gemm_f32.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [f"{result['device']}, driver {result['driver']}, {result['date']}, median of {iters} (CUDA events); µs (TFLOP/s)", "",
-             "| M × N × K | gemm_nt_f32 | gemm_f32 of b^T, 128-row | gemm_f32 of b^T, 96-row | torch.matmul (cuBLAS SGEMM) | same bits | within 1e-5 |",
-             "|---|---:|---:|---:|---:|---|---|"]
+             "| M × N × K | gemm_nt_f32 | gemm_f32 of b^T, 128-row | gemm_f32 of b^T, 96-row | gemm_nt_f32_f64acc | torch.matmul (cuBLAS SGEMM) "
+             "| same bits | within 1e-5 | f64acc within 1 ulp |",
+             "|---|---:|---:|---:|---:|---:|---|---|---|"]
     for r in rows_out:
         cells = [f"{r[f'{key}_ms'] * 1e3:.1f} ({r[f'{key}_tflops']:.1f})" for key in (*kernels, "torch")]
-        lines.append(f"| {' × '.join(map(str, r['shape']))} | {' | '.join(cells)} | {r['same_bits']} | {r['within_bound']} |")
+        lines.append(f"| {' × '.join(map(str, r['shape']))} | {' | '.join(cells)} | {r['same_bits']} | {r['within_bound']} | {r['f64acc_within_ulp']} |")
     (out_dir / "gemm_f32.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--prepare", action="store_true", help="CPU side: build the two objects with nvcc")
+    p.add_argument("--prepare", action="store_true", help="CPU side: build the three objects with nvcc")
     p.add_argument("--out", default="build/gemm_f32_results")
     p.add_argument("--iters", type=int, default=20)
     args = p.parse_args(argv)

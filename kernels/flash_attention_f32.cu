@@ -39,16 +39,15 @@
 // Sq are zero-filled and not stored; keys past Sk are zero-filled and masked with -inf. A causal
 // block stops at its last row's diagonal tile.
 
-#include <cstdint>
+#include "attention_f32.cuh"
 
 namespace flash_attention_f32 {
 
-enum Masking { NONE, CAUSAL, ADDITIVE };
+using namespace attention_f32;
 
 constexpr int THREADS = 256;  // 16 x 16
 constexpr int BQ = 64;        // query rows per block
 constexpr int QT = BQ / 16;   // query rows per thread
-constexpr float LOG2E = 1.4426950408889634f;
 
 // Shared-memory layout per head dim, in floats. d128 takes 32-key tiles so that two blocks fit
 // an SM (80 KB each) as with d64's 64-key tiles (71 KB).
@@ -63,46 +62,6 @@ struct Tiles {
   static constexpr int BYTES = (P_OFF + BQ * P_PITCH) * 4;
 };
 static_assert(Tiles<64>::BYTES == 72704 && Tiles<128>::BYTES == 79872, "flash_attention_f32.toml's shared_memory");
-
-// The PTX below has plain C++ stand-ins where __CUDA_ARCH__ is undefined: the kernel's tests run
-// this source on the host (tests/models/test_flash_attention_f32.py), one std::thread per CUDA
-// thread.
-#ifdef __CUDA_ARCH__
-__device__ __forceinline__ unsigned smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-#endif
-
-// 16 bytes global -> shared, asynchronously; with `valid` false the 16 bytes are zeros and
-// nothing is read.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-#ifdef __CUDA_ARCH__
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
-#else
-  for (int e = 0; e < 4; ++e) static_cast<float*>(dst)[e] = valid ? static_cast<const float*>(src)[e] : 0.0f;
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#ifdef __CUDA_ARCH__
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-// Every copy group but the latest one has landed (the element copies have, always).
-__device__ __forceinline__ void cp_async_wait_all_but_latest() {
-#ifdef __CUDA_ARCH__
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ float ex2(float x) {
-#ifdef __CUDA_ARCH__
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-#else
-  return exp2f(x);
-#endif
-}
-
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // tile[r][c] = src[(r0 + r) * pitch + c] for r0 + r < limit, zeros past it: ROWS rows of D floats
 // (pitch D in the heads layout, H * D in BSHD's), row pitch D + 4 in the tile.
@@ -127,14 +86,6 @@ __device__ __forceinline__ void load_rows(float* tile, const float* src, long pi
 }
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-
-// Where q, k, v and out are: HEADS, [B, H, S, D] (SDPA's operands); BSHD, [B, S, H, D] (separate
-// q, k and v projections' [B, S, H * D] results as stored, out the [B, S, E] the output projection
-// reads: no transposes computed); QKV, q, k and v the same rows of one [B, S, 3, H, D] tensor (a
-// qkv projection's [B, S, 3E] result as stored, E = H * D: row s of head h at s * 3E + h * D, k E
-// and v 2E after q, each passed as its own base; Hq = Hkv = H, Sq = Sk = S) and out [B, S, H, D].
-// The same computation on each.
-enum Layout { HEADS, BSHD, QKV };
 
 template <int D, Masking MASKING, Layout LAYOUT = HEADS>
 __device__ __forceinline__ void forward(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,

@@ -16,60 +16,41 @@
 //
 // Design: one block of 256 threads (8 warps, 2 x 4) per 128 x 128 tile of c, each warp a 64 x 32
 // tile: 4 x 4 mma.sync m16n8k16 per 16-deep step, 64 f64 accumulators a thread. The f32 tiles of
-// a and b go to shared memory by cp.async, three steps in flight (16-byte chunks, zero-filled past
-// the ends; element loads where a, b or K are not 16-byte aligned, IREE's bindings in a model being
-// only element-aligned), and are widened to f64 as each warp reads its fragments. The mma's k
-// order is permuted: lane (g, t) gives hardware k = t + 4j the step's k = 4t + j, in A and B alike
-// (the same products, summed in another order), so that each fragment row is one float4 read.
-// Shared rows are 16 floats: the 8 lanes of a read phase (rows g, g + 1) cover the 32 banks once.
-// Rows past M or N and k past K are zeros.
+// a and b, 32 deep, go to shared memory by cp.async, three stages in flight (16-byte chunks,
+// zero-filled past the ends; element loads where a, b or K are not 16-byte aligned, as IREE's
+// bindings in a model may be), one __syncthreads a stage, and are widened to f64 as each warp
+// reads its fragments. The mma's k order is permuted: lane (g, t) gives hardware k = t + 4j the
+// step's k = 4t + j, in A and B alike (the same products, summed in another order), so that each
+// fragment row is one float4 read. Rows past M or N and k past K are zeros.
 
 #include <cstdint>
 
 #include "gelu.cuh"
+#include "mma_f64.cuh"
 
 namespace dgemm {
 
 constexpr int BM = 128;
 constexpr int BN = 128;
-constexpr int BK = 16;
+constexpr int BK = 32;                              // k a stage: two 16-deep mma steps
 constexpr int STAGES = 3;
 constexpr int THREADS = 256;
 constexpr int WARPS_N = 4;                          // warps 2 (rows) x 4 (columns), each 64 x 32
 constexpr int MI = 4, NI = 4;                       // a warp's 16 x 8 mma tiles
-constexpr int PITCH = BK;                           // floats per shared row (see the design note)
+constexpr int PITCH = BK;                           // floats per shared row, its 16-byte chunks swizzled (chunk_at)
 constexpr int STAGE = (BM + BN) * PITCH;            // floats per stage: A's rows, then B's
-constexpr int CHUNKS = BM * BK / 4 / THREADS;       // 16-byte chunks of A (and of B) a thread copies a step
+constexpr int ROW_CHUNKS = BK / 4;
+constexpr int CHUNKS = BM * ROW_CHUNKS / THREADS;   // 16-byte chunks of A (and of B) a thread copies a stage
 constexpr int SHARED_BYTES = STAGES * STAGE * 4;
-static_assert(SHARED_BYTES == 49152, "gemm_f32_f64acc.toml's shared_memory");
+static_assert(SHARED_BYTES == 98304, "gemm_f32_f64acc.toml's shared_memory");
 static_assert(BM == BN && MI * 16 * 2 == BM && NI * 8 * WARPS_N == BN, "the warps cover the tile");
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 __device__ __forceinline__ unsigned smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 
-// d += a @ b for one 16 x 8 x 16 tile, in the PTX ISA's fragment layout for .f64 m16n8k16: lane
-// (g, t) = (lane / 4, lane % 4) holds a[i] = A[g + 8 (i % 2)][t + 4 (i / 2)], b[i] = B[t + 4 i][g],
-// d = D[g][2t, 2t + 1], D[g + 8][2t, 2t + 1]. sm_80 has the 8 x 8 x 4 shape only, whose layout is
-// that one's quarter (A[g][t], B[t][g], D[g][2t, 2t + 1]): eight of them, k quarter j taking
-// a[2j] (rows g) and a[2j + 1] (rows g + 8) with b[j].
-__device__ __forceinline__ void mma(double (&d)[4], const double (&a)[8], const double (&b)[4]) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, "
-      "{%0,%1,%2,%3};\n"
-      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]), "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
-#else
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                   : "+d"(d[2 * half]), "+d"(d[2 * half + 1])
-                   : "d"(a[2 * j + half]), "d"(b[j]));
-  }
-#endif
-}
+// Where a row's 16-byte chunk lies in shared memory: odd rows swap their two halves, so that the 8
+// lanes of a fragment read phase (rows g and g + 1, chunks t of one half) cover the 32 banks once.
+__device__ __forceinline__ int chunk_at(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
 
 struct Plain {
   __device__ __forceinline__ float operator()(double v, int, int) const { return __double2float_rn(v); }
@@ -101,14 +82,14 @@ __device__ __forceinline__ void gemm_nt_body(const float* __restrict__ a, const 
   const int g = lane >> 2, t = lane & 3;
   const int wm = (warp / WARPS_N) * (MI * 16), wn = (warp % WARPS_N) * (NI * 8);
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int steps = (K + BK - 1) / BK;
+  const int k_tiles = (K + BK - 1) / BK;
   const bool async = K % 4 == 0 && aligned16(a) && aligned16(b);
 
-  // Step s's A and B tiles into stage s % STAGES, then a commit (an empty group past the last
-  // step, so that the wait below counts the same groups every step). Chunk q = tid + 256 i: row
-  // q / 4, k 4 (q % 4) .. + 3 of the step.
+  // k tile s of A and B into stage s % STAGES, then a commit (an empty group past the last tile,
+  // so that the wait below counts the same groups every time). Chunk q = tid + 256 i: row q / 8,
+  // k 4 (q % 8) .. + 3 of the tile.
   auto issue = [&](int s) {
-    if (s < steps) {
+    if (s < k_tiles) {
       float* stage = shared + (s % STAGES) * STAGE;
 #pragma unroll
       for (int op = 0; op < 2; ++op) {
@@ -116,14 +97,14 @@ __device__ __forceinline__ void gemm_nt_body(const float* __restrict__ a, const 
         const int rows = op == 0 ? M : N, r0 = op == 0 ? m0 : n0;
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i) {
-          const int q = tid + i * THREADS, row = q >> 2, k = s * BK + (q & 3) * 4;
-          float* dst = stage + (op * BM + row) * PITCH + (q & 3) * 4;
+          const int q = tid + i * THREADS, row = q / ROW_CHUNKS, chunk = q % ROW_CHUNKS, k = s * BK + chunk * 4;
+          float* dst = stage + (op * BM + row) * PITCH + chunk_at(row, chunk) * 4;
           const bool in = r0 + row < rows;
           const float* p = src + static_cast<size_t>(in ? r0 + row : 0) * static_cast<size_t>(K);
           if (async) {  // K % 4 == 0: a chunk is all in or all past K
             const bool valid = in && k < K;
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem(dst)), "l"(p + (valid ? k : 0)), "r"(valid ? 16 : 0) : "memory");
-          } else {  // element loads, stored now: the __syncthreads before the step's reads orders them
+          } else {  // element loads, stored now: the __syncthreads before the tile's reads orders them
 #pragma unroll
             for (int e = 0; e < 4; ++e) dst[e] = in && k + e < K ? __ldg(p + k + e) : 0.0f;
           }
@@ -143,28 +124,33 @@ __device__ __forceinline__ void gemm_nt_body(const float* __restrict__ a, const 
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) issue(s);
-  for (int s = 0; s < steps; ++s) {
-    // Step s's copies have landed (only the newer ones may be in flight), everyone's; and every
-    // thread is done with step s - 1, whose stage the copies issued now overwrite.
+  for (int s = 0; s < k_tiles; ++s) {
+    // Tile s's copies have landed (only the newer ones may be in flight), everyone's; and every
+    // thread is done with tile s - 1, whose stage the copies issued now overwrite.
     asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2) : "memory");
     __syncthreads();
     issue(s + STAGES - 1);
     const float* As = shared + (s % STAGES) * STAGE;
     const float* Bs = As + BM * PITCH;
-    double af[MI][8];
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-      const float4 top = *reinterpret_cast<const float4*>(As + (wm + mi * 16 + g) * PITCH + 4 * t);
-      const float4 bottom = *reinterpret_cast<const float4*>(As + (wm + mi * 16 + g + 8) * PITCH + 4 * t);
-      af[mi][0] = top.x, af[mi][1] = bottom.x, af[mi][2] = top.y, af[mi][3] = bottom.y;
-      af[mi][4] = top.z, af[mi][5] = bottom.z, af[mi][6] = top.w, af[mi][7] = bottom.w;
-    }
+    for (int sub = 0; sub < BK / 16; ++sub) {  // a 16-deep mma step: chunks 4 sub + t of each row
+      double af[MI][8];
 #pragma unroll
-    for (int ni = 0; ni < NI; ++ni) {
-      const float4 col = *reinterpret_cast<const float4*>(Bs + (wn + ni * 8 + g) * PITCH + 4 * t);
-      const double bf[4] = {col.x, col.y, col.z, col.w};
+      for (int mi = 0; mi < MI; ++mi) {
+        const int row = wm + mi * 16 + g;
+        const float4 top = *reinterpret_cast<const float4*>(As + row * PITCH + chunk_at(row, 4 * sub + t) * 4);
+        const float4 bottom = *reinterpret_cast<const float4*>(As + (row + 8) * PITCH + chunk_at(row + 8, 4 * sub + t) * 4);
+        af[mi][0] = top.x, af[mi][1] = bottom.x, af[mi][2] = top.y, af[mi][3] = bottom.y;
+        af[mi][4] = top.z, af[mi][5] = bottom.z, af[mi][6] = top.w, af[mi][7] = bottom.w;
+      }
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) mma(acc[mi][ni], af[mi], bf);
+      for (int ni = 0; ni < NI; ++ni) {
+        const int row = wn + ni * 8 + g;
+        const float4 col = *reinterpret_cast<const float4*>(Bs + row * PITCH + chunk_at(row, 4 * sub + t) * 4);
+        const double bf[4] = {col.x, col.y, col.z, col.w};
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) mma_m16n8k16_f64(acc[mi][ni], af[mi], bf);
+      }
     }
   }
 
