@@ -62,6 +62,24 @@ def wall_times_us(call: Callable[[], object], count: int, warmup: int = 3) -> li
     return out
 
 
+def event_times_ms(call: Callable[[], object], count: int, warmup: int = 3) -> list[float]:
+    """ms of each of `count` calls on torch's current stream, each between its own CUDA events and
+    waited for before the next (the GPU's time for the call), after `warmup` calls."""
+    import torch
+
+    for _ in range(warmup):
+        call()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(count):
+        start.record()
+        call()
+        end.record()
+        torch.cuda.synchronize()
+        out.append(start.elapsed_time(end))
+    return out
+
+
 def events_us_per_call(launch: Callable[[], object], calls: int) -> float:
     """µs per call of `calls` back-to-back launches on torch's current stream, by CUDA events
     around them (the GPU's time for the batch, launch gaps included)."""

@@ -32,7 +32,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import nvidia_smi  # benchmarks/common.py, beside this script
+from common import event_times_ms, nvidia_smi  # benchmarks/common.py, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 OBJECTS = ROOT / "build" / "gemm_f32_bench"
@@ -70,17 +70,7 @@ def run(out_dir: Path, iters: int) -> None:
     stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
 
     def timed(fn) -> float:
-        for _ in range(3):
-            fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(iters):
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return float(np.median(times))
+        return float(np.median(event_times_ms(fn, iters)))
 
     # The clocks of a GPU that was idle ramp up over the first tenths of a second of work: about a
     # second of SGEMMs before the first shape, so that it is not timed slower than the others.

@@ -1,6 +1,6 @@
 // What the f32 attention kernels share (flash_attention_f32.cu on the CUDA cores,
 // flash_attention_f32_f64acc.cu on the FP64 tensor cores): the maskings and layouts of their entry
-// points, the asynchronous copies and the exponential.
+// points, where their rows are, the asynchronous copies and the exponential.
 #pragma once
 
 #include <cstdint>
@@ -58,5 +58,17 @@ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_c
 // and v 2E after q, each passed as its own base; Hq = Hkv = H, Sq = Sk = S) and out [B, S, H, D].
 // The same computation on each.
 enum Layout { HEADS, BSHD, QKV };
+
+// Where a (batch, head)'s rows are, in floats: rows of a [B, S, heads, D] tensor are heads * D
+// apart (QKV's q, k and v rows: 3 H heads), a head's rows of [B, H, S, D] D apart.
+template <Layout LAYOUT>
+__device__ __forceinline__ int heads_a_row(int heads) { return LAYOUT == QKV ? 3 * heads : heads; }
+template <int D, Layout LAYOUT>
+__device__ __forceinline__ long row_pitch(int heads_in_row) { return LAYOUT == HEADS ? D : static_cast<long>(heads_in_row) * D; }
+// The first row of head `head` of batch b in a tensor of `heads` heads (a row) and `rows` rows.
+template <int D, Layout LAYOUT>
+__device__ __forceinline__ long first_row(int b, int heads, int head, int rows) {
+  return LAYOUT == HEADS ? (static_cast<long>(b) * heads + head) * rows * D : (static_cast<long>(b) * rows * heads + head) * D;
+}
 
 }  // namespace attention_f32

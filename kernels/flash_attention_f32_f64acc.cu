@@ -75,23 +75,18 @@ __device__ __forceinline__ void forward(const float* __restrict__ q, const float
   const int bh = blockIdx.x, b = bh / Hq, h = bh % Hq;
   const int q_tiles = (Sq + BQ - 1) / BQ;
   const int q0 = (q_tiles - 1 - static_cast<int>(blockIdx.y)) * BQ;  // the longest causal rows first
-  // Row pitches and each (b, head)'s first row, in floats, as flash_attention_f32.cu's.
-  const int q_heads = LAYOUT == QKV ? 3 * Hq : Hq, kv_heads = LAYOUT == QKV ? 3 * Hkv : Hkv;
-  const long q_pitch = LAYOUT == HEADS ? D : static_cast<long>(q_heads) * D, kv_pitch = LAYOUT == HEADS ? D : static_cast<long>(kv_heads) * D;
-  const long out_pitch = LAYOUT == HEADS ? D : static_cast<long>(Hq) * D;
-  const auto first_row = [&](int heads, int head, int rows) {
-    return LAYOUT == HEADS ? (static_cast<long>(b) * heads + head) * rows * D : (static_cast<long>(b) * rows * heads + head) * D;
-  };
-  float* oh = out + first_row(Hq, h, Sq);
+  const int q_heads = heads_a_row<LAYOUT>(Hq), kv_heads = heads_a_row<LAYOUT>(Hkv);
+  const long q_pitch = row_pitch<D, LAYOUT>(q_heads), kv_pitch = row_pitch<D, LAYOUT>(kv_heads), out_pitch = row_pitch<D, LAYOUT>(Hq);
+  float* oh = out + first_row<D, LAYOUT>(b, Hq, h, Sq);
   if (Hkv <= 0 || Hq % Hkv != 0) {  // no key/value head to read: NaN rather than an out-of-bounds read
     for (int i = threadIdx.x; i < BQ * D; i += THREADS)
       if (q0 + i / D < Sq) oh[(q0 + i / D) * out_pitch + i % D] = __int_as_float(0x7fc00000);
     return;
   }
   const int kvh = h / (Hq / Hkv);
-  const float* qh = q + first_row(q_heads, h, Sq);
-  const float* kh = k + first_row(kv_heads, kvh, Sk);
-  const float* vh = v + first_row(kv_heads, kvh, Sk);
+  const float* qh = q + first_row<D, LAYOUT>(b, q_heads, h, Sq);
+  const float* kh = k + first_row<D, LAYOUT>(b, kv_heads, kvh, Sk);
+  const float* vh = v + first_row<D, LAYOUT>(b, kv_heads, kvh, Sk);
   const float* mslice = MASKING == ADDITIVE ? mask + (static_cast<long>(b % MB) * MH + h % MH) * MQ * Sk : nullptr;
   const int key_end = MASKING == CAUSAL ? min(Sk, min(Sq, q0 + BQ)) : Sk;
   const int k_tiles = (key_end + BK - 1) / BK;

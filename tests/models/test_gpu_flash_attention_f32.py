@@ -98,14 +98,15 @@ def reference(kernel: str, q, k, v, mask, scale) -> np.ndarray:
     return REFERENCES.flash_attention(q, k, v, mask=mask, causal=kernel.endswith("_causal"), scale=np.float32(scale))
 
 
-def check(kernel: str, way: str, got, want: np.ndarray) -> float:
-    """Every element: NaN exactly where `want` is; the largest error over its bound."""
+def check(kernel: str, way: str, got, want: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> float:
+    """Every element: NaN exactly where `want` is, elsewhere within atol + rtol |want|; the
+    largest error over its bound."""
     got = np.asarray(got)
     assert got.shape == want.shape and got.dtype == np.float32, (way, got.shape, got.dtype)
     got = got.astype(np.float64)
     nan = np.isnan(want)
     err = np.where(nan, 0.0, np.abs(got - np.where(nan, 0.0, want)))
-    bound = ATOL + RTOL * np.abs(np.where(nan, 0.0, want))
+    bound = atol + rtol * np.abs(np.where(nan, 0.0, want))
     bad = (np.isnan(got) != nan) | ~(err <= bound)
     if bad.any():
         idx = tuple(np.argwhere(bad)[0])

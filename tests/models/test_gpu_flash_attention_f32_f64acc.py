@@ -22,6 +22,7 @@ import pytest
 from ..support.artifacts.flash_attention_f32_f64acc import LAYOUT, build_all
 from ..support.gpu_modules import loaded_modules
 from .test_gpu_flash_attention_f32 import CASES, WAYS, Case, call, inputs, reference
+from .test_gpu_flash_attention_f32 import check as f32_check
 
 pytestmark = pytest.mark.gpu
 
@@ -36,18 +37,7 @@ def modules(tmp_path_factory) -> dict:
 
 
 def check(kernel: str, way: str, got, want: np.ndarray) -> float:
-    """Every element: NaN exactly where `want` is; the largest error over its bound."""
-    got = np.asarray(got)
-    assert got.shape == want.shape and got.dtype == np.float32, (way, got.shape, got.dtype)
-    got = got.astype(np.float64)
-    nan = np.isnan(want)
-    err = np.where(nan, 0.0, np.abs(got - np.where(nan, 0.0, want)))
-    bound = ATOL + RTOL * np.abs(np.where(nan, 0.0, want))
-    bad = (np.isnan(got) != nan) | ~(err <= bound)
-    if bad.any():
-        idx = tuple(np.argwhere(bad)[0])
-        pytest.fail(f"{kernel} ({way}): {int(bad.sum())} elements off, first at {idx}: got {got[idx]}, want {want[idx]}")
-    return float(np.max(err / bound))
+    return f32_check(kernel, way, got, want, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
