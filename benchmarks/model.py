@@ -22,7 +22,7 @@ mask) only, as the torch model's forward does. The outputs (the LMs' logits, BER
 last_hidden_state) are returned as float32.
 
 `run` compares, per model and dtype: PyTorch eager and torch.compile (default mode), both with
-SDPA attention, IREE alone, and IREE with the kernel library (strict numerics; for bf16 also
+SDPA attention, IREE alone, and IREE with the kernel library (strict numerics, and
 --allow-wider-accumulation): forward time, every implementation timed the same way (the wall time
 of a call that returns when the output is ready: IREE's synchronous call, torch's forward and a
 synchronize; the median of --iters calls after warm-up, taken over --rounds rounds in which the
