@@ -264,21 +264,11 @@ def gemm_nt_bias_residual_f32(a: np.ndarray, b: np.ndarray, bias: np.ndarray, re
     return gemm_nt_bias_f32(a, b, bias) + residual.astype(np.float64)
 
 
-def gemm_nt_f32_f64acc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """gemm_nt_f32's float64 product: the f64-accumulating kernel rounds it to f32 once."""
-    return gemm_nt_f32(a, b)
-
-
-def gemm_nt_bias_f32_f64acc(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    return gemm_nt_bias_f32(a, b, bias)
-
-
-def gemm_nt_bias_gelu_erf_f32_f64acc(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    return gemm_nt_bias_gelu_erf_f32(a, b, bias)
-
-
-def gemm_nt_bias_residual_f32_f64acc(a: np.ndarray, b: np.ndarray, bias: np.ndarray, residual: np.ndarray) -> np.ndarray:
-    return gemm_nt_bias_residual_f32(a, b, bias, residual)
+# kernels/gemm_f32_f64acc.toml: the same float64 results (those kernels round them to f32 once).
+gemm_nt_f32_f64acc = gemm_nt_f32
+gemm_nt_bias_f32_f64acc = gemm_nt_bias_f32
+gemm_nt_bias_gelu_erf_f32_f64acc = gemm_nt_bias_gelu_erf_f32
+gemm_nt_bias_residual_f32_f64acc = gemm_nt_bias_residual_f32
 
 
 def gemm_batched_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
